@@ -51,6 +51,10 @@ StatusOr<std::vector<uint8_t>> ReadFileMaybeGzip(const std::string& path) {
     out.resize(old + static_cast<size_t>(got));
     if (got == 0) break;
   }
+  // A gzip stream cut short reads as end of file; zlib reports it here.
+  int err = Z_OK;
+  const char* msg = gzerror(f.get(), &err);
+  if (err != Z_OK) return Status::IOError(path + ": gzip: " + msg);
   return out;
 }
 
