@@ -46,10 +46,11 @@ double Seconds(Clock::time_point since) {
   std::exit(1);
 }
 
-void CheckPositive(const char* flag, double value) {
+template <typename T>
+void CheckPositive(const char* flag, T value) {
   if (!(value > 0)) {
     Die(std::string("--") + flag + " must be > 0, got " +
-        std::to_string(value));
+        gflags::GetCommandLineFlagInfoOrDie(flag).current_value);
   }
 }
 
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
   oc.weight_decay = static_cast<float>(FLAGS_weight_decay);
   ps::model::SetCpuThreads(FLAGS_threads);
 
+  auto net = OrDie("device", ps::model::Net::Create(device, FLAGS_seed));
+  auto opt =
+      OrDie("optimizer", ps::model::MakeOptimizer(oc, net->num_params()));
   const std::string dir =
       FLAGS_data_dir.empty() ? ps::model::DefaultDataDir(kind) : FLAGS_data_dir;
   auto train_or = ps::model::LoadSplit(dir, true, FLAGS_train_limit);
@@ -89,10 +93,6 @@ int main(int argc, char** argv) {
   if (!test_or.ok()) Die(test_or.status().ToString());
   const Dataset& train = *train_or;
   const Dataset& test = *test_or;
-
-  auto net = OrDie("device", ps::model::Net::Create(device, FLAGS_seed));
-  auto opt =
-      OrDie("optimizer", ps::model::MakeOptimizer(oc, net->num_params()));
   const ps::model::StepLR schedule(oc.lr, 1,
                                    static_cast<float>(FLAGS_lr_gamma));
   std::printf(

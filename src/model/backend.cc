@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/cpu_backend.h"
@@ -61,17 +62,24 @@ void SetCpuThreads(int n) {
 
 float LogSoftmaxNll(const float* logits, const int32_t* labels, int n, int c,
                     float* log_probs, float* dlogits) {
-  double loss = 0.0;
   for (int i = 0; i < n; ++i) {
     const float* z = logits + static_cast<size_t>(i) * c;
     float* lp = log_probs + static_cast<size_t>(i) * c;
-    float zmax = z[0];
-    for (int j = 1; j < c; ++j) zmax = std::max(zmax, z[j]);
+    const float zmax = *std::max_element(z, z + c);
     double sum = 0.0;
     for (int j = 0; j < c; ++j)
       sum += std::exp(static_cast<double>(z[j] - zmax));
     const float log_sum = static_cast<float>(std::log(sum)) + zmax;
     for (int j = 0; j < c; ++j) lp[j] = z[j] - log_sum;
+  }
+  return NllFromLogProbs(log_probs, labels, n, c, dlogits);
+}
+
+float NllFromLogProbs(const float* log_probs, const int32_t* labels, int n,
+                      int c, float* dlogits) {
+  double loss = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const float* lp = log_probs + static_cast<size_t>(i) * c;
     CHECK(labels[i] >= 0 && labels[i] < c) << "label " << labels[i];
     loss -= lp[labels[i]];
     if (dlogits != nullptr) {

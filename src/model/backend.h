@@ -90,6 +90,11 @@ void SetCpuThreads(int n);
 float LogSoftmaxNll(const float* logits, const int32_t* labels, int n, int c,
                     float* log_probs, float* dlogits);
 
+// The mean NLL of labels under log_probs [n, c], and (when dlogits is not
+// null) its gradient with respect to the logits: (exp(log_probs) - onehot) / n.
+float NllFromLogProbs(const float* log_probs, const int32_t* labels, int n,
+                      int c, float* dlogits);
+
 }  // namespace model
 }  // namespace ps
 
