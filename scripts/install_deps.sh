@@ -10,6 +10,7 @@ packages=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev
+  zlib1g-dev
   dataset-fashion-mnist
 )
 

@@ -60,6 +60,46 @@ T OrDie(const char* flag, ps::StatusOr<T> v) {
   return std::move(*v);
 }
 
+// Totals over the run, for the final line.
+struct Progress {
+  int64_t step = 0;
+  size_t samples = 0;
+  double train_s = 0.0;  // time in training steps, without evaluation
+};
+
+// One pass over the batcher's epoch, printing the mean loss and samples/s
+// every --log_every_s seconds.
+void TrainEpoch(int epoch, ps::model::Net* net, ps::model::Optimizer* opt,
+                ps::model::Batcher* batcher, Progress* progress) {
+  net->set_training(true);
+  ps::model::Batch batch;
+  const auto epoch_start = Clock::now();
+  auto last_log = epoch_start;
+  double loss_sum = 0.0;
+  int loss_count = 0;
+  size_t logged_samples = 0;
+  while (batcher->Next(&batch)) {
+    loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
+                                     batch.size);
+    opt->Step(net->params(), net->grads(), net->num_params());
+    ++loss_count;
+    ++progress->step;
+    logged_samples += batch.size;
+    progress->samples += batch.size;
+    if (Seconds(last_log) >= FLAGS_log_every_s) {
+      std::printf("epoch %d step %lld  loss %.4f  %.0f samples/s\n", epoch,
+                  static_cast<long long>(progress->step), loss_sum / loss_count,
+                  logged_samples / Seconds(last_log));
+      std::fflush(stdout);
+      last_log = Clock::now();
+      loss_sum = 0.0;
+      loss_count = 0;
+      logged_samples = 0;
+    }
+  }
+  progress->train_s += Seconds(epoch_start);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,41 +143,13 @@ int main(int argc, char** argv) {
       FLAGS_batch_size);
 
   ps::model::Batcher batcher(&train, FLAGS_batch_size, FLAGS_seed);
-  ps::model::Batch batch;
   ps::model::EvalResult eval;
   const auto start = Clock::now();
-  double train_s = 0.0;
-  size_t samples = 0;
-  int64_t step = 0;
+  Progress progress;
   for (int epoch = 0; epoch < FLAGS_epochs; ++epoch) {
     opt->set_lr(schedule.LrAt(epoch));
     batcher.StartEpoch(epoch);
-    net->set_training(true);
-    const auto epoch_start = Clock::now();
-    auto last_log = Clock::now();
-    double loss_sum = 0.0;
-    int loss_count = 0;
-    size_t logged_samples = 0;
-    while (batcher.Next(&batch)) {
-      loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
-                                       batch.size);
-      opt->Step(net->params(), net->grads(), net->num_params());
-      ++loss_count;
-      ++step;
-      logged_samples += batch.size;
-      samples += batch.size;
-      if (Seconds(last_log) >= FLAGS_log_every_s) {
-        std::printf("epoch %d step %lld  loss %.4f  %.0f samples/s\n", epoch,
-                    static_cast<long long>(step), loss_sum / loss_count,
-                    logged_samples / Seconds(last_log));
-        std::fflush(stdout);
-        last_log = Clock::now();
-        loss_sum = 0.0;
-        loss_count = 0;
-        logged_samples = 0;
-      }
-    }
-    train_s += Seconds(epoch_start);
+    TrainEpoch(epoch, net.get(), opt.get(), &batcher, &progress);
     eval = ps::model::Evaluate(net.get(), test);
     std::printf(
         "epoch %d done: test accuracy %.2f%%  test loss %.4f  (%zu "
@@ -148,6 +160,7 @@ int main(int argc, char** argv) {
   std::printf(
       "final: test accuracy %.2f%%  wall %.1f s  %.0f train "
       "samples/s\n",
-      100.0 * eval.accuracy, Seconds(start), samples / train_s);
+      100.0 * eval.accuracy, Seconds(start),
+      progress.samples / progress.train_s);
   return 0;
 }
