@@ -3,6 +3,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace ps {
@@ -57,8 +58,15 @@ void InitParams(const std::vector<TensorView>& views, uint64_t seed,
 void FillDropoutMask(std::mt19937_64* rng, float p, float* mask, size_t n) {
   CHECK(p >= 0.0f && p < 1.0f) << "dropout probability " << p;
   const float scale = 1.0f / (1.0f - p);
-  for (size_t i = 0; i < n; ++i) {
-    mask[i] = UniformFloat(rng, 0.0f, 1.0f) < p ? 0.0f : scale;
+  // Four 16-bit uniforms per draw: the generator dominates the cost otherwise.
+  // An element is dropped when its uniform is below p * 2^16 (exact for the
+  // network's 0.25 and 0.5).
+  const uint64_t threshold = static_cast<uint64_t>(std::lround(p * 65536.0f));
+  for (size_t i = 0; i < n; i += 4) {
+    uint64_t bits = (*rng)();
+    for (size_t j = i; j < std::min(n, i + 4); ++j, bits >>= 16) {
+      mask[j] = (bits & 0xffff) < threshold ? 0.0f : scale;
+    }
   }
 }
 

@@ -27,8 +27,9 @@ float UniformFloat(std::mt19937_64* rng, float lo, float hi);
 void InitParams(const std::vector<TensorView>& views, uint64_t seed,
                 float* params);
 
-// mask[i] = 0 with probability p, else 1 / (1 - p) (inverted dropout, as
-// torch.nn.Dropout in training mode). 0 <= p < 1.
+// mask[i] = 0 with probability p (rounded to a multiple of 2^-16), else
+// 1 / (1 - p): inverted dropout, as torch.nn.Dropout in training mode.
+// 0 <= p < 1.
 void FillDropoutMask(std::mt19937_64* rng, float p, float* mask, size_t n);
 
 }  // namespace model

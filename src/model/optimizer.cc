@@ -7,6 +7,10 @@
 
 namespace ps {
 namespace model {
+namespace {
+// Below this many floats a step is not worth waking OpenMP's threads.
+constexpr size_t kParallelMin = 1 << 16;
+}  // namespace
 
 Sgd::Sgd(size_t n, float lr, float momentum, float weight_decay, bool nesterov)
     : n_(n),
@@ -19,11 +23,14 @@ Sgd::Sgd(size_t n, float lr, float momentum, float weight_decay, bool nesterov)
 
 void Sgd::Step(float* w, const float* g, size_t n) {
   CHECK_EQ(n, n_) << "Sgd built for " << n_ << " floats";
+  const bool first = first_;
+  // Elementwise, so the result does not depend on the thread count.
+#pragma omp parallel for if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
     float d = g[i];
     if (weight_decay_ != 0.0f) d += weight_decay_ * w[i];
     if (momentum_ != 0.0f) {
-      buf_[i] = first_ ? d : momentum_ * buf_[i] + d;
+      buf_[i] = first ? d : momentum_ * buf_[i] + d;
       d = nesterov_ ? d + momentum_ * buf_[i] : buf_[i];
     }
     w[i] -= lr_ * d;
@@ -49,6 +56,7 @@ void Adam::Step(float* w, const float* g, size_t n) {
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2_), t_);
   const float step_size = static_cast<float>(lr_ / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+#pragma omp parallel for if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
     float d = g[i];
     if (weight_decay_ != 0.0f) d += weight_decay_ * w[i];

@@ -5,6 +5,8 @@
 //
 // Thread-safety: an optimizer owns its state (momentum, moments, step count)
 // and is not thread-safe; distinct optimizers may run on distinct threads.
+// A Step over 65536 floats or more is spread over the OpenMP threads
+// (elementwise, so results do not depend on the thread count).
 #ifndef PS_MODEL_OPTIMIZER_H_
 #define PS_MODEL_OPTIMIZER_H_
 
