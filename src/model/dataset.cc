@@ -92,7 +92,14 @@ StatusOr<Dataset> LoadSplit(const std::string& dir, bool train, size_t limit) {
                               dir);
     }
   }
-  return LoadIdxPair(paths[0], paths[1], limit);
+  auto d = LoadIdxPair(paths[0], paths[1], limit);
+  if (d.ok() && (d->rows != kMnistSide || d->cols != kMnistSide)) {
+    return Status::Corruption(
+        paths[0] + ": images are " + std::to_string(d->rows) + "x" +
+        std::to_string(d->cols) + ", expected " + std::to_string(kMnistSide) +
+        "x" + std::to_string(kMnistSide));
+  }
+  return d;
 }
 
 Batcher::Batcher(const Dataset* data, int batch_size, uint64_t seed, int rank,

@@ -20,6 +20,7 @@ namespace model {
 // used for both datasets.
 constexpr float kPixelMean = 0.1307f;
 constexpr float kPixelStd = 0.3081f;
+constexpr int kMnistSide = 28;  // MNIST and Fashion-MNIST images are 28x28
 
 enum class DatasetKind { kMnist, kFashion };
 
@@ -46,7 +47,8 @@ StatusOr<Dataset> LoadIdxPair(const std::string& images_path,
 
 // Loads the train or test split from `dir`, which holds
 // {train,t10k}-{images-idx3,labels-idx1}-ubyte, each possibly with ".gz".
-// NotFound names the missing file and says how to fetch MNIST.
+// NotFound names the missing file and says how to fetch MNIST; Corruption
+// when the images are not 28x28.
 StatusOr<Dataset> LoadSplit(const std::string& dir, bool train,
                             size_t limit = 0);
 

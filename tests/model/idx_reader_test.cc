@@ -138,6 +138,29 @@ TEST_F(IdxReaderTest, CorruptGzipIsAnError) {
   EXPECT_EQ(a.status().message().rfind(cut + ": gzip: ", 0), 0u) << a.status();
 }
 
+TEST_F(IdxReaderTest, SplitChecksCountsAndImageSize) {
+  Write("train-images-idx3-ubyte",
+        IdxBytes(kIdxImagesMagic, {3, 28, 28}, 3 * 28 * 28));
+  WriteGz("train-labels-idx1-ubyte.gz", IdxBytes(kIdxLabelsMagic, {3}, 3));
+  auto ok = LoadSplit(dir_, true);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->size, 3u);
+  EXPECT_EQ(ok->labels[2], 2);
+  Write("t10k-images-idx3-ubyte",
+        IdxBytes(kIdxImagesMagic, {2, 28, 28}, 2 * 784));
+  Write("t10k-labels-idx1-ubyte", IdxBytes(kIdxLabelsMagic, {3}, 3));
+  EXPECT_NE(LoadSplit(dir_, false)
+                .status()
+                .message()
+                .find("3 labels, but " + dir_ +
+                      "/t10k-images-idx3-ubyte has 2 images"),
+            std::string::npos);
+  Write("t10k-images-idx3-ubyte",
+        IdxBytes(kIdxImagesMagic, {3, 16, 16}, 3 * 256));
+  EXPECT_EQ(LoadSplit(dir_, false).status().message(),
+            dir_ + "/t10k-images-idx3-ubyte: images are 16x16, expected 28x28");
+}
+
 TEST(MnistFilesTest, RealMnistCountsAndFirstLabels) {
   const std::string dir = PS_MNIST_DIR;
   auto train = LoadSplit(dir, true);
