@@ -526,6 +526,14 @@ Status Postoffice::Finalize(bool do_barrier) {
   return st;
 }
 
+void Postoffice::Abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+  }
+  Stop();
+}
+
 void Postoffice::Stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -533,7 +541,8 @@ void Postoffice::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_monitor_ = true;
-    say_goodbye = !IsScheduler() && ready_ && dead_.count(kSchedulerId) == 0;
+    say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
+                  dead_.count(kSchedulerId) == 0;
     cv_.notify_all();
   }
   if (monitor_.joinable()) monitor_.join();

@@ -47,6 +47,8 @@ class Postoffice {
   Status Barrier(int group);
   Status Finalize(bool do_barrier);
   void Stop();
+  // Stops without telling the scheduler, as a crashed process would (tests).
+  void Abandon();
 
   const Config& config() const { return config_; }
   int id() const;
@@ -114,6 +116,7 @@ class Postoffice {
   bool bound_ = false;
   bool started_ = false;
   bool stopped_ = false;
+  bool abandoned_ = false;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

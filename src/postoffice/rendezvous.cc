@@ -127,8 +127,10 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       }
       if (static_cast<int>(arrivals_.size()) ==
           config_.num_servers + config_.num_workers) {
-        for (auto& m : CompleteRendezvousLocked())
-          outbox.push_back(std::move(m));
+        // The ACK above goes out after the rekey: address it by the new id.
+        std::vector<Message> table_msgs = CompleteRendezvousLocked();
+        outbox[0].meta.set_recver(table_msgs.back().meta.recver());
+        for (auto& m : table_msgs) outbox.push_back(std::move(m));
       }
     }
   }
