@@ -1,0 +1,556 @@
+// Postoffice: message dispatch, barriers, heartbeats and failure handling.
+// Rendezvous lives in rendezvous.cc.
+#include "postoffice/postoffice.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace ps {
+
+namespace {
+constexpr size_t kMaxEarlyMessages = 10000;
+constexpr int kSchedulerTickMs = 100;
+constexpr int kLingerMs = 1000;
+
+int64_t MsSince(Postoffice::Clock::time_point t,
+                Postoffice::Clock::time_point now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+}
+}  // namespace
+
+Postoffice::Postoffice(const Config& config) : config_(config) {}
+
+Postoffice::~Postoffice() { Stop(); }
+
+Status Postoffice::Bind() {
+  if (bound_) return Status::OK();
+  PS_RETURN_IF_ERROR(van_.Bind(config_.node_host, config_.port,
+                               config_.port_range_lo, config_.port_range_hi));
+  van_.set_identity(config_.node_host + ":" + std::to_string(van_.port()));
+  bound_ = true;
+  return Status::OK();
+}
+
+Status Postoffice::Start() {
+  CHECK(!started_) << "Start() twice";
+  PS_RETURN_IF_ERROR(Bind());
+  started_ = true;
+  if (IsScheduler()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    my_id_ = kSchedulerId;
+    my_rank_ = 0;
+    table_.Add(NodeInfo{Role::kScheduler, kSchedulerId, 0, config_.node_host,
+                        port(), -1});
+  }
+  van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
+  Status st = IsScheduler() ? StartScheduler() : StartMember();
+  if (!st.ok()) return st;
+  monitor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ps-monitor");
+    MonitorLoop();
+  });
+  if (config_.verbose >= 1) {
+    LOG(INFO) << DescribeNode(id()) << " is ready";
+  }
+  return Status::OK();
+}
+
+int Postoffice::id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return my_id_;
+}
+
+int Postoffice::rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return my_rank_;
+}
+
+std::vector<int> Postoffice::GetNodeIds(int group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.Ids(group);
+}
+
+std::string Postoffice::DescribeNode(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.Describe(id);
+}
+
+Status Postoffice::peer_failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_failure_;
+}
+
+void Postoffice::SetPeerFailureHandler(
+    std::function<void(const Status&)> handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_failure_handler_ = std::move(handler);
+}
+
+Message Postoffice::ControlMessage(pb::Command cmd, int recver,
+                                   bool request) const {
+  Message msg;
+  msg.meta.mutable_control()->set_cmd(cmd);
+  msg.meta.set_recver(recver);
+  msg.meta.set_request(request);
+  return msg;
+}
+
+Status Postoffice::Send(Message* msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    msg->meta.set_sender(my_id_);
+  }
+  if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
+  return van_.Send(msg);
+}
+
+void Postoffice::SendAll(std::vector<Message>* outbox) {
+  for (Message& msg : *outbox) {
+    Status st = Send(&msg);
+    if (!st.ok()) LOG(WARNING) << "sending " << DebugString(msg) << ": " << st;
+  }
+  outbox->clear();
+}
+
+void Postoffice::CountDropped(int sender, const std::string& why) {
+  van_.CountDropped(DescribeNode(sender), why);
+}
+
+// ---- Receive thread --------------------------------------------------------
+
+void Postoffice::OnMessage(Message&& msg) {
+  receive_thread_.store(std::this_thread::get_id());
+  if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
+  int sender = msg.meta.sender();
+  pb::Command cmd = msg.meta.control().cmd();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool scheduler_add = IsScheduler() && cmd == pb::ADD_NODE;
+    bool from_scheduler = !IsScheduler() && sender == kSchedulerId;
+    bool known = sender != my_id_ && table_.Find(sender) != nullptr;
+    if (!scheduler_add && !from_scheduler && !known) {
+      // A peer may learn the node table (and send) before we do.
+      if (!ready_ && cmd == pb::EMPTY && early_.size() < kMaxEarlyMessages) {
+        early_.push_back(std::move(msg));
+        return;
+      }
+      van_.CountDropped("node id " + std::to_string(sender),
+                        "unknown sender of " + DebugString(msg));
+      return;
+    }
+    if (IsScheduler() && known) last_seen_[sender] = Clock::now();
+    if (from_scheduler) scheduler_seen_ = Clock::now();
+  }
+  if (cmd == pb::EMPTY) {
+    DispatchData(std::move(msg));
+  } else {
+    OnControl(std::move(msg));
+  }
+}
+
+void Postoffice::OnControl(Message&& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  switch (ctrl.cmd()) {
+    case pb::ADD_NODE:
+      if (IsScheduler() && msg.meta.request()) {
+        SchedulerOnAddNode(msg);
+      } else if (!IsScheduler() && !msg.meta.request()) {
+        MemberOnNodeTable(msg);
+      } else {
+        CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+      }
+      return;
+    case pb::ACK: {
+      std::lock_guard<std::mutex> lock(mu_);
+      acked_ = true;
+      cv_.notify_all();
+      return;
+    }
+    case pb::BARRIER:
+      OnBarrier(msg);
+      return;
+    case pb::HEARTBEAT:
+      if (IsScheduler() && msg.meta.request()) {
+        Message reply = ControlMessage(pb::HEARTBEAT, msg.meta.sender(), false);
+        Send(&reply);
+      }
+      return;
+    case pb::TERMINATE: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (IsScheduler()) departed_.insert(msg.meta.sender());
+      cv_.notify_all();
+      return;
+    }
+    case pb::NODE_FAILED:
+      OnNodeFailed(msg);
+      return;
+    default:
+      CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+  }
+}
+
+void Postoffice::OnNodeFailed(const Message& msg) {
+  if (msg.meta.control().node_size() != 1) {
+    CountDropped(msg.meta.sender(), "NODE_FAILED without exactly one node");
+    return;
+  }
+  NodeInfo dead = FromProto(msg.meta.control().node(0));
+  OnPeerFailure(dead.id, Status::PeerFailed(DescribeNode(dead.id) +
+                                            " was declared dead: " +
+                                            msg.meta.control().error()));
+}
+
+void Postoffice::DispatchData(Message&& msg) {
+  bool request = msg.meta.request();
+  bool ok_role =
+      request ? config_.role == Role::kServer && IsWorkerId(msg.meta.sender())
+              : config_.role == Role::kWorker && IsServerId(msg.meta.sender());
+  if (!ok_role) {
+    CountDropped(msg.meta.sender(), std::string("a ") + RoleName(config_.role) +
+                                        " does not take " + DebugString(msg));
+    return;
+  }
+  CustomerKey key{request, msg.meta.app_id(),
+                  request ? -1 : msg.meta.customer_id()};
+  std::shared_ptr<Customer> customer = AcquireCustomer(key, request);
+  if (customer == nullptr) {
+    CountDropped(
+        msg.meta.sender(),
+        "no customer for app " + std::to_string(msg.meta.app_id()) +
+            (request ? ""
+                     : " customer " + std::to_string(msg.meta.customer_id())));
+    return;
+  }
+  customer->on_data(std::move(msg));
+  ReleaseCustomer(customer);
+}
+
+std::shared_ptr<Postoffice::Customer> Postoffice::AcquireCustomer(
+    const CustomerKey& key, bool wait) {
+  std::unique_lock<std::mutex> lock(customers_mu_);
+  // Requests may arrive before the server registered its KVServer handle;
+  // they wait for it (bounded), as in ps-lite.
+  auto deadline = Clock::now() + std::chrono::milliseconds(
+                                     wait ? config_.connect_timeout_ms : 0);
+  customers_cv_.wait_until(lock, deadline,
+                           [&] { return customers_.count(key) > 0; });
+  auto it = customers_.find(key);
+  if (it == customers_.end()) return nullptr;
+  ++it->second->running;
+  return it->second;
+}
+
+void Postoffice::ReleaseCustomer(const std::shared_ptr<Customer>& customer) {
+  std::lock_guard<std::mutex> lock(customers_mu_);
+  --customer->running;
+  customers_cv_.notify_all();
+}
+
+void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
+                                  DataHandler on_data,
+                                  FailureHandler on_failure) {
+  auto customer = std::make_shared<Customer>();
+  customer->on_data = std::move(on_data);
+  customer->on_failure = std::move(on_failure);
+  std::lock_guard<std::mutex> lock(customers_mu_);
+  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+  CHECK(customers_.count(key) == 0)
+      << "app " << app_id << " customer " << customer_id
+      << " is registered twice on one node";
+  customers_[key] = std::move(customer);
+  customers_cv_.notify_all();
+}
+
+void Postoffice::UnregisterCustomer(bool requests, int app_id,
+                                    int customer_id) {
+  std::unique_lock<std::mutex> lock(customers_mu_);
+  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+  auto it = customers_.find(key);
+  if (it == customers_.end()) return;
+  std::shared_ptr<Customer> customer = it->second;
+  customers_.erase(it);
+  if (std::this_thread::get_id() == receive_thread_.load()) return;
+  customers_cv_.wait(lock, [&] { return customer->running == 0; });
+}
+
+// ---- Barrier ---------------------------------------------------------------
+
+Status Postoffice::Barrier(int group) {
+  std::vector<Message> outbox;
+  std::unique_lock<std::mutex> lock(mu_);
+  CHECK(ready_) << "Barrier() before a successful Start()";
+  CHECK(GroupContains(group, my_id_))
+      << DescribeId(my_id_) << " is not in barrier group " << GroupName(group);
+  uint64_t seen = barrier_released_[group];
+  if (IsScheduler()) {
+    outbox = SchedulerBarrierArriveLocked(group, my_id_);
+  } else {
+    Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
+    msg.meta.mutable_control()->set_barrier_group(group);
+    outbox.push_back(std::move(msg));
+  }
+  lock.unlock();
+  SendAll(&outbox);
+  lock.lock();
+  // The scheduler enforces barrier_timeout_ms and names who is missing; the
+  // extra connect timeout covers its answer travelling back.
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(config_.barrier_timeout_ms +
+                                               config_.connect_timeout_ms);
+  bool released = cv_.wait_until(lock, deadline, [&] {
+    return barrier_released_[group] > seen || dead_.count(kSchedulerId) > 0;
+  });
+  if (barrier_released_[group] > seen) return barrier_status_[group];
+  if (!released) {
+    return Status::Timeout("barrier of " + GroupName(group) +
+                           " got no answer from the scheduler at " +
+                           config_.SchedulerAddress() + " within " +
+                           std::to_string(config_.barrier_timeout_ms +
+                                          config_.connect_timeout_ms) +
+                           " ms");
+  }
+  return peer_failure_;
+}
+
+void Postoffice::OnBarrier(const Message& msg) {
+  int group = msg.meta.control().barrier_group();
+  std::vector<Message> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsScheduler() && msg.meta.request()) {
+      if (!GroupContains(group, msg.meta.sender()) || group <= 0 ||
+          group > kAllGroups) {
+        van_.CountDropped(
+            table_.Describe(msg.meta.sender()),
+            "barrier for group " + std::to_string(group) + " it is not in");
+        return;
+      }
+      outbox = SchedulerBarrierArriveLocked(group, msg.meta.sender());
+    } else if (!IsScheduler() && !msg.meta.request()) {
+      const pb::Control& c = msg.meta.control();
+      SignalOwnBarrierLocked(
+          group,
+          c.error().empty()
+              ? Status::OK()
+              : Status(static_cast<Status::Code>(c.error_code()), c.error()));
+    }
+  }
+  SendAll(&outbox);
+}
+
+void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
+  ++barrier_released_[group];
+  barrier_status_[group] = error;
+  cv_.notify_all();
+}
+
+std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
+                                                              int sender) {
+  SchedulerBarrier& b = barriers_[group];
+  if (b.arrived.empty()) b.started = Clock::now();
+  b.arrived.insert(sender);
+  for (int id : table_.Ids(group)) {
+    if (dead_.count(id) > 0) {
+      return ReleaseBarrierLocked(
+          group, Status::PeerFailed("barrier of " + GroupName(group) +
+                                    " cannot complete: " + table_.Describe(id) +
+                                    " is dead"));
+    }
+  }
+  if (b.arrived.size() == table_.Ids(group).size()) {
+    return ReleaseBarrierLocked(group, Status::OK());
+  }
+  return {};
+}
+
+std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
+                                                      const Status& error) {
+  std::vector<Message> outbox;
+  for (int id : barriers_[group].arrived) {
+    if (id == my_id_) {
+      SignalOwnBarrierLocked(group, error);
+      continue;
+    }
+    Message msg = ControlMessage(pb::BARRIER, id, false);
+    msg.meta.mutable_control()->set_barrier_group(group);
+    msg.meta.mutable_control()->set_error(error.message());
+    msg.meta.mutable_control()->set_error_code(error.code());
+    outbox.push_back(std::move(msg));
+  }
+  if (!error.ok()) LOG(ERROR) << error;
+  barriers_.erase(group);
+  return outbox;
+}
+
+// ---- Monitor thread and failures -------------------------------------------
+
+void Postoffice::MonitorLoop() {
+  int interval = config_.heartbeat_interval_ms;
+  int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
+  std::unique_lock<std::mutex> lock(mu_);
+  scheduler_seen_ = Clock::now();
+  while (!stop_monitor_) {
+    if (tick == 0) {
+      cv_.wait(lock, [&] { return stop_monitor_; });
+      break;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(tick),
+                 [&] { return stop_monitor_; });
+    if (stop_monitor_) break;
+    auto now = Clock::now();
+    std::vector<Message> outbox;
+    std::vector<int> newly_dead;
+    if (IsScheduler()) {
+      outbox = SchedulerCheckLocked(now);
+      for (const auto& [id, seen] : last_seen_) {
+        if (interval > 0 && dead_.count(id) == 0 && departed_.count(id) == 0 &&
+            MsSince(seen, now) > config_.heartbeat_timeout_ms) {
+          newly_dead.push_back(id);
+        }
+      }
+    } else if (interval > 0) {
+      outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+      if (dead_.count(kSchedulerId) == 0 &&
+          MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
+        newly_dead.push_back(kSchedulerId);
+      }
+    }
+    lock.unlock();
+    SendAll(&outbox);
+    if (!newly_dead.empty()) DeclareDead(newly_dead);
+    lock.lock();
+  }
+}
+
+std::vector<Message> Postoffice::SchedulerCheckLocked(Clock::time_point now) {
+  std::vector<Message> outbox;
+  std::vector<int> expired;
+  for (const auto& [group, b] : barriers_) {
+    if (MsSince(b.started, now) > config_.barrier_timeout_ms) {
+      expired.push_back(group);
+    }
+  }
+  for (int group : expired) {
+    std::string missing;
+    for (int id : table_.Ids(group)) {
+      if (barriers_[group].arrived.count(id) == 0) {
+        missing += (missing.empty() ? "" : ", ") + table_.Describe(id);
+      }
+    }
+    auto msgs = ReleaseBarrierLocked(
+        group,
+        Status::Timeout("barrier of " + GroupName(group) + " timed out after " +
+                        std::to_string(config_.barrier_timeout_ms) +
+                        " ms (PS_BARRIER_TIMEOUT_MS); missing: " + missing));
+    for (auto& m : msgs) outbox.push_back(std::move(m));
+  }
+  return outbox;
+}
+
+void Postoffice::DeclareDead(const std::vector<int>& ids) {
+  for (int id : ids) {
+    std::string why = "no heartbeat for more than " +
+                      std::to_string(config_.heartbeat_timeout_ms) +
+                      " ms (PS_HEARTBEAT_TIMEOUT_MS)";
+    std::vector<Message> outbox;
+    if (IsScheduler()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [other, node] : table_.nodes()) {
+        if (other == id || other == my_id_ || dead_.count(other) > 0 ||
+            departed_.count(other) > 0) {
+          continue;
+        }
+        Message msg = ControlMessage(pb::NODE_FAILED, other, false);
+        ToProto(*table_.Find(id), msg.meta.mutable_control()->add_node());
+        msg.meta.mutable_control()->set_error(why);
+        outbox.push_back(std::move(msg));
+      }
+    }
+    SendAll(&outbox);
+    OnPeerFailure(id, Status::PeerFailed(DescribeNode(id) +
+                                         " was declared dead: " + why));
+  }
+}
+
+void Postoffice::OnPeerFailure(int id, const Status& why) {
+  std::function<void(const Status&)> user_handler;
+  std::vector<Message> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_.count(id) > 0) return;
+    dead_.insert(id);
+    if (peer_failure_.ok()) peer_failure_ = why;
+    user_handler = peer_failure_handler_;
+    if (IsScheduler()) {
+      std::vector<int> stuck;
+      for (const auto& [group, b] : barriers_) {
+        if (GroupContains(group, id)) stuck.push_back(group);
+      }
+      for (int group : stuck) {
+        auto msgs = ReleaseBarrierLocked(
+            group, Status::PeerFailed("barrier of " + GroupName(group) +
+                                      " cannot complete: " + why.message()));
+        for (auto& m : msgs) outbox.push_back(std::move(m));
+      }
+    }
+    cv_.notify_all();
+  }
+  LOG(ERROR) << why;
+  SendAll(&outbox);
+  std::vector<std::shared_ptr<Customer>> customers;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    for (auto& [key, c] : customers_) customers.push_back(c);
+  }
+  for (auto& c : customers) {
+    if (c->on_failure) c->on_failure(id, why);
+  }
+  if (user_handler) user_handler(why);
+}
+
+// ---- Shutdown --------------------------------------------------------------
+
+Status Postoffice::Finalize(bool do_barrier) {
+  Status st;
+  if (do_barrier && started_ && ready_) st = Barrier(kAllGroups);
+  if (IsScheduler() && st.ok()) {
+    // Stay until every member said it leaves, so none sends into the void.
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t members = table_.nodes().size() - 1;
+    cv_.wait_for(lock, std::chrono::milliseconds(config_.connect_timeout_ms),
+                 [&] { return departed_.size() + dead_.size() >= members; });
+  }
+  Stop();
+  return st;
+}
+
+void Postoffice::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  bool say_goodbye = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_monitor_ = true;
+    say_goodbye = !IsScheduler() && ready_ && dead_.count(kSchedulerId) == 0;
+    cv_.notify_all();
+  }
+  if (monitor_.joinable()) monitor_.join();
+  if (say_goodbye) {
+    Message bye = ControlMessage(pb::TERMINATE, kSchedulerId, true);
+    Send(&bye);
+  }
+  van_.Stop(say_goodbye ? kLingerMs : 0);
+  std::vector<std::shared_ptr<Customer>> customers;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    for (auto& [key, c] : customers_) customers.push_back(c);
+  }
+  Status aborted = Status::Aborted("node stopped");
+  for (auto& c : customers) {
+    if (c->on_failure) c->on_failure(-1, aborted);
+  }
+}
+
+}  // namespace ps
