@@ -193,6 +193,9 @@ def main():
         if f"floats={MODEL} " in rest + " ":
             print(f"{kind} {rest}")
     bars(raw, raw_rtt, results)
+    if failed:
+        print("\nrun.py: a kv_bench run failed (its output is above); its "
+              "rows are missing")
     return 1 if failed else 0
 
 
