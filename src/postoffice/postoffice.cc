@@ -121,7 +121,6 @@ void Postoffice::CountDropped(int sender, const std::string& why) {
 // ---- Receive thread --------------------------------------------------------
 
 void Postoffice::OnMessage(Message&& msg) {
-  receive_thread_.store(std::this_thread::get_id());
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
@@ -214,7 +213,25 @@ void Postoffice::DispatchData(Message&& msg) {
   }
   CustomerKey key{request, msg.meta.app_id(),
                   request ? -1 : msg.meta.customer_id()};
-  std::shared_ptr<Customer> customer = AcquireCustomer(key, request);
+  std::shared_ptr<Customer> customer;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    auto it = customers_.find(key);
+    if (it == customers_.end()) {
+      // Requests may come before the server set its request handle (a
+      // worker may learn of the start barrier's end first): hold them.
+      if (request && held_count_ < kMaxEarlyMessages) {
+        held_[key].push_back(std::move(msg));
+        ++held_count_;
+        return;
+      }
+    } else {
+      customer = it->second;
+      customer->mailbox.push_back(std::move(msg));
+      if (customer->delivering) return;  // its deliverer drains the mailbox
+      customer->delivering = true;
+    }
+  }
   if (customer == nullptr) {
     CountDropped(
         msg.meta.sender(),
@@ -223,28 +240,21 @@ void Postoffice::DispatchData(Message&& msg) {
                      : " customer " + std::to_string(msg.meta.customer_id())));
     return;
   }
-  customer->on_data(std::move(msg));
-  ReleaseCustomer(customer);
+  Deliver(customer);
 }
 
-std::shared_ptr<Postoffice::Customer> Postoffice::AcquireCustomer(
-    const CustomerKey& key, bool wait) {
+void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
   std::unique_lock<std::mutex> lock(customers_mu_);
-  // Requests may arrive before the server registered its KVServer handle;
-  // they wait for it (bounded), as in ps-lite.
-  auto deadline = Clock::now() + std::chrono::milliseconds(
-                                     wait ? config_.connect_timeout_ms : 0);
-  customers_cv_.wait_until(lock, deadline,
-                           [&] { return customers_.count(key) > 0; });
-  auto it = customers_.find(key);
-  if (it == customers_.end()) return nullptr;
-  ++it->second->running;
-  return it->second;
-}
-
-void Postoffice::ReleaseCustomer(const std::shared_ptr<Customer>& customer) {
-  std::lock_guard<std::mutex> lock(customers_mu_);
-  --customer->running;
+  customer->deliverer = std::this_thread::get_id();
+  while (!customer->mailbox.empty()) {
+    Message msg = std::move(customer->mailbox.front());
+    customer->mailbox.pop_front();
+    lock.unlock();
+    customer->on_data(std::move(msg));
+    lock.lock();
+  }
+  customer->delivering = false;
+  customer->deliverer = std::thread::id();
   customers_cv_.notify_all();
 }
 
@@ -254,13 +264,21 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
-  std::lock_guard<std::mutex> lock(customers_mu_);
-  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-  CHECK(customers_.count(key) == 0)
-      << "app " << app_id << " customer " << customer_id
-      << " is registered twice on one node";
-  customers_[key] = std::move(customer);
-  customers_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+    CHECK(customers_.count(key) == 0)
+        << "app " << app_id << " customer " << customer_id
+        << " is registered twice on one node";
+    customers_[key] = customer;
+    auto held = held_.find(key);
+    if (held == held_.end()) return;
+    for (Message& m : held->second) customer->mailbox.push_back(std::move(m));
+    held_count_ -= held->second.size();
+    held_.erase(held);
+    customer->delivering = true;
+  }
+  Deliver(customer);  // the held requests, on this thread, in order
 }
 
 void Postoffice::UnregisterCustomer(bool requests, int app_id,
@@ -271,8 +289,8 @@ void Postoffice::UnregisterCustomer(bool requests, int app_id,
   if (it == customers_.end()) return;
   std::shared_ptr<Customer> customer = it->second;
   customers_.erase(it);
-  if (std::this_thread::get_id() == receive_thread_.load()) return;
-  customers_cv_.wait(lock, [&] { return customer->running == 0; });
+  if (customer->deliverer == std::this_thread::get_id()) return;
+  customers_cv_.wait(lock, [&] { return !customer->delivering; });
 }
 
 // ---- Barrier ---------------------------------------------------------------

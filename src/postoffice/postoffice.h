@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -77,7 +78,12 @@ class Postoffice {
   struct Customer {
     DataHandler on_data;
     FailureHandler on_failure;
-    int running = 0;  // handlers running now; guarded by customers_mu_
+    // Guarded by customers_mu_: messages not yet handled, whether a thread
+    // is draining them (handlers of one customer never run concurrently),
+    // and which thread.
+    std::deque<Message> mailbox;
+    bool delivering = false;
+    std::thread::id deliverer;
   };
 
   // Receive thread.
@@ -86,8 +92,8 @@ class Postoffice {
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
   void DispatchData(Message&& msg);
-  std::shared_ptr<Customer> AcquireCustomer(const CustomerKey& key, bool wait);
-  void ReleaseCustomer(const std::shared_ptr<Customer>& customer);
+  // Drains customer's mailbox on this thread; customer->delivering is set.
+  void Deliver(const std::shared_ptr<Customer>& customer);
 
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
@@ -149,7 +155,8 @@ class Postoffice {
   std::mutex customers_mu_;
   std::condition_variable customers_cv_;
   std::map<CustomerKey, std::shared_ptr<Customer>> customers_;
-  std::atomic<std::thread::id> receive_thread_{};
+  std::map<CustomerKey, std::vector<Message>> held_;  // no customer yet
+  size_t held_count_ = 0;
 };
 
 }  // namespace ps
