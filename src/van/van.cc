@@ -16,6 +16,9 @@ namespace ps {
 
 namespace {
 
+// ZeroMQ's "very small message" capacity (ZMQ_MAX_VSM_SIZE, 33 on 64-bit).
+constexpr size_t kInlineFrameBytes = 32;
+
 std::string ZmqError() { return zmq_strerror(zmq_errno()); }
 
 bool IsNumericIPv4(const std::string& host) {
@@ -187,8 +190,13 @@ Status Van::Send(Message* msg) {
   for (size_t i = 0; i < n; ++i) {
     const SArray<char>& frame = msg->data[i];
     zmq_msg_t part;
-    if (frame.empty()) {
-      zmq_msg_init(&part);
+    if (frame.size() <= kInlineFrameBytes) {
+      // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
+      // them over by reference would cost a heap block instead of a copy
+      // of a few bytes. Anything larger goes without a copy.
+      zmq_msg_init_size(&part, frame.size());
+      if (!frame.empty())
+        std::memcpy(zmq_msg_data(&part), frame.data(), frame.size());
     } else {
       auto owner = std::make_unique<SArray<char>>(frame);
       zmq_msg_init_data(&part, frame.data(), frame.size(), ReleaseFrame,
