@@ -277,12 +277,15 @@ int main(int argc, char** argv) {
     LOG(FATAL) << "--chunk must be >= 1, got " << FLAGS_chunk;
   std::vector<Cell> cells = MakeCells();
 
-  ps::Start(0, argv[0]);
+  // The handle is registered before the barrier that lets workers send, so
+  // no request ever waits for it.
+  ps::StartAsync(0, argv[0]);
   std::unique_ptr<ps::KVServer<float>> server;
   if (ps::IsServer()) {
     server = std::make_unique<ps::KVServer<float>>(0);
     server->set_request_handle(ShardHandler(cells));
   }
+  ps::Barrier(0, ps::kAllGroups);
   if (ps::IsWorker()) {
     ps::KVWorker<float> kv(0, 0);
     for (size_t c = 0; c + 1 < cells.size(); ++c) RunCell(cells[c], &kv);
