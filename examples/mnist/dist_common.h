@@ -26,7 +26,8 @@ struct TrainOptions {
   int epochs = 1;
   int batch_size = 32;  // per worker
   ps::model::OptimizerConfig optimizer;
-  int lr_step = 1;  // StepLR: epochs between decays
+  int lr_step = 1;         // StepLR: periods between decays
+  int lr_every_steps = 0;  // a StepLR period: 0 = an epoch, else N steps
   float lr_gamma = 1.0f;
   ps::Consistency consistency = ps::Consistency::kBsp;
   int max_delay = 0;

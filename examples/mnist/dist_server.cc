@@ -15,7 +15,8 @@ namespace mnist {
 namespace {
 
 // Averages the summed gradients and runs the slice's optimizer, with the
-// learning rate of the epoch the step belongs to (the cmd tag).
+// learning rate of the StepLR period the step belongs to (the cmd tag: the
+// epoch, or step / --lr_every_steps).
 class SliceUpdater {
  public:
   SliceUpdater(const TrainOptions& options,
@@ -26,10 +27,10 @@ class SliceUpdater {
         mean_(optimizer_->size()) {}
 
   void operator()(float* w, const float* grad_sum, size_t n, int num_grads,
-                  int /*step*/, int epoch) {
+                  int /*step*/, int lr_period) {
     const float scale = 1.0f / static_cast<float>(num_grads);
     for (size_t i = 0; i < n; ++i) mean_[i] = grad_sum[i] * scale;
-    optimizer_->set_lr(schedule_.LrAt(epoch));
+    optimizer_->set_lr(schedule_.LrAt(lr_period));
     optimizer_->Step(w, mean_.data(), n);
     ++updates_;
     if (options_.die_after_steps > 0 && updates_ == options_.die_after_steps &&

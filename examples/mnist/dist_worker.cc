@@ -3,6 +3,7 @@
 // and hands each step's gradients to an Exchange, which either pushes them
 // to the servers and pulls fresh weights (KVWorker, no copies) or applies
 // the optimizer locally.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -30,7 +31,9 @@ double Seconds(Clock::time_point since) {
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  virtual void Start(int step, int epoch) = 0;
+  // lr_period: the StepLR period of this step (the epoch, or step /
+  // --lr_every_steps); it travels to the servers as the cmd tag.
+  virtual void Start(int step, int lr_period) = 0;
   virtual ps::Status Finish() = 0;
 };
 
@@ -42,8 +45,8 @@ class LocalExchange : public Exchange {
             ps::model::MakeOptimizer(options.optimizer, net->num_params())
                 .value()),
         schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
-  void Start(int /*step*/, int epoch) override {
-    optimizer_->set_lr(schedule_.LrAt(epoch));
+  void Start(int /*step*/, int lr_period) override {
+    optimizer_->set_lr(schedule_.LrAt(lr_period));
     optimizer_->Step(net_->params(), net_->grads(), net_->num_params());
   }
   ps::Status Finish() override { return ps::Status::OK(); }
@@ -82,12 +85,13 @@ class PsExchange : public Exchange {
     return kv_.Wait(kv_.ZPull(keys_, &params_, nullptr,
                               ps::EncodeDenseCmd(ps::DenseOp::kStep, 0)));
   }
-  void Start(int step, int epoch) override {
-    push_ts_ = kv_.ZPush(keys_, grads_, lens_,
-                         ps::EncodeDenseCmd(ps::DenseOp::kStep, step, epoch));
+  void Start(int step, int lr_period) override {
+    push_ts_ =
+        kv_.ZPush(keys_, grads_, lens_,
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
     pull_ts_ =
         kv_.ZPull(keys_, &params_, nullptr,
-                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, epoch));
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
   }
   ps::Status Finish() override {
     ps::Status push = kv_.Wait(push_ts_);
@@ -119,6 +123,12 @@ struct Summary {
   size_t samples = 0;
 };
 
+int LrPeriod(const TrainOptions& options, int epoch, int step) {
+  int period =
+      options.lr_every_steps > 0 ? step / options.lr_every_steps : epoch;
+  return std::min(period, ps::kMaxDenseTag);
+}
+
 // Runs every epoch; evaluates after each when `test` is not empty.
 Summary Train(const TrainOptions& options, const char* who, int rank,
               int num_workers, ps::model::Net* net, Exchange* exchange,
@@ -147,7 +157,7 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     while (have) {
       loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
                                        batch.size);
-      exchange->Start(sum.steps, epoch);
+      exchange->Start(sum.steps, LrPeriod(options, epoch, sum.steps));
       have = batcher.Next(&next);  // overlaps the round trip
       if (slow) {
         std::this_thread::sleep_for(

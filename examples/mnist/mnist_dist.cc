@@ -31,8 +31,11 @@ DEFINE_string(optimizer, "adam", "sgd or adam");
 DEFINE_double(lr, 1e-3, "learning rate");
 DEFINE_double(momentum, 0.0, "sgd momentum");
 DEFINE_double(weight_decay, 0.0, "L2 weight decay");
-DEFINE_int32(lr_step, 1, "StepLR: epochs between learning-rate decays");
-DEFINE_double(lr_gamma, 1.0, "StepLR: factor applied every --lr_step epochs");
+DEFINE_int32(lr_step, 1, "StepLR: periods between learning-rate decays");
+DEFINE_double(lr_gamma, 1.0, "StepLR: factor applied every --lr_step periods");
+DEFINE_int32(lr_every_steps, 0,
+             "StepLR period: 0 = an epoch, N = every N steps (at most 255 "
+             "periods)");
 DEFINE_string(consistency, "bsp", "bsp, bounded or async");
 DEFINE_int32(max_delay, 2,
              "bounded: a worker computes on weights missing at most this "
@@ -84,6 +87,7 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_weight_decay >= 0, "weight_decay", "must be >= 0");
   CheckFlag(FLAGS_lr_step > 0, "lr_step", "must be > 0");
   CheckFlag(FLAGS_lr_gamma > 0, "lr_gamma", "must be > 0");
+  CheckFlag(FLAGS_lr_every_steps >= 0, "lr_every_steps", "must be >= 0");
   CheckFlag(FLAGS_max_delay >= 0, "max_delay", "must be >= 0");
   CheckFlag(FLAGS_threads >= 0, "threads", "must be >= 0");
   CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
@@ -104,6 +108,7 @@ mnist::TrainOptions OptionsFromFlags() {
   o.optimizer.weight_decay = static_cast<float>(FLAGS_weight_decay);
   OrDie("optimizer", ps::model::MakeOptimizer(o.optimizer, 1));
   o.lr_step = FLAGS_lr_step;
+  o.lr_every_steps = FLAGS_lr_every_steps;
   o.lr_gamma = static_cast<float>(FLAGS_lr_gamma);
   o.consistency = OrDie("consistency", ps::ParseConsistency(FLAGS_consistency));
   o.max_delay = FLAGS_max_delay;
