@@ -27,7 +27,8 @@ mkdir -p "$out"
 rm -f "$out"/worker*.jsonl
 python3 tracker/launch.py -s 2 -w 2 -- "$build/examples/mnist/mnist_dist" \
   --data_dir data/mnist --epochs 1 --batch_size 16 --optimizer adam \
-  --lr 1e-3 --lr_every_steps 470 --lr_gamma 0.5 --consistency bsp --threads "$threads" --metrics_dir "$out" "$@" \
+  --lr 1e-3 --lr_every_steps 470 --lr_gamma 0.5 --consistency bsp \
+  --threads "$threads" --metrics_dir "$out" "$@" \
   2>&1 | tee "$out/log.txt"
 python3 scripts/plot_metrics.py "$out"/worker*.jsonl -o "$out/metrics.svg"
 echo "demo: $(grep -o 'final: .*' "$out/log.txt" | head -1)"
