@@ -29,7 +29,8 @@ local_rate() {  # batch
 
 dist_rate() {  # servers workers batch
   python3 "$root/tracker/launch.py" -s "$1" -w "$2" --timeout 300 -- "$bin" \
-    "${common[@]}" --batch_size "$3" --train_limit $(( $2 * $3 * steps )) | rate
+    "${common[@]}" --batch_size "$3" --train_limit $(( $2 * $3 * steps )) \
+    2>/dev/null | rate
 }
 
 echo "mnist_dist throughput: $steps steps per run, threads=$threads, $(nproc) cores"
