@@ -1,0 +1,82 @@
+// The ConvNet on flat buffers and its evaluation loop (see net.h).
+#include "model/net.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "model/init.h"
+
+namespace ps {
+namespace model {
+
+StatusOr<std::unique_ptr<Net>> Net::Create(Device device, uint64_t seed) {
+  auto backend = MakeBackend(device);
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<Net> net(new Net(std::move(*backend)));
+  net->InitParams(seed);
+  net->SeedDropout(seed ^ 0xD509D509D509D509ull);
+  return net;
+}
+
+Net::Net(std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)),
+      params_(TotalCount(ConvNetTensors())),
+      grads_(params_.size()) {}
+
+void Net::InitParams(uint64_t seed) {
+  model::InitParams(tensors(), seed, params_.data());
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+}
+
+float Net::ForwardBackward(const float* images, const int32_t* labels, int n) {
+  CHECK_GT(n, 0);
+  const float* m1 = nullptr;
+  const float* m2 = nullptr;
+  if (training_) {
+    const size_t un = static_cast<size_t>(n);
+    mask1_.resize(un * kFlatFeatures);
+    mask2_.resize(un * kHidden);
+    FillDropoutMask(&dropout_rng_, kDropout1, mask1_.data(), mask1_.size());
+    FillDropoutMask(&dropout_rng_, kDropout2, mask2_.data(), mask2_.size());
+    m1 = mask1_.data();
+    m2 = mask2_.data();
+  }
+  return backend_->ForwardBackward(params_.data(), grads_.data(), images,
+                                   labels, n, m1, m2);
+}
+
+void Net::Predict(const float* images, int n, float* log_probs) {
+  CHECK_GT(n, 0);
+  backend_->Forward(params_.data(), images, n, log_probs);
+}
+
+EvalResult Evaluate(Net* net, const Dataset& data, int batch_size,
+                    size_t limit) {
+  CHECK_GT(batch_size, 0);
+  const size_t n = limit == 0 ? data.size : std::min(limit, data.size);
+  const size_t pixels = data.image_floats();
+  std::vector<float> log_probs(static_cast<size_t>(batch_size) * kNumClasses);
+  EvalResult r;
+  double loss = 0.0;
+  size_t correct = 0;
+  for (size_t start = 0; start < n; start += batch_size) {
+    const int m = static_cast<int>(std::min<size_t>(batch_size, n - start));
+    net->Predict(data.images.data() + start * pixels, m, log_probs.data());
+    for (int i = 0; i < m; ++i) {
+      const float* lp = log_probs.data() + static_cast<size_t>(i) * kNumClasses;
+      const int32_t label = data.labels[start + i];
+      loss -= lp[label];
+      if (std::max_element(lp, lp + kNumClasses) - lp == label) ++correct;
+    }
+  }
+  r.count = n;
+  if (n > 0) {
+    r.loss = loss / static_cast<double>(n);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  }
+  return r;
+}
+
+}  // namespace model
+}  // namespace ps

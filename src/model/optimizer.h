@@ -1,0 +1,99 @@
+// Optimizers that update any slice of the flat parameter buffer in place, with
+// the semantics of torch.optim.SGD and torch.optim.Adam (weight decay as L2
+// added to the gradient, as those classes do). A server builds one for its
+// shard; a single-process trainer builds one for the whole model.
+//
+// Thread-safety: an optimizer owns its state (momentum, moments, step count)
+// and is not thread-safe; distinct optimizers may run on distinct threads.
+#ifndef PS_MODEL_OPTIMIZER_H_
+#define PS_MODEL_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ps/status.h"
+
+namespace ps {
+namespace model {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // w[i] -= update(g[i]) for i < n. n must equal size(); w and g must not
+  // overlap. The state advances by one step per call.
+  virtual void Step(float* w, const float* g, size_t n) = 0;
+  virtual size_t size() const = 0;
+  virtual float lr() const = 0;
+  virtual void set_lr(float lr) = 0;
+};
+
+// torch.optim.SGD(lr, momentum, dampening=0, weight_decay, nesterov).
+class Sgd : public Optimizer {
+ public:
+  Sgd(size_t n, float lr, float momentum = 0.0f, float weight_decay = 0.0f,
+      bool nesterov = false);
+  void Step(float* w, const float* g, size_t n) override;
+  size_t size() const override { return n_; }
+  float lr() const override { return lr_; }
+  void set_lr(float lr) override { lr_ = lr; }
+
+ private:
+  size_t n_;
+  float lr_, momentum_, weight_decay_;
+  bool nesterov_;
+  bool first_ = true;
+  std::vector<float> buf_;  // momentum buffer, empty when momentum == 0
+};
+
+// torch.optim.Adam(lr, betas=(beta1, beta2), eps, weight_decay, amsgrad=False).
+class Adam : public Optimizer {
+ public:
+  Adam(size_t n, float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f,
+       float eps = 1e-8f, float weight_decay = 0.0f);
+  void Step(float* w, const float* g, size_t n) override;
+  size_t size() const override { return n_; }
+  float lr() const override { return lr_; }
+  void set_lr(float lr) override { lr_ = lr; }
+
+ private:
+  size_t n_;
+  float lr_, beta1_, beta2_, eps_, weight_decay_;
+  int64_t t_ = 0;
+  std::vector<float> m_, v_;  // first and second moments
+};
+
+// What a trainer or server needs to build an optimizer for n floats.
+struct OptimizerConfig {
+  std::string name = "adam";  // "sgd" or "adam"
+  float lr = 1e-3f;
+  float momentum = 0.0f;                            // sgd only
+  bool nesterov = false;                            // sgd only
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam only
+  float weight_decay = 0.0f;
+};
+
+// InvalidArgument naming the field and value for an unknown name or a
+// negative lr / momentum / weight decay.
+StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& c,
+                                                   size_t n);
+
+// torch.optim.lr_scheduler.StepLR: lr = base_lr * gamma^(epoch / step_size),
+// epoch counted from 0.
+class StepLR {
+ public:
+  StepLR(float base_lr, int step_size, float gamma);
+  float LrAt(int epoch) const;
+
+ private:
+  float base_lr_;
+  int step_size_;
+  float gamma_;
+};
+
+}  // namespace model
+}  // namespace ps
+
+#endif  // PS_MODEL_OPTIMIZER_H_
