@@ -30,6 +30,13 @@
 // learning-rate schedule). Workers must send to every server their steps in
 // order (the van keeps one sender's messages in order).
 //
+// Copies: the first push of a step is adopted as the step's sum (the others
+// are added into it, in the received frame), and pull answers are segments
+// of the weights, not copies. An update that finds the weights still shared
+// with an answer ZeroMQ has not finished sending writes to a fresh copy
+// (copy on write; under BSP this does not happen: no worker pushes the next
+// step before it has received its answer).
+//
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, and the updater runs there (never under a lock). The accessors
 // below may be called from any thread; weights() only while no request is
@@ -119,16 +126,18 @@ class DenseShard {
   // Blocks until every worker sent kDone or `timeout` passes; true if all did.
   bool WaitAllDone(std::chrono::milliseconds timeout);
 
-  const std::vector<float>& weights() const { return weights_; }
+  const SArray<float>& weights() const { return weights_; }
   int64_t updates_applied() const { return applied_.load(); }
   // The most updates missing from weights served to a pull (see kBounded);
   // never above tau under kBsp/kBounded. 0 under kAsync (not tracked).
   int max_staleness() const { return max_staleness_.load(); }
   int64_t bad_requests() const { return bad_requests_.load(); }
+  // Updates that had to copy the weights first (see Copies above).
+  int64_t weight_copies() const { return weight_copies_.load(); }
 
  private:
   struct StepSum {
-    std::vector<float> sum;
+    SArray<float> sum;  // the step's first pushed frame, summed into
     int count = 0;
     int tag = 0;
   };
@@ -152,13 +161,15 @@ class DenseShard {
   // Offset of key k within weights_, or false when k is not ours.
   bool Locate(Key k, size_t* offset, size_t* length) const;
   void Reject(const KVMeta& meta, const std::string& why);
+  // weights_, made exclusively ours first (copy on write).
+  float* MutableWeights();
 
   KVServer<float>* const server_;
   const DenseLayout layout_;
   const Key first_key_, end_key_;
   const DenseShardOptions options_;
   const DenseUpdater updater_;
-  std::vector<float> weights_;
+  SArray<float> weights_;  // shared with pull answers in flight
 
   // Receive-thread state: steps in flight, pulls waiting, who is done.
   std::map<int, StepSum> sums_;
@@ -168,6 +179,7 @@ class DenseShard {
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
   std::atomic<int64_t> bad_requests_{0};
+  std::atomic<int64_t> weight_copies_{0};
   std::mutex done_mu_;  // guards num_done_
   std::condition_variable done_cv_;
   int num_done_ = 0;

@@ -65,7 +65,7 @@ DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
       end_key_(end_key),
       options_(options),
       updater_(std::move(updater)),
-      weights_(std::move(weights)) {
+      weights_(weights) {
   CHECK_LE(first_key_, end_key_);
   CHECK_GE(options_.num_workers, 1);
   CHECK_GE(options_.max_delay, 0);
@@ -119,7 +119,7 @@ bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     return false;
   }
   if (options_.consistency == Consistency::kAsync) {
-    updater_(weights_.data(), data.vals.data(), weights_.size(),
+    updater_(MutableWeights(), data.vals.data(), weights_.size(),
              options_.num_workers, cmd.step, cmd.tag);
     ++applied_;
     if (!meta.pull) server_->Response(meta);
@@ -132,7 +132,7 @@ bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
   }
   StepSum& s = sums_[cmd.step];
   if (s.count == 0) {
-    s.sum.assign(data.vals.begin(), data.vals.end());
+    s.sum = data.vals;  // adopts the received frame: no copy
     s.tag = cmd.tag;
   } else {
     const float* g = data.vals.data();
@@ -179,7 +179,7 @@ void DenseShard::Advance() {
     if (expected <= 0 || it == sums_.end() || it->second.count < expected) {
       break;
     }
-    updater_(weights_.data(), it->second.sum.data(), weights_.size(),
+    updater_(MutableWeights(), it->second.sum.data(), weights_.size(),
              it->second.count, step, it->second.tag);
     sums_.erase(it);
     ++applied_;
@@ -211,18 +211,33 @@ void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
     int missing = static_cast<int>(step - applied_.load());
     if (missing > max_staleness_.load()) max_staleness_.store(missing);
   }
-  // A copy: the weights change while ZeroMQ may still be sending the answer.
+  // Sorted keys that are contiguous (the usual pull: a whole shard or a
+  // range of it) are one segment of the weights; any other subset is
+  // gathered into a new buffer.
   KVPairs<float> res;
   res.keys = keys;
-  res.vals.resize(total);
   if (!uniform) res.lens.resize(keys.size());
-  float* dst = res.vals.data();
+  size_t first = 0, length = 0;
+  bool contiguous = !keys.empty() && Locate(keys[0], &first, &length);
+  size_t next = first;
   for (size_t i = 0; i < keys.size(); ++i) {
-    size_t offset, length;
+    size_t offset;
     Locate(keys[i], &offset, &length);
-    std::memcpy(dst, weights_.data() + offset, length * sizeof(float));
-    dst += length;
+    contiguous = contiguous && offset == next;
+    next = offset + length;
     if (!uniform) res.lens[i] = static_cast<int>(length);
+  }
+  if (contiguous) {
+    res.vals = weights_.segment(first, first + total);
+  } else {
+    res.vals.resize(total);
+    float* dst = res.vals.data();
+    for (Key k : keys) {
+      size_t offset;
+      Locate(k, &offset, &length);
+      std::memcpy(dst, weights_.data() + offset, length * sizeof(float));
+      dst += length;
+    }
   }
   server_->Response(meta, res);
 }
@@ -232,6 +247,16 @@ bool DenseShard::Locate(Key k, size_t* offset, size_t* length) const {
   *offset = layout_.offset(k) - layout_.offset(first_key_);
   *length = layout_.length(k);
   return true;
+}
+
+float* DenseShard::MutableWeights() {
+  if (weights_.ptr().use_count() > 1) {
+    SArray<float> fresh;
+    fresh.CopyFrom(weights_);
+    weights_ = fresh;
+    ++weight_copies_;
+  }
+  return weights_.data();
 }
 
 void DenseShard::Reject(const KVMeta& meta, const std::string& why) {
