@@ -96,13 +96,16 @@ int RunServer(const TrainOptions& options) {
   // A dead worker ends this process through ps (a NODE_FAILED); a live one
   // always sends done, so this wait ends.
   while (!shard.WaitAllDone(std::chrono::seconds(60))) {
+    LOG(INFO) << "server " << rank << ": " << shard.updates_applied()
+              << " updates applied; still waiting for workers to finish";
   }
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
-      "max staleness %d, %lld bad requests\n",
+      "max staleness %d, %lld bad requests, %lld weight copies\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
-      static_cast<long long>(shard.bad_requests()));
+      static_cast<long long>(shard.bad_requests()),
+      static_cast<long long>(shard.weight_copies()));
   std::fflush(stdout);
   ps::Finalize(0, true);
   return 0;

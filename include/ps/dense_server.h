@@ -34,8 +34,8 @@
 // are added into it, in the received frame), and pull answers are segments
 // of the weights, not copies. An update that finds the weights still shared
 // with an answer ZeroMQ has not finished sending writes to a fresh copy
-// (copy on write; under BSP this does not happen: no worker pushes the next
-// step before it has received its answer).
+// (copy on write; under BSP it is rare: no worker pushes the next step
+// before it has received its answer, so the frames have long left).
 //
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, and the updater runs there (never under a lock). The accessors
