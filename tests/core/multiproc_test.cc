@@ -60,10 +60,12 @@ bool ReadUntil(int fd, Clock::time_point deadline, std::string* out) {
   return false;
 }
 
-// Runs `python3 launch.py -s S -w W --timeout T --env ... -- kv_job MODE`
+// Runs `python3 launch.py -s S -w W --timeout T --env ... -- kv_job MODE
+// [FLAG]`
 // with stdout and stderr on one pipe. Past kHardBoundSeconds the launcher
 // gets SIGTERM (it stops its children), then SIGKILL.
-RunResult Launch(int servers, int workers, const std::string& mode) {
+RunResult Launch(int servers, int workers, const std::string& mode,
+                 const std::string& flag = "") {
   std::vector<std::string> args = {
       PS_PYTHON,   PS_LAUNCH_PY,
       "-s",        std::to_string(servers),
@@ -75,6 +77,7 @@ RunResult Launch(int servers, int workers, const std::string& mode) {
   }
   for (const char* arg : {"--", PS_KV_JOB}) args.push_back(arg);
   args.push_back(mode);
+  if (!flag.empty()) args.push_back(flag);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -200,6 +203,17 @@ TEST(MultiProc, KilledWorkerFailsTheJobNamingIt) {
 
 TEST(MultiProc, KilledServerFailsTheJobNamingIt) {
   ExpectFailureNaming("kill-server", "server 0");
+}
+
+// ps::Start reads the --ps_* flags over the environment; a bad one ends the
+// process naming the flag, the value and the variable it is checked against.
+TEST(MultiProc, BadFlagStopsTheJobNamingIt) {
+  RunResult r = Launch(1, 1, "sum", "--ps_heartbeat_timeout_ms=150");
+  SCOPED_TRACE(r.output);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--ps_heartbeat_timeout_ms='150' is not greater "
+                          "than PS_HEARTBEAT_INTERVAL_MS (200)"),
+            std::string::npos);
 }
 
 }  // namespace
