@@ -12,8 +12,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <regex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -121,13 +122,51 @@ RunResult Launch(int servers, int workers, const std::string& mode,
   return result;
 }
 
-std::vector<std::smatch> FindAll(const std::string& text, const char* re) {
-  std::regex pattern(re);
-  return {std::sregex_iterator(text.begin(), text.end(), pattern),
-          std::sregex_iterator()};
+// The lines of `text`.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
 }
 
-int64_t ToInt(const std::ssub_match& m) { return std::stoll(m.str()); }
+// "[worker R] worker R pulled TOTAL VERDICT", as kv_job prints it.
+struct WorkerLine {
+  int prefix = -1, rank = -1;
+  long long total = -1;
+  std::string verdict;
+};
+std::vector<WorkerLine> WorkerLines(const std::string& out) {
+  std::vector<WorkerLine> found;
+  for (const std::string& line : Lines(out)) {
+    WorkerLine w;
+    char verdict[16] = {};
+    if (std::sscanf(line.c_str(), "[worker %d] worker %d pulled %lld %15s",
+                    &w.prefix, &w.rank, &w.total, verdict) == 4) {
+      w.verdict = verdict;
+      found.push_back(w);
+    }
+  }
+  return found;
+}
+
+// "[server R] server R holds KEYS keys sum SUM", as kv_job prints it.
+struct ServerLine {
+  int prefix = -1, rank = -1;
+  long long keys = -1, sum = -1;
+};
+std::vector<ServerLine> ServerLines(const std::string& out) {
+  std::vector<ServerLine> found;
+  for (const std::string& line : Lines(out)) {
+    ServerLine s;
+    if (std::sscanf(line.c_str(),
+                    "[server %d] server %d holds %lld keys sum %lld", &s.prefix,
+                    &s.rank, &s.keys, &s.sum) == 4) {
+      found.push_back(s);
+    }
+  }
+  return found;
+}
 
 // Every worker pulled the exact total and every server holds its share:
 // value i of the flat vector is (1+..+W) * (i+1) after all pushes.
@@ -140,23 +179,21 @@ void ExpectExactSums(int servers, int workers, const std::string& mode) {
   const int64_t expected =
       int64_t{workers} * (workers + 1) / 2 * n * (n + 1) / 2;
 
-  auto worker_lines =
-      FindAll(r.output, R"(\[worker (\d+)\] worker (\d+) pulled (\d+) (\w+))");
+  std::vector<WorkerLine> worker_lines = WorkerLines(r.output);
   ASSERT_EQ(worker_lines.size(), static_cast<size_t>(workers));
-  for (const std::smatch& m : worker_lines) {
-    EXPECT_EQ(m[1].str(), m[2].str()) << "prefix matches the worker's rank";
-    EXPECT_EQ(ToInt(m[3]), expected) << "worker " << m[2];
-    EXPECT_EQ(m[4].str(), "ok") << "worker " << m[2];
+  for (const WorkerLine& w : worker_lines) {
+    EXPECT_EQ(w.prefix, w.rank) << "prefix matches the worker's rank";
+    EXPECT_EQ(w.total, expected) << "worker " << w.rank;
+    EXPECT_EQ(w.verdict, "ok") << "worker " << w.rank;
   }
 
-  auto server_lines = FindAll(
-      r.output, R"(\[server (\d+)\] server (\d+) holds (\d+) keys sum (\d+))");
+  std::vector<ServerLine> server_lines = ServerLines(r.output);
   ASSERT_EQ(server_lines.size(), static_cast<size_t>(servers));
   int64_t keys = 0, sum = 0;
-  for (const std::smatch& m : server_lines) {
-    EXPECT_EQ(m[1].str(), m[2].str()) << "prefix matches the server's rank";
-    keys += ToInt(m[3]);
-    sum += ToInt(m[4]);
+  for (const ServerLine& s : server_lines) {
+    EXPECT_EQ(s.prefix, s.rank) << "prefix matches the server's rank";
+    keys += s.keys;
+    sum += s.sum;
   }
   EXPECT_EQ(keys, kKeys) << "keys over servers";
   EXPECT_EQ(sum, expected) << "server sums";
@@ -194,7 +231,15 @@ TEST(MultiProc, ConcurrentThreadsOfEachWorker) {
   RunResult r = Launch(2, 2, "threads");
   SCOPED_TRACE(r.output);
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(FindAll(r.output, R"(worker \d+ threads ok)").size(), 2u);
+  int ok = 0;
+  for (const std::string& line : Lines(r.output)) {
+    int prefix = -1, rank = -1;
+    char verdict[16] = {};
+    ok += std::sscanf(line.c_str(), "[worker %d] worker %d threads %15s",
+                      &prefix, &rank, verdict) == 3 &&
+          prefix == rank && std::string(verdict) == "ok";
+  }
+  EXPECT_EQ(ok, 2);
 }
 
 TEST(MultiProc, KilledWorkerFailsTheJobNamingIt) {
