@@ -1,7 +1,9 @@
 // ps::Config: everything a node needs to know about its job, read once from
-// the environment (ps-lite's DMLC_* names plus our PS_* additions) by
-// Config::FromEnv, the one place that reads them. Fields may be set directly
-// afterwards (tests build configs by hand). A plain value; not shared.
+// the environment (ps-lite's DMLC_* names plus our PS_* additions) and the
+// --ps_* gflags that override it, by Config::FromEnvAndFlags (what ps::Start
+// uses) or Config::FromEnv: the one place that reads them. Fields may be set
+// directly afterwards (tests build configs by hand). A plain value; not
+// shared.
 //
 //   DMLC_ROLE                scheduler | server | worker          (required)
 //   DMLC_PS_ROOT_URI         scheduler host                       (127.0.0.1)
@@ -21,6 +23,24 @@
 //   PS_REQUEST_TIMEOUT_MS    KVWorker::Wait gives up; 0 = never   (0)
 //   PS_MAX_KEY               default placement: EvenKeys over it  (65536)
 //   PS_VERBOSE               0, 1 (rendezvous), 2 (every message) (0)
+//
+// Flags (gflags, defined by the library), one per variable:
+//   --ps_role DMLC_ROLE                   --ps_rank PS_RANK
+//   --ps_root_uri DMLC_PS_ROOT_URI        --ps_connect_timeout_ms
+//   --ps_root_port DMLC_PS_ROOT_PORT      --ps_rendezvous_timeout_ms
+//   --ps_num_servers DMLC_NUM_SERVER      --ps_barrier_timeout_ms
+//   --ps_num_workers DMLC_NUM_WORKER      --ps_heartbeat_interval_ms
+//   --ps_node_host DMLC_NODE_HOST         --ps_heartbeat_timeout_ms
+//   --ps_interface DMLC_INTERFACE         --ps_request_timeout_ms
+//   --ps_port DMLC_PORT                   --ps_max_key PS_MAX_KEY
+//   --ps_port_range PS_PORT_RANGE         --ps_verbose PS_VERBOSE
+// (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
+// flag at its default ("" for text, -1 for numbers) is not set and the
+// variable decides; a flag that is set wins over its variable, and
+// --ps_interface also over DMLC_NODE_HOST. The program parses its command
+// line (gflags::ParseCommandLineFlags) or sets them
+// (gflags::SetCommandLineOption) before ps::Start. Errors name the variable
+// or flag and the value: "--ps_num_servers='0' is not a positive integer".
 #ifndef PS_CONFIG_H_
 #define PS_CONFIG_H_
 
@@ -57,6 +77,12 @@ struct Config {
   static StatusOr<Config> FromEnv();
   // Same, from a map of variable -> value (tests; a missing name = unset).
   static StatusOr<Config> FromEnv(
+      const std::map<std::string, std::string>& env);
+  // The environment with the --ps_* flags that are set applied over it;
+  // errors name the variable or flag that gave the bad value. Reads the
+  // flags' current values (not thread-safe against changing them).
+  static StatusOr<Config> FromEnvAndFlags();
+  static StatusOr<Config> FromEnvAndFlags(
       const std::map<std::string, std::string>& env);
 
   // "tcp://root_uri:root_port".

@@ -1,11 +1,11 @@
 // The ps-lite style convenience layer over one default node per process:
-// ps::Start reads the environment (Config::FromEnv), starts the node and
-// waits for the rendezvous; KVWorker<Val>(app_id, customer_id) and
-// KVServer<Val>(app_id) then use it. This is the program's edge: a bad
-// environment, a failed rendezvous, and a dead peer (a NODE_FAILED for a
-// node this one talks to) end the process with exit code 1 and a message
-// naming the variable, the address or the dead node. Programs that want
-// Status values instead use ps::Node directly.
+// ps::Start reads the environment and the --ps_* flags
+// (Config::FromEnvAndFlags), starts the node and waits for the rendezvous;
+// KVWorker<Val>(app_id, customer_id) and KVServer<Val>(app_id) then use it.
+// This is the program's edge: a bad environment or flag, a failed rendezvous,
+// and a dead peer (a NODE_FAILED for a node this one talks to) end the process
+// with exit code 1 and a message naming the variable, the address or the dead
+// node. Programs that want Status values instead use ps::Node directly.
 //
 // Thread-safety: Start/StartAsync/Finalize from the main thread; the
 // accessors and Barrier from any thread between them.

@@ -1,21 +1,28 @@
 // RequestTracker: per-request pending-server sets and their waiters.
 #include "kv/request_tracker.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace ps {
 
 int RequestTracker::Start(const std::vector<int>& servers, Callback callback) {
   std::vector<Callback> run;
+  bool finished = false;
   int ts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ts = next_ts_++;
     Entry& e = entries_[ts];
-    e.pending.insert(servers.begin(), servers.end());
+    e.pending = servers;
+    std::sort(e.pending.begin(), e.pending.end());
+    e.pending.erase(std::unique(e.pending.begin(), e.pending.end()),
+                    e.pending.end());
     e.callback = std::move(callback);
-    if (e.pending.empty()) FinishLocked(ts, Status::OK(), &run);
+    if (e.pending.empty()) finished = FinishLocked(ts, Status::OK(), &run);
   }
+  if (finished) cv_.notify_all();
   for (auto& cb : run) cb();
   return ts;
 }
@@ -37,12 +44,16 @@ bool RequestTracker::Answer(int ts, int server, std::string* why) {
     return false;
   }
   Entry& e = it->second;
-  if (e.done || e.finishing) return false;  // failed already; ignore
-  if (e.pending.erase(server) == 0) {
+  if (e.done || e.finishing) {
+    return false;  // failed already; ignore
+  }
+  auto pending = std::find(e.pending.begin(), e.pending.end(), server);
+  if (pending == e.pending.end()) {
     *why = "request " + std::to_string(ts) + " does not wait on node id " +
            std::to_string(server);
     return false;
   }
+  e.pending.erase(pending);
   if (!e.pending.empty()) return false;
   e.finishing = true;
   return true;
@@ -50,37 +61,44 @@ bool RequestTracker::Answer(int ts, int server, std::string* why) {
 
 void RequestTracker::Finish(int ts, const Status& status) {
   std::vector<Callback> run;
+  bool finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(ts, status, &run);
+    finished = FinishLocked(ts, status, &run);
   }
+  // Notified after the unlock: a waiter woken under the lock would only
+  // block again on the mutex.
+  if (finished) cv_.notify_all();
   for (auto& cb : run) cb();
 }
 
-void RequestTracker::FinishLocked(int ts, const Status& status,
+bool RequestTracker::FinishLocked(int ts, const Status& status,
                                   std::vector<Callback>* run) {
   auto it = entries_.find(ts);
-  if (it == entries_.end() || it->second.done) return;
+  if (it == entries_.end() || it->second.done) return false;
   Entry& e = it->second;
-  e.done = true;
   e.finishing = false;
   e.status = status;
   if (e.callback) run->push_back(std::move(e.callback));
-  cv_.notify_all();
+  e.done = true;
+  return true;
 }
 
 void RequestTracker::FailServer(int server, const Status& why) {
   std::vector<Callback> run;
+  bool finished = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ts, e] : entries_) {
       // A request whose last answer is being assembled completes normally.
       if (e.done || e.finishing) continue;
-      if (server < 0 || e.pending.count(server) > 0) {
-        FinishLocked(ts, why, &run);
+      if (server < 0 || std::find(e.pending.begin(), e.pending.end(), server) !=
+                            e.pending.end()) {
+        finished |= FinishLocked(ts, why, &run);
       }
     }
   }
+  if (finished) cv_.notify_all();
   for (auto& cb : run) cb();
 }
 
@@ -111,7 +129,7 @@ Status RequestTracker::Wait(int ts, int timeout_ms) {
   } else {
     cv_.wait(lock, done);
   }
-  Status st = it->second.status;
+  Status st = std::move(it->second.status);
   entries_.erase(it);
   return st;
 }

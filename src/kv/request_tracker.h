@@ -2,8 +2,10 @@
 // is done when every server it touched (and only those) has answered, or
 // when it failed (a dead server, a malformed answer, a stop).
 //
-// Thread-safety: every method may be called from any thread. Wait blocks on
-// a condition variable with a deadline; nothing runs under the lock.
+// Thread-safety: every method may be called from any thread; one thread at
+// a time may Wait on a given timestamp. Nothing runs under the lock: the
+// condition variable is notified and callbacks run after it is released (a
+// waiter woken under the lock would only block again on the mutex).
 #ifndef PS_SRC_KV_REQUEST_TRACKER_H_
 #define PS_SRC_KV_REQUEST_TRACKER_H_
 
@@ -11,7 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
+#include <string>
 #include <vector>
 
 #include "ps/status.h"
@@ -47,13 +49,15 @@ class RequestTracker {
 
  private:
   struct Entry {
-    std::set<int> pending;
+    std::vector<int> pending;  // server ids not yet answered (a few)
     bool done = false;
     bool finishing = false;  // the last answer came; Finish() follows
     Status status;
     Callback callback;
   };
-  void FinishLocked(int ts, const Status& status, std::vector<Callback>* run);
+  // Marks ts done; queues its callback on *run. False when it was unknown
+  // or done already. The caller notifies cv_ after releasing mu_.
+  bool FinishLocked(int ts, const Status& status, std::vector<Callback>* run);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

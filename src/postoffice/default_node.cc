@@ -36,8 +36,8 @@ void StartDefault(const char* argv0, bool do_barrier) {
     google::InitGoogleLogging(argv0);
   }
   CHECK(DefaultNodeSlot() == nullptr) << "ps::Start called twice";
-  StatusOr<Config> config = Config::FromEnv();
-  if (!config.ok()) Die("bad environment: " + config.status().message());
+  StatusOr<Config> config = Config::FromEnvAndFlags();
+  if (!config.ok()) Die("bad configuration: " + config.status().message());
   DefaultNodeSlot() = std::make_unique<Node>(*config);
   Node* node = DefaultNodeSlot().get();
   node->SetPeerFailureHandler([node](const Status& why) {

@@ -56,7 +56,8 @@ Status CheckRequestedRank(const NodeInfo& arrival,
                           int num_workers);
 
 // Gives every arrival a rank and id: requested ranks are honoured, the rest
-// take the lowest free ranks in order of arrival. Deterministic.
+// take the lowest free ranks in order of arrival. Deterministic; the result
+// is in the order of `arrivals` (element i is arrivals[i] with rank and id).
 std::vector<NodeInfo> AssignRanks(std::vector<NodeInfo> arrivals);
 
 }  // namespace ps

@@ -100,7 +100,9 @@ class Postoffice {
   Status StartMember();
   void SchedulerOnAddNode(const Message& msg);
   void MemberOnNodeTable(const Message& msg);
-  std::vector<Message> CompleteRendezvousLocked();
+  // Assigns ranks, rekeys the connections and returns one node table
+  // message per member; *new_ids maps each temporary id to the assigned one.
+  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids);
   std::string RendezvousShortfallLocked() const;
 
   // Barrier bookkeeping at the scheduler; returns the messages to send.

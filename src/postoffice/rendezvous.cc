@@ -7,6 +7,7 @@
 //   <- ADD_NODE response (table)      ... to every member
 //   connect to the peers it talks to
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "postoffice/postoffice.h"
@@ -98,6 +99,8 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
                    << ": " << st;
       return;
     }
+    // The ACK answers this node, and goes first: a member waits for it
+    // before it accepts a node table.
     outbox.push_back(ControlMessage(pb::ACK, node.id, false));
     int have = static_cast<int>(
         std::count_if(arrivals_.begin(), arrivals_.end(),
@@ -127,9 +130,11 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       }
       if (static_cast<int>(arrivals_.size()) ==
           config_.num_servers + config_.num_workers) {
-        // The ACK above goes out after the rekey: address it by the new id.
-        std::vector<Message> table_msgs = CompleteRendezvousLocked();
-        outbox[0].meta.set_recver(table_msgs.back().meta.recver());
+        // Ranks are assigned and connections rekeyed before the ACK leaves:
+        // address it by the id this node was given.
+        std::map<int, int> new_ids;
+        std::vector<Message> table_msgs = CompleteRendezvousLocked(&new_ids);
+        outbox[0].meta.set_recver(new_ids.at(node.id));
         for (auto& m : table_msgs) outbox.push_back(std::move(m));
       }
     }
@@ -137,9 +142,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   SendAll(&outbox);
 }
 
-std::vector<Message> Postoffice::CompleteRendezvousLocked() {
+std::vector<Message> Postoffice::CompleteRendezvousLocked(
+    std::map<int, int>* new_ids) {
   std::vector<NodeInfo> assigned = AssignRanks(arrivals_);
+  CHECK_EQ(assigned.size(), arrivals_.size());
   for (size_t i = 0; i < assigned.size(); ++i) {
+    (*new_ids)[arrivals_[i].id] = assigned[i].id;
     van_.Rekey(arrivals_[i].id, assigned[i].id);
     table_.Add(assigned[i]);
     last_seen_[assigned[i].id] = Clock::now();

@@ -7,6 +7,10 @@
 //   kill-worker  worker 0 kills itself after its first push
 //   kill-server  server 0 kills itself on its first request
 // Workers exit 1 when a pulled value differs from the exact expectation.
+// The --ps_* flags (include/ps/config.h) are parsed and override the
+// environment.
+#include <gflags/gflags.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -97,6 +101,7 @@ int RunWorker(const std::string& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::string mode = argc > 1 ? argv[1] : "sum";
   ps::Start(0, argv[0]);
   int rc = 0;

@@ -1,4 +1,5 @@
 // Unit tests: Status, SArray, Config, Placement, slicer, codec, tracker.
+#include <gflags/gflags.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -106,6 +107,111 @@ TEST(Config, BadValuesNameVariableAndValue) {
   env.erase("DMLC_NUM_SERVER");
   EXPECT_EQ(Config::FromEnv(env).status().message(),
             "DMLC_NUM_SERVER is not set (expected a positive integer)");
+}
+
+// A job's environment for one server of one server and one worker.
+std::map<std::string, std::string> ServerEnv() {
+  return {{"DMLC_ROLE", "server"},
+          {"DMLC_PS_ROOT_PORT", "9000"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_NUM_WORKER", "1"}};
+}
+
+TEST(ConfigFlags, SetFlagsWinOverTheEnvironment) {
+  gflags::FlagSaver restore_flags_at_exit;
+  auto env = ServerEnv();
+  env["DMLC_NUM_WORKER"] = "5";
+  env["PS_CONNECT_TIMEOUT_MS"] = "1234";
+  for (auto [flag, value] :
+       std::map<std::string, std::string>{{"ps_role", "worker"},
+                                          {"ps_root_uri", "10.0.0.2"},
+                                          {"ps_root_port", "9100"},
+                                          {"ps_num_servers", "3"},
+                                          {"ps_port_range", "7000-7001"},
+                                          {"ps_rank", "4"},
+                                          {"ps_heartbeat_interval_ms", "0"},
+                                          {"ps_request_timeout_ms", "250"},
+                                          {"ps_max_key", "8589934592"},
+                                          {"ps_verbose", "2"}}) {
+    ASSERT_FALSE(
+        gflags::SetCommandLineOption(flag.c_str(), value.c_str()).empty())
+        << flag;
+  }
+  StatusOr<Config> c = Config::FromEnvAndFlags(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->role, Role::kWorker);
+  EXPECT_EQ(c->SchedulerAddress(), "tcp://10.0.0.2:9100");
+  EXPECT_EQ(c->num_servers, 3);
+  EXPECT_EQ(c->num_workers, 5);            // no flag: the variable
+  EXPECT_EQ(c->connect_timeout_ms, 1234);  // no flag: the variable
+  EXPECT_EQ(c->port_range_lo, 7000);
+  EXPECT_EQ(c->port_range_hi, 7001);
+  EXPECT_EQ(c->rank, 4);
+  EXPECT_EQ(c->heartbeat_interval_ms, 0);
+  EXPECT_EQ(c->request_timeout_ms, 250);
+  EXPECT_EQ(c->max_key, Key{8589934592});
+  EXPECT_EQ(c->verbose, 2);
+  // FromEnv reads no flags.
+  EXPECT_EQ(Config::FromEnv(env)->num_servers, 1);
+}
+
+TEST(ConfigFlags, UnsetFlagsChangeNothing) {
+  auto env = ServerEnv();
+  env["PS_PORT_RANGE"] = "7000-7010";
+  env["PS_HEARTBEAT_TIMEOUT_MS"] = "5000";
+  StatusOr<Config> flags = Config::FromEnvAndFlags(env);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->ToString(), Config::FromEnv(env)->ToString());
+}
+
+TEST(ConfigFlags, FlagsAloneMakeAConfig) {
+  gflags::FlagSaver restore_flags_at_exit;
+  gflags::SetCommandLineOption("ps_role", "scheduler");
+  gflags::SetCommandLineOption("ps_root_port", "9300");
+  gflags::SetCommandLineOption("ps_num_servers", "2");
+  gflags::SetCommandLineOption("ps_num_workers", "2");
+  StatusOr<Config> c = Config::FromEnvAndFlags({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->role, Role::kScheduler);
+  EXPECT_EQ(c->port, 9300);
+}
+
+TEST(ConfigFlags, NodeHostFlagsWinInOrder) {
+  gflags::FlagSaver restore_flags_at_exit;
+  auto env = ServerEnv();
+  env["DMLC_NODE_HOST"] = "10.1.1.1";
+  gflags::SetCommandLineOption("ps_interface", "lo");
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->node_host, "127.0.0.1");
+  gflags::SetCommandLineOption("ps_node_host", "10.2.2.2");
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->node_host, "10.2.2.2");
+}
+
+TEST(ConfigFlags, BadValuesNameTheFlagAndValue) {
+  auto err = [](const char* flag, const char* value) {
+    gflags::FlagSaver restore_flags_at_exit;
+    EXPECT_FALSE(gflags::SetCommandLineOption(flag, value).empty()) << flag;
+    return Config::FromEnvAndFlags(ServerEnv()).status().message();
+  };
+  EXPECT_EQ(err("ps_num_servers", "0"),
+            "--ps_num_servers='0' is not a positive integer");
+  EXPECT_EQ(err("ps_role", "boss"),
+            "--ps_role='boss' is not scheduler, server or worker");
+  EXPECT_EQ(err("ps_root_port", "70000"),
+            "--ps_root_port='70000' is not a port number (1-65535)");
+  EXPECT_EQ(err("ps_port_range", "9-3"),
+            "--ps_port_range='9-3' is not a port range lo-hi");
+  EXPECT_EQ(err("ps_rank", "1"), "--ps_rank='1' is out of range for 1 servers");
+  EXPECT_EQ(err("ps_heartbeat_timeout_ms", "500"),
+            "--ps_heartbeat_timeout_ms='500' is not greater than "
+            "PS_HEARTBEAT_INTERVAL_MS (1000)");
+  EXPECT_EQ(err("ps_verbose", "3"), "--ps_verbose='3' is not 0, 1 or 2");
+  EXPECT_EQ(err("ps_max_key", "-7"),
+            "--ps_max_key='-7' is not a positive integer");
+  EXPECT_EQ(
+      err("ps_interface", "nosuch0"),
+      "--ps_interface='nosuch0' is not an interface with an IPv4 address");
+  // Not a number at all: gflags itself refuses it, naming flag and value.
+  EXPECT_TRUE(gflags::SetCommandLineOption("ps_num_workers", "abc").empty());
 }
 
 TEST(Placement, EvenKeysIsPsLiteSplit) {
