@@ -79,14 +79,14 @@ class KVWorker {
            std::vector<int>* lens = nullptr, int cmd = 0,
            const Callback& cb = nullptr, int priority = 0) {
     return Send(false, true, cmd, SArray<Key>(keys), SArray<Val>(), {},
-                VectorSink(vals, lens), cb, priority);
+                Sink(vals, lens), cb, priority);
   }
 
   int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
                std::vector<Val>* outs, std::vector<int>* lens = nullptr,
                int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
     return Send(true, true, cmd, SArray<Key>(keys), SArray<Val>(vals), {},
-                VectorSink(outs, lens), cb, priority);
+                Sink(outs, lens), cb, priority);
   }
 
   int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
@@ -100,14 +100,14 @@ class KVWorker {
   int ZPull(const SArray<Key>& keys, SArray<Val>* vals,
             SArray<int>* lens = nullptr, int cmd = 0,
             const Callback& cb = nullptr, int priority = 0) {
-    return Send(false, true, cmd, keys, SArray<Val>(), {},
-                SArraySink(vals, lens), cb, priority);
+    return Send(false, true, cmd, keys, SArray<Val>(), {}, Sink(vals, lens), cb,
+                priority);
   }
 
   int ZPushPull(const SArray<Key>& keys, const SArray<Val>& vals,
                 SArray<Val>* outs, SArray<int>* lens = nullptr, int cmd = 0,
                 const Callback& cb = nullptr, int priority = 0) {
-    return Send(true, true, cmd, keys, vals, {}, SArraySink(outs, lens), cb,
+    return Send(true, true, cmd, keys, vals, {}, Sink(outs, lens), cb,
                 priority);
   }
 
@@ -130,27 +130,10 @@ class KVWorker {
     return core_.Request(push, pull, cmd, kvs, std::move(sink), cb);
   }
 
-  static detail::PullSink VectorSink(std::vector<Val>* vals,
-                                     std::vector<int>* lens) {
-    detail::PullSink sink;
-    if (!vals->empty()) {
-      sink.direct = reinterpret_cast<char*>(vals->data());
-      sink.direct_bytes = vals->size() * sizeof(Val);
-    }
-    sink.alloc_vals = [vals](size_t bytes) {
-      vals->resize(bytes / sizeof(Val));
-      return reinterpret_cast<char*>(vals->data());
-    };
-    if (lens != nullptr) {
-      sink.alloc_lens = [lens](size_t n) {
-        lens->resize(n);
-        return lens->data();
-      };
-    }
-    return sink;
-  }
-
-  static detail::PullSink SArraySink(SArray<Val>* vals, SArray<int>* lens) {
+  // Where a pull's answer lands: straight into `vals` when it is presized,
+  // else into `vals` resized to the answer. Vec is std::vector or SArray.
+  template <typename Vec, typename LenVec>
+  static detail::PullSink Sink(Vec* vals, LenVec* lens) {
     detail::PullSink sink;
     if (!vals->empty()) {
       sink.direct = reinterpret_cast<char*>(vals->data());
