@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Runs the KV benchmark and prints our Push/Pull against raw ZeroMQ.
+
+One command, builds nothing:  python3 bench/kv/run.py BUILD_DIR
+It runs raw_zmq_bench, then kv_bench through tracker/launch.py with 1 server
++ 1 worker and with 2 servers + 2 workers, and prints one table (ratios
+taken in this one run), the one-float round trip against raw REQ/REP (also
+measured in back-to-back pairs, whose median ratio is the bar), the
+2-server placement, and whether each bar holds. It prints; it never asserts.
+"""
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "tracker" / "launch.py"
+MODEL = 1199882  # The ConvNet's floats.
+CONFIGS = [(1, 1), (2, 2)]
+LABELS = {1000: "1K", 100000: "100K", MODEL: "1.2M", 10000000: "10M"}
+PUSH_PULL_BAR = 0.80  # of raw zero-copy ZeroMQ MB/s, for the model
+RTT_BAR = 1.25  # times the raw REQ/REP round trip
+EVEN_BAR = 1.10  # largest server's bytes over the mean
+
+
+def fields(line):
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+
+
+def run(cmd, timeout):
+    start = time.monotonic()
+    proc = subprocess.run(list(map(str, cmd)), capture_output=True,
+                          text=True, timeout=timeout)
+    print(f"$ {' '.join(map(str, cmd))}  -> exit {proc.returncode} "
+          f"in {time.monotonic() - start:.1f} s", flush=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:] + proc.stderr[-3000:])
+    return proc
+
+
+def run_raw(build, seconds):
+    proc = run([build / "bench/kv/raw_zmq_bench", f"--seconds={seconds}"], 120)
+    mbps, rtt = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith("raw throughput"):
+            f = fields(line)
+            mbps[int(f["bytes"]) // 4] = float(f["mbps"])
+        elif line.startswith("raw rtt"):
+            rtt = fields(line)
+    return mbps, rtt
+
+
+def run_kv(build, servers, workers, seconds):
+    """{(floats, layout, op): [per-worker fields]}, rtt per worker, lines."""
+    proc = run([sys.executable, LAUNCH, "-s", str(servers), "-w", str(workers),
+                "--timeout", "150", "--", build / "bench/kv/kv_bench",
+                f"--seconds={seconds}"], 170)
+    cells, rtts, placement = {}, [], []
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\[worker (\d+)\] kv (\w+) (.*)", line)
+        if not m:
+            continue
+        kind, rest = m.group(2), m.group(3)
+        if kind == "cell":
+            f = fields(rest)
+            key = (int(f["floats"]), f["layout"], f["op"])
+            cells.setdefault(key, []).append(f)
+        elif kind == "rtt":
+            rtts.append((int(m.group(1)), fields(rest)))
+        else:
+            placement.append((kind, rest))
+    return proc.returncode, cells, sorted(rtts), placement
+
+
+def rtt_pairs(build, pairs):
+    """Alternates raw REQ/REP and our 1+1 Push+Wait round trips, so that each
+    ratio compares two runs taken back to back under the same load."""
+    out = []
+    for _ in range(pairs):
+        raw = run([build / "bench/kv/raw_zmq_bench", "--bytes=4",
+                   "--seconds=0.01", "--rtt_rounds=2000"], 60)
+        ours = run([sys.executable, LAUNCH, "-s", "1", "-w", "1", "--timeout",
+                    "60", "--", build / "bench/kv/kv_bench", "--sizes=",
+                    "--rtt_rounds=2000"], 80)
+        r = [fields(l) for l in raw.stdout.splitlines()
+             if l.startswith("raw rtt")]
+        o = [fields(l.split("kv rtt", 1)[1]) for l in ours.stdout.splitlines()
+             if "kv rtt" in l]
+        if r and o:
+            out.append((float(r[0]["median_us"]), float(o[0]["median_us"])))
+    return out
+
+
+def table(raw, results):
+    head = ("size", "layout", "config", "push ms", "pull ms", "push MB/s",
+            "pull MB/s", "raw MB/s", "push/raw", "pull/raw")
+    rows = []
+    for floats in sorted(raw):
+        for layout in ("tensor", "chunk"):
+            for (s, w), res in results.items():
+                push = res["cells"].get((floats, layout, "push"))
+                pull = res["cells"].get((floats, layout, "pull"))
+                if not push or not pull:
+                    continue
+                ms = [statistics.mean(float(f["median_ms"]) for f in x)
+                      for x in (push, pull)]
+                mb = [sum(float(f["mbps"]) for f in x) for x in (push, pull)]
+                r = raw[floats]
+                rows.append((LABELS.get(floats, str(floats)), layout,
+                             f"{s}+{w}", f"{ms[0]:.3f}", f"{ms[1]:.3f}",
+                             f"{mb[0]:.0f}", f"{mb[1]:.0f}", f"{r:.0f}",
+                             f"{mb[0] / r:.2f}", f"{mb[1] / r:.2f}"))
+    widths = [max(len(str(r[i])) for r in rows + [head])
+              for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(v).rjust(n) for v, n in zip(r, widths)))
+    print("(ms: median of a Push+Wait / Pull+Wait, mean over workers; MB/s: "
+          "1e6 payload bytes/s, summed over workers; raw: one DEALER->ROUTER "
+          "stream)")
+
+
+def aggregate(res, floats, layout, op):
+    cell = res["cells"].get((floats, layout, op), [])
+    return sum(float(f["mbps"]) for f in cell) if cell else None
+
+
+def bars(raw, pairs, results):
+    def verdict(ok):
+        return "HOLDS" if ok else "MISSED"
+
+    one, two = results.get((1, 1)), results.get((2, 2))
+    print("\n== Bars")
+    for layout in ("tensor", "chunk"):
+        for op in ("push", "pull"):
+            mb = one and aggregate(one, MODEL, layout, op)
+            if mb is None or MODEL not in raw:
+                print(f"1.2M {layout} {op} 1+1: no data")
+                continue
+            ratio = mb / raw[MODEL]
+            print(f"1.2M {layout:6} {op} 1+1 >= {PUSH_PULL_BAR:.2f} raw: "
+                  f"{ratio:.2f} ({mb:.0f} vs {raw[MODEL]:.0f} MB/s) "
+                  f"{verdict(ratio >= PUSH_PULL_BAR)}")
+    if pairs:
+        ratio = statistics.median(o / r for r, o in pairs)
+        print(f"one-float Push+Wait <= {RTT_BAR} x raw REQ/REP: {ratio:.2f} "
+              f"(median of {len(pairs)} back-to-back pairs) "
+              f"{verdict(ratio <= RTT_BAR)}")
+    if not two:
+        return
+    for layout in ("tensor", "chunk"):
+        split = [int(fields(rest)["bytes"]) for kind, rest in two["placement"]
+                 if kind == "split" and f"floats={MODEL} " in rest + " "
+                 and f"layout={layout}" in rest]
+        if split:
+            worst = max(split) / (sum(split) / len(split))
+            print(f"1.2M {layout:6} 2 servers even (max/mean <= {EVEN_BAR}): "
+                  f"{worst:.2f} (bytes {split}) {verdict(worst <= EVEN_BAR)}")
+        if split and layout == "tensor":
+            print("  (a key is never split across servers, so one key per "
+                  "tensor cannot be even: fc1's weight is 98% of the model)")
+    for layout in ("tensor", "chunk"):
+        for op in ("push", "pull"):
+            a = one and aggregate(one, MODEL, layout, op)
+            b = aggregate(two, MODEL, layout, op)
+            if a and b:
+                print(f"1.2M {layout:6} {op} 2+2 aggregate >= 1+1: "
+                      f"{b:.0f} vs {a:.0f} MB/s ({b / a:.2f}x) "
+                      f"{verdict(b >= a)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("build_dir", type=Path,
+                        help="a build folder with bench/kv/raw_zmq_bench and "
+                        "bench/kv/kv_bench already built")
+    parser.add_argument("--seconds", type=float, default=0.5,
+                        help="measured time per cell and op (default 0.5)")
+    parser.add_argument("--rtt_pairs", type=int, default=5,
+                        help="raw/ours round-trip runs alternated for the "
+                        "round-trip bar (default 5)")
+    args = parser.parse_args()
+    build = args.build_dir.resolve()
+    for name in ("raw_zmq_bench", "kv_bench"):
+        if not (build / "bench/kv" / name).is_file():
+            sys.exit(f"run.py: {build}/bench/kv/{name} is missing; build it "
+                     f"first (cmake --build {args.build_dir} --target {name})")
+
+    raw, raw_rtt = run_raw(build, args.seconds)
+    pairs = rtt_pairs(build, args.rtt_pairs)
+    results, failed = {}, False
+    for servers, workers in CONFIGS:
+        rc, cells, rtts, placement = run_kv(build, servers, workers,
+                                            args.seconds)
+        failed |= rc != 0
+        results[(servers, workers)] = {"cells": cells, "rtts": rtts,
+                                       "placement": placement}
+
+    print("\n== Push+Wait / Pull+Wait against raw zero-copy ZeroMQ")
+    table(raw, results)
+    print("\n== One-key one-float Push+Wait round trip vs raw REQ/REP (us)")
+    if raw_rtt:
+        print(f"raw REQ/REP       median {raw_rtt['median_us']:>7}  "
+              f"p99 {raw_rtt['p99_us']:>7}")
+    for (s, w), res in results.items():
+        for rank, f in res["rtts"]:
+            ratio = (float(f["median_us"]) / float(raw_rtt["median_us"])
+                     if raw_rtt else float("nan"))
+            print(f"ours {s}+{w} worker {rank}  median {f['median_us']:>7}  "
+                  f"p99 {f['p99_us']:>7}  ratio {ratio:.2f}")
+    print("\n== Placement with 2 servers (Placement::ByBytes)")
+    for kind, rest in results.get((2, 2), {}).get("placement", []):
+        if f"floats={MODEL} " in rest + " ":
+            print(f"{kind} {rest}")
+    print("\n== One-float round trip, raw and ours 1+1 alternated (us)")
+    for i, (r, o) in enumerate(pairs):
+        print(f"pair {i}: raw {r:7.1f}  ours {o:7.1f}  ratio {o / r:.2f}")
+    bars(raw, pairs, results)
+    if failed:
+        print("\nrun.py: a kv_bench run failed (its output is above); its "
+              "rows are missing")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

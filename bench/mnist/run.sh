@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Throughput of mnist_dist, measured in one run on this machine:
+#  1. the same engine in one process (--local) against 1 server + 1 worker
+#     at per-worker batch 32, 64 and 128, with the ratio (the bar: >= 0.90
+#     at batch 64);
+#  2. train samples/s of the whole job for S in {1, 2} x W in {1, 2} at
+#     batch 64 (every worker's rate summed).
+# Usage: bench/mnist/run.sh BUILD_DIR   (env: STEPS per run, default 60;
+# THREADS per process, default 0 = all cores; DATA_DIR, default data/mnist)
+set -euo pipefail
+
+build="${1:?usage: bench/mnist/run.sh BUILD_DIR}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="$build/examples/mnist/mnist_dist"
+[ -x "$bin" ] || { echo "run.sh: $bin not built (cmake --build $build --target mnist_dist)" >&2; exit 1; }
+steps="${STEPS:-60}"
+threads="${THREADS:-0}"
+data="${DATA_DIR:-$root/data/mnist}"
+common=(--data_dir "$data" --threads "$threads" --test_limit 100 --epochs 1
+        --optimizer adam --lr 1e-3 --log_every_s 1000)
+
+# samples/s from the final line(s): one number per worker; summed.
+rate() { grep -oE '([0-9]+) train samples/s' | awk '{s += $1} END {print s + 0}'; }
+
+local_rate() {  # batch
+  "$bin" --local "${common[@]}" --batch_size "$1" \
+    --train_limit $(( $1 * steps )) | rate
+}
+
+dist_rate() {  # servers workers batch
+  python3 "$root/tracker/launch.py" -s "$1" -w "$2" --timeout 300 -- "$bin" \
+    "${common[@]}" --batch_size "$3" --train_limit $(( $2 * $3 * steps )) \
+    2>/dev/null | rate
+}
+
+echo "mnist_dist throughput: $steps steps per run, threads=$threads, $(nproc) cores"
+echo
+printf '%-7s %14s %14s %7s\n' batch 'local samp/s' '1S+1W samp/s' ratio
+for b in 32 64 128; do
+  l=$(local_rate "$b")
+  d=$(dist_rate 1 1 "$b")
+  printf '%-7s %14.0f %14.0f %7.2f\n' "$b" "$l" "$d" \
+    "$(awk -v d="$d" -v l="$l" 'BEGIN {print (l > 0 ? d / l : 0)}')"
+done
+echo
+echo "job samples/s at batch 64 (per worker), all workers summed:"
+printf '%-9s %10s %10s\n' '' 'W=1' 'W=2'
+for s in 1 2; do
+  printf '%-9s' "S=$s"
+  for w in 1 2; do printf ' %10.0f' "$(dist_rate "$s" "$w" 64)"; done
+  echo
+done

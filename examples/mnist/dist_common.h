@@ -1,0 +1,102 @@
+// Shared pieces of the distributed MNIST trainer (mnist_dist): its options
+// (filled from flags and validated before ps::Start), how the flat parameter
+// vector is cut into keys and placed on servers, and the metrics file.
+#ifndef PS_EXAMPLES_MNIST_DIST_COMMON_H_
+#define PS_EXAMPLES_MNIST_DIST_COMMON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/dataset.h"
+#include "model/optimizer.h"
+#include "ps/dense_server.h"
+#include "ps/placement.h"
+#include "ps/status.h"
+
+namespace mnist {
+
+struct TrainOptions {
+  ps::model::DatasetKind dataset = ps::model::DatasetKind::kMnist;
+  std::string data_dir;
+  int epochs = 1;
+  int batch_size = 32;  // per worker
+  ps::model::OptimizerConfig optimizer;
+  int lr_step = 1;         // StepLR: periods between decays
+  int lr_every_steps = 0;  // a StepLR period: 0 = an epoch, else N steps
+  float lr_gamma = 1.0f;
+  ps::Consistency consistency = ps::Consistency::kBsp;
+  int max_delay = 0;
+  ps::model::Device device = ps::model::Device::kCpu;
+  uint64_t seed = 1;
+  size_t train_limit = 0, test_limit = 0;
+  bool dropout = true;
+  int threads = 0;
+  size_t chunk = 8192;  // floats per key
+  double log_every_s = 2.0;
+  std::string metrics_file, metrics_dir, dump_weights;
+  // Test hooks: the node named by die_node ("worker:R" or "server:R") kills
+  // itself after die_after_steps steps (a server counts updates); the last
+  // worker sleeps slow_worker_ms per step.
+  int die_after_steps = 0;
+  std::string die_node;
+  int slow_worker_ms = 0;
+};
+
+// Prints "mnist_dist: <message>" to stderr and exits 1.
+[[noreturn]] void Die(const std::string& message);
+
+// The flat parameter vector cut into keys of options.chunk floats.
+ps::DenseLayout ModelLayout(const TrainOptions& options);
+// Keys [0, K) balanced by bytes over num_servers servers.
+ps::StatusOr<ps::Placement> ModelPlacement(const ps::DenseLayout& layout,
+                                           int num_servers);
+// Server `rank`'s keys: [*begin, *end) (clipped to the layout's keys).
+void ServerKeys(const ps::Placement& placement, const ps::DenseLayout& layout,
+                int rank, ps::Key* begin, ps::Key* end);
+// "conv1.weight[0:288) ... fc1.weight[0:331776)": the tensors (and float
+// ranges within each) that floats [lo, hi) of the flat vector cover.
+std::string DescribeFloats(size_t lo, size_t hi);
+
+// JSON lines: {"time":..,"epoch":..,"step":..,"loss":..,"samples_per_s":..}
+// and {"time":..,"epoch":..,"step":..,"accuracy":..,"test_loss":..}. A
+// closed (no path) log ignores writes. Not thread-safe.
+class MetricsLog {
+ public:
+  // "" opens nothing. Error names the path.
+  ps::Status Open(const std::string& path);
+  void Progress(double time, int epoch, int64_t step, double loss,
+                double samples_per_s);
+  void Accuracy(double time, int epoch, int64_t step, double accuracy,
+                double test_loss);
+
+ private:
+  struct Closer {
+    void operator()(FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<FILE, Closer> file_;
+};
+
+// The metrics path of worker `rank` (or of the single-process run, rank 0):
+// --metrics_file for rank 0, else --metrics_dir/worker<rank>.jsonl, else "".
+std::string MetricsPath(const TrainOptions& options, int rank);
+
+// Writes n floats to `path` (raw little-endian float32). Error names it.
+ps::Status DumpFloats(const std::string& path, const float* data, size_t n);
+
+int RunServer(const TrainOptions& options);
+// Loads nothing: the caller passes the loaded splits (test may be empty for
+// workers that do not evaluate).
+int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
+              const ps::model::Dataset& test);
+// The same training loop in one process with no parameter server.
+int RunLocal(const TrainOptions& options, const ps::model::Dataset& train,
+             const ps::model::Dataset& test);
+
+}  // namespace mnist
+
+#endif  // PS_EXAMPLES_MNIST_DIST_COMMON_H_

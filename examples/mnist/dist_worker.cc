@@ -1,0 +1,272 @@
+// The worker role of mnist_dist, and the same loop in a single process: a
+// Trainer runs epochs of ForwardBackward on its shard of the training set
+// and hands each step's gradients to an Exchange, which either pushes them
+// to the servers and pulls fresh weights (KVWorker, no copies) or applies
+// the optimizer locally.
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "dist_common.h"
+#include "model/net.h"
+#include "ps/ps.h"
+
+namespace mnist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// One step's communication: Start after grads() are ready, Finish before the
+// next ForwardBackward reads params(). Between the two the trainer prepares
+// the next batch, overlapping it with the network round trip.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  // lr_period: the StepLR period of this step (the epoch, or step /
+  // --lr_every_steps); it travels to the servers as the cmd tag.
+  virtual void Start(int step, int lr_period) = 0;
+  virtual ps::Status Finish() = 0;
+};
+
+class LocalExchange : public Exchange {
+ public:
+  LocalExchange(const TrainOptions& options, ps::model::Net* net)
+      : net_(net),
+        optimizer_(
+            ps::model::MakeOptimizer(options.optimizer, net->num_params())
+                .value()),
+        schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
+  void Start(int /*step*/, int lr_period) override {
+    optimizer_->set_lr(schedule_.LrAt(lr_period));
+    optimizer_->Step(net_->params(), net_->grads(), net_->num_params());
+  }
+  ps::Status Finish() override { return ps::Status::OK(); }
+
+ private:
+  ps::model::Net* net_;
+  std::unique_ptr<ps::model::Optimizer> optimizer_;
+  ps::model::StepLR schedule_;
+};
+
+// Pushes grads() and pulls into params() through SArrays that wrap the
+// Net's buffers (no-op deleters: the Net owns them and outlives this).
+class PsExchange : public Exchange {
+ public:
+  PsExchange(const TrainOptions& options, ps::model::Net* net)
+      : kv_(0, 0), layout_(ModelLayout(options)) {
+    auto placement = ModelPlacement(layout_, ps::NumServers());
+    if (!placement.ok()) Die(placement.status().ToString());
+    kv_.SetPlacement(*placement);
+    for (size_t k = 0; k < layout_.num_keys(); ++k) {
+      keys_.push_back(k);
+      lens_.push_back(static_cast<int>(layout_.length(k)));
+    }
+    for (int s = 0; s < ps::NumServers(); ++s) {
+      ps::Key begin, end;
+      ServerKeys(*placement, layout_, s, &begin, &end);
+      if (begin < end) first_keys_.push_back(begin);
+    }
+    auto keep = [](float*) {};
+    params_ = ps::SArray<float>(net->params(), net->num_params(), keep);
+    grads_ = ps::SArray<float>(net->grads(), net->num_params(), keep);
+  }
+
+  // Weights for step 0: the servers' (equal to our own initialisation).
+  ps::Status PullInitial() {
+    return kv_.Wait(kv_.ZPull(keys_, &params_, nullptr,
+                              ps::EncodeDenseCmd(ps::DenseOp::kStep, 0)));
+  }
+  void Start(int step, int lr_period) override {
+    push_ts_ =
+        kv_.ZPush(keys_, grads_, lens_,
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
+    pull_ts_ =
+        kv_.ZPull(keys_, &params_, nullptr,
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
+  }
+  ps::Status Finish() override {
+    ps::Status push = kv_.Wait(push_ts_);
+    ps::Status pull = kv_.Wait(pull_ts_);
+    return push.ok() ? pull : push;
+  }
+  // Tells every server this worker pushed `steps` steps and is finished.
+  ps::Status Done(int steps) {
+    std::vector<float> zeros(first_keys_.size(), 0.0f);
+    std::vector<int> ones(first_keys_.size(), 1);
+    return kv_.Wait(kv_.Push(first_keys_, zeros, ones,
+                             ps::EncodeDenseCmd(ps::DenseOp::kDone, steps)));
+  }
+
+ private:
+  ps::KVWorker<float> kv_;
+  ps::DenseLayout layout_;
+  ps::SArray<ps::Key> keys_;
+  ps::SArray<int> lens_;
+  std::vector<ps::Key> first_keys_;
+  ps::SArray<float> params_, grads_;
+  int push_ts_ = 0, pull_ts_ = 0;
+};
+
+struct Summary {
+  ps::model::EvalResult eval;
+  int steps = 0;
+  double wall_s = 0, train_s = 0;
+  size_t samples = 0;
+};
+
+int LrPeriod(const TrainOptions& options, int epoch, int step) {
+  int period =
+      options.lr_every_steps > 0 ? step / options.lr_every_steps : epoch;
+  return std::min(period, ps::kMaxDenseTag);
+}
+
+// Runs every epoch; evaluates after each when `test` is not empty.
+Summary Train(const TrainOptions& options, const char* who, int rank,
+              int num_workers, ps::model::Net* net, Exchange* exchange,
+              const ps::model::Dataset& train, const ps::model::Dataset& test) {
+  MetricsLog metrics;
+  ps::Status st = metrics.Open(MetricsPath(options, rank));
+  if (!st.ok()) Die(st.ToString());
+  net->set_training(options.dropout);
+  net->SeedDropout(options.seed * 1000003ull + rank);
+  ps::model::Batcher batcher(&train, options.batch_size, options.seed, rank,
+                             num_workers);
+  ps::model::Batch batch, next;
+  Summary sum;
+  const auto start = Clock::now();
+  const bool slow = options.slow_worker_ms > 0 && rank == num_workers - 1;
+  const bool die = options.die_after_steps > 0 &&
+                   options.die_node == "worker:" + std::to_string(rank);
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    batcher.StartEpoch(epoch);
+    const auto epoch_start = Clock::now();
+    auto last_log = Clock::now();
+    double loss_sum = 0;
+    int loss_count = 0;
+    size_t logged = 0;
+    bool have = batcher.Next(&batch);
+    while (have) {
+      loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
+                                       batch.size);
+      exchange->Start(sum.steps, LrPeriod(options, epoch, sum.steps));
+      have = batcher.Next(&next);  // overlaps the round trip
+      if (slow) {
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(options.slow_worker_ms));
+      }
+      st = exchange->Finish();
+      if (!st.ok())
+        Die("step " + std::to_string(sum.steps) + ": " + st.ToString());
+      ++sum.steps;
+      ++loss_count;
+      logged += batch.size;
+      sum.samples += batch.size;
+      std::swap(batch, next);
+      if (die && sum.steps == options.die_after_steps) {
+        std::fprintf(stderr,
+                     "worker %d: killing itself after %d steps (test)\n", rank,
+                     sum.steps);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      if (Seconds(last_log) >= options.log_every_s || !have) {
+        const double rate = logged / Seconds(last_log);
+        std::printf("%s %d epoch %d step %d  loss %.4f  %.0f samples/s\n", who,
+                    rank, epoch, sum.steps, loss_sum / loss_count, rate);
+        std::fflush(stdout);
+        metrics.Progress(Seconds(start), epoch, sum.steps,
+                         loss_sum / loss_count, rate);
+        last_log = Clock::now();
+        loss_sum = 0;
+        loss_count = 0;
+        logged = 0;
+      }
+    }
+    sum.train_s += Seconds(epoch_start);
+    if (test.size == 0) continue;
+    sum.eval = ps::model::Evaluate(net, test);
+    net->set_training(options.dropout);
+    std::printf(
+        "%s %d epoch %d done: test accuracy %.2f%%  test loss %.4f  "
+        "(%zu images)\n",
+        who, rank, epoch, 100.0 * sum.eval.accuracy, sum.eval.loss,
+        sum.eval.count);
+    std::fflush(stdout);
+    metrics.Accuracy(Seconds(start), epoch, sum.steps, sum.eval.accuracy,
+                     sum.eval.loss);
+  }
+  sum.wall_s = Seconds(start);
+  return sum;
+}
+
+std::unique_ptr<ps::model::Net> MakeNet(const TrainOptions& options) {
+  ps::model::SetCpuThreads(options.threads);
+  auto net = ps::model::Net::Create(options.device, options.seed);
+  if (!net.ok()) Die("--device: " + net.status().ToString());
+  return std::move(net).value();
+}
+
+void Finish(const TrainOptions& options, const ps::model::Net& net) {
+  if (options.dump_weights.empty()) return;
+  ps::Status st =
+      DumpFloats(options.dump_weights, net.params(), net.num_params());
+  if (!st.ok()) Die(st.ToString());
+}
+
+}  // namespace
+
+int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
+              const ps::model::Dataset& test) {
+  const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
+  auto net = MakeNet(options);
+  PsExchange exchange(options, net.get());
+  ps::Status st = exchange.PullInitial();
+  if (!st.ok()) Die("initial pull: " + st.ToString());
+  Summary sum = Train(options, "worker", rank, num_workers, net.get(),
+                      &exchange, train, test);
+  st = exchange.Done(sum.steps);
+  if (!st.ok()) Die("done: " + st.ToString());
+  const double rate = sum.samples / sum.train_s;
+  if (test.size > 0) {
+    std::printf(
+        "final: test accuracy %.2f%%  wall %.1f s  %.0f train "
+        "samples/s (this worker; %d workers: ~%.0f)\n",
+        100.0 * sum.eval.accuracy, sum.wall_s, rate, num_workers,
+        rate * num_workers);
+  } else {
+    std::printf(
+        "worker %d final: %d steps  wall %.1f s  %.0f train "
+        "samples/s\n",
+        rank, sum.steps, sum.wall_s, rate);
+  }
+  std::fflush(stdout);
+  if (rank == 0) Finish(options, *net);
+  ps::Finalize(0, true);
+  return 0;
+}
+
+int RunLocal(const TrainOptions& options, const ps::model::Dataset& train,
+             const ps::model::Dataset& test) {
+  auto net = MakeNet(options);
+  LocalExchange exchange(options, net.get());
+  Summary sum =
+      Train(options, "local", 0, 1, net.get(), &exchange, train, test);
+  std::printf(
+      "final: test accuracy %.2f%%  wall %.1f s  %.0f train "
+      "samples/s (single process)\n",
+      100.0 * sum.eval.accuracy, sum.wall_s, sum.samples / sum.train_s);
+  std::fflush(stdout);
+  Finish(options, *net);
+  return 0;
+}
+
+}  // namespace mnist

@@ -1,0 +1,185 @@
+// mnist_dist: data-parallel training of the reference ConvNet on a ps job.
+// One program, three roles (DMLC_ROLE, set by tracker/launch.py): the
+// scheduler introduces the nodes; each server holds ~1/S of the weights and
+// their optimizer state (a DenseShard); each worker trains on its shard of
+// the training set, pushing gradients and pulling weights every step. With
+// --local it trains in this one process, without a parameter server.
+//
+//   python3 tracker/launch.py -s 2 -w 2 -- build/examples/mnist/mnist_dist
+//       --epochs 1 --batch_size 32 --optimizer adam --lr 1e-3   (one line)
+//
+// Every flag is checked before ps::Start, and workers load their data before
+// it too, so a bad flag or a missing file fails fast in every role.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "dist_common.h"
+#include "model/dataset.h"
+#include "ps/ps.h"
+
+DEFINE_string(dataset, "mnist", "mnist or fashion");
+DEFINE_string(data_dir, "",
+              "folder with the IDX files (default: data/mnist for mnist, "
+              "/usr/share/datasets/fashion-mnist for fashion)");
+DEFINE_int32(epochs, 1, "passes over the training set");
+DEFINE_int32(batch_size, 32, "examples per step and worker");
+DEFINE_string(optimizer, "adam", "sgd or adam");
+DEFINE_double(lr, 1e-3, "learning rate");
+DEFINE_double(momentum, 0.0, "sgd momentum");
+DEFINE_double(weight_decay, 0.0, "L2 weight decay");
+DEFINE_int32(lr_step, 1, "StepLR: periods between learning-rate decays");
+DEFINE_double(lr_gamma, 1.0, "StepLR: factor applied every --lr_step periods");
+DEFINE_int32(lr_every_steps, 0,
+             "StepLR period: 0 = an epoch, N = every N steps (at most 255 "
+             "periods)");
+DEFINE_string(consistency, "bsp", "bsp, bounded or async");
+DEFINE_int32(max_delay, 2,
+             "bounded: a worker computes on weights missing at most this "
+             "many updates");
+DEFINE_string(device, "cpu", "cpu or cuda");
+DEFINE_uint64(seed, 1, "seed of initialisation, shuffling and dropout");
+DEFINE_uint64(train_limit, 0, "use the first N training images (0: all)");
+DEFINE_uint64(test_limit, 0, "use the first N test images (0: all)");
+DEFINE_bool(dropout, true, "apply the reference network's dropout");
+DEFINE_int32(threads, 0, "CPU threads per process (0: all cores)");
+DEFINE_uint64(chunk, 8192, "floats per key of the flat parameter vector");
+DEFINE_double(log_every_s, 2.0, "seconds between progress lines");
+DEFINE_string(metrics_file, "", "JSON-lines metrics of worker 0 go here");
+DEFINE_string(metrics_dir, "",
+              "or: each worker writes DIR/worker<rank>.jsonl (DIR must exist)");
+DEFINE_string(dump_weights, "",
+              "worker 0 (or --local) writes its final weights here as raw "
+              "float32");
+DEFINE_bool(local, false, "train in this process, without a parameter server");
+DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
+DEFINE_string(die_node, "", "test: worker:R or server:R");
+DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
+
+namespace {
+
+using mnist::Die;
+
+std::string FlagValue(const char* flag) {
+  return gflags::GetCommandLineFlagInfoOrDie(flag).current_value;
+}
+
+void CheckFlag(bool ok, const char* flag, const std::string& rule) {
+  if (!ok)
+    Die("--" + std::string(flag) + " " + rule + ", got " + FlagValue(flag));
+}
+
+template <typename T>
+T OrDie(const char* flag, ps::StatusOr<T> v) {
+  if (!v.ok()) Die("--" + std::string(flag) + ": " + v.status().message());
+  return std::move(v).value();
+}
+
+mnist::TrainOptions OptionsFromFlags() {
+  CheckFlag(FLAGS_epochs > 0, "epochs", "must be > 0");
+  CheckFlag(FLAGS_batch_size > 0, "batch_size", "must be > 0");
+  CheckFlag(FLAGS_lr > 0, "lr", "must be > 0");
+  CheckFlag(FLAGS_momentum >= 0 && FLAGS_momentum < 1, "momentum",
+            "must be in [0, 1)");
+  CheckFlag(FLAGS_weight_decay >= 0, "weight_decay", "must be >= 0");
+  CheckFlag(FLAGS_lr_step > 0, "lr_step", "must be > 0");
+  CheckFlag(FLAGS_lr_gamma > 0, "lr_gamma", "must be > 0");
+  CheckFlag(FLAGS_lr_every_steps >= 0, "lr_every_steps", "must be >= 0");
+  CheckFlag(FLAGS_max_delay >= 0, "max_delay", "must be >= 0");
+  CheckFlag(FLAGS_threads >= 0, "threads", "must be >= 0");
+  CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
+  CheckFlag(FLAGS_die_after_steps >= 0, "die_after_steps", "must be >= 0");
+  CheckFlag(FLAGS_slow_worker_ms >= 0, "slow_worker_ms", "must be >= 0");
+  CheckFlag(FLAGS_die_node.empty() || FLAGS_die_node.rfind("worker:", 0) == 0 ||
+                FLAGS_die_node.rfind("server:", 0) == 0,
+            "die_node", "must be worker:R or server:R");
+  mnist::TrainOptions o;
+  o.dataset = OrDie("dataset", ps::model::ParseDatasetKind(FLAGS_dataset));
+  o.data_dir = FLAGS_data_dir.empty() ? ps::model::DefaultDataDir(o.dataset)
+                                      : FLAGS_data_dir;
+  o.epochs = FLAGS_epochs;
+  o.batch_size = FLAGS_batch_size;
+  o.optimizer.name = FLAGS_optimizer;
+  o.optimizer.lr = static_cast<float>(FLAGS_lr);
+  o.optimizer.momentum = static_cast<float>(FLAGS_momentum);
+  o.optimizer.weight_decay = static_cast<float>(FLAGS_weight_decay);
+  OrDie("optimizer", ps::model::MakeOptimizer(o.optimizer, 1));
+  o.lr_step = FLAGS_lr_step;
+  o.lr_every_steps = FLAGS_lr_every_steps;
+  o.lr_gamma = static_cast<float>(FLAGS_lr_gamma);
+  o.consistency = OrDie("consistency", ps::ParseConsistency(FLAGS_consistency));
+  o.max_delay = FLAGS_max_delay;
+  o.device = OrDie("device", ps::model::ParseDevice(FLAGS_device));
+  o.seed = FLAGS_seed;
+  o.train_limit = FLAGS_train_limit;
+  o.test_limit = FLAGS_test_limit;
+  o.dropout = FLAGS_dropout;
+  o.threads = FLAGS_threads;
+  o.chunk = FLAGS_chunk;
+  const size_t total = mnist::ModelLayout(o).total;
+  CheckFlag(o.chunk > 0 && o.chunk <= total, "chunk",
+            "must be in [1, " + std::to_string(total) + "]");
+  // A short last chunk must not make the keys look uniform to a pull.
+  const size_t keys = mnist::ModelLayout(o).num_keys();
+  CheckFlag(total % o.chunk == 0 || total % keys != 0, "chunk",
+            "leaves a short last chunk while " + std::to_string(keys) +
+                " keys divide " + std::to_string(total) + "; pick another");
+  o.log_every_s = FLAGS_log_every_s;
+  o.metrics_file = FLAGS_metrics_file;
+  o.metrics_dir = FLAGS_metrics_dir;
+  struct stat st;
+  CheckFlag(o.metrics_dir.empty() ||
+                (stat(o.metrics_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
+            "metrics_dir", "must be an existing folder");
+  o.dump_weights = FLAGS_dump_weights;
+  o.die_after_steps = FLAGS_die_after_steps;
+  o.die_node = FLAGS_die_node;
+  o.slow_worker_ms = FLAGS_slow_worker_ms;
+  return o;
+}
+
+ps::model::Dataset LoadOrDie(const mnist::TrainOptions& o, bool train) {
+  size_t limit = train ? o.train_limit : o.test_limit;
+  auto data = ps::model::LoadSplit(o.data_dir, train, limit);
+  if (!data.ok()) Die(data.status().ToString());
+  return std::move(data).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "distributed MNIST ConvNet trainer; run it through tracker/launch.py "
+      "(its role comes from DMLC_ROLE) or with --local");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  if (argc > 1) Die(std::string("unexpected argument '") + argv[1] + "'");
+  const mnist::TrainOptions options = OptionsFromFlags();
+  const char* role_env = std::getenv("DMLC_ROLE");
+  const std::string role = role_env == nullptr ? "" : role_env;
+  if (FLAGS_local) {
+    ps::model::Dataset train = LoadOrDie(options, true);
+    ps::model::Dataset test = LoadOrDie(options, false);
+    return mnist::RunLocal(options, train, test);
+  }
+  if (role.empty()) {
+    Die("DMLC_ROLE is not set: launch through tracker/launch.py, or pass "
+        "--local");
+  }
+  if (role == "worker") {
+    // Every worker loads the test split too so a bad file fails in all;
+    // worker 0 evaluates it.
+    ps::model::Dataset train = LoadOrDie(options, true);
+    ps::model::Dataset test = LoadOrDie(options, false);
+    ps::Start(0, argv[0]);
+    if (ps::MyRank() != 0) test = ps::model::Dataset();
+    return mnist::RunWorker(options, train, test);
+  }
+  ps::Start(0, argv[0]);
+  if (ps::IsServer()) return mnist::RunServer(options);
+  ps::Finalize(0, true);
+  return 0;
+}

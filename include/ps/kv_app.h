@@ -1,0 +1,247 @@
+// KVWorker<Val> and KVServer<Val>: the key-value API, ps-lite compatible
+// where it can be. A worker pushes (key, values) lists to the servers and
+// pulls values back; keys of one call must be sorted ascending and unique.
+// Values per key are uniform (vals.size() / keys.size()) unless `lens`
+// gives each key's count. Each call returns a timestamp; Wait(ts) blocks
+// until every server the call touched has answered (servers holding none of
+// its keys get no message) and returns an error instead of hanging when such
+// a server is declared dead or PS_REQUEST_TIMEOUT_MS passes.
+//
+// Copies: Push/Pull on std::vector copy keys and pushed values once into
+// SArrays (the caller may reuse its vectors at once). ZPush/ZPull/ZPushPull
+// never copy values: the SArrays are handed to ZeroMQ as they are (keep them
+// unchanged until Wait returns); ZPull into a preallocated SArray of the
+// right size (or Pull into a presized vector) writes each server's answer
+// straight into it. Callbacks run on the node's receive thread: they must
+// not block (no Wait inside a callback).
+//
+// Placement: by default keys are split evenly over [0, PS_MAX_KEY) (65536
+// unless set; keys above go to the last server); dense models should call
+// SetPlacement(Placement::ByBytes(keys, sizes, NumServers())) so each server
+// holds about 1/S of the bytes. All workers must use the same placement.
+//
+// Thread-safety: a KVWorker may be used from any number of threads at once
+// (SetPlacement before any request). The server's request handle runs on the
+// receive thread, one request at a time; KVServer::Response may be called
+// from any thread, later (e.g. a BSP server answering once all pushed).
+#ifndef PS_KV_APP_H_
+#define PS_KV_APP_H_
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/kv_core.h"
+#include "ps/node.h"
+#include "ps/placement.h"
+#include "ps/sarray.h"
+#include "ps/status.h"
+
+namespace ps {
+
+template <typename Val>
+struct KVPairs {
+  SArray<Key> keys;
+  SArray<Val> vals;
+  SArray<int> lens;  // empty: vals.size() / keys.size() values per key
+  int priority = 0;
+};
+
+// Push commands understood by KVServerDefaultHandle.
+constexpr int kAdd = 0;     // stored += pushed
+constexpr int kAssign = 1;  // stored = pushed
+
+template <typename Val>
+class KVWorker {
+ public:
+  using Callback = std::function<void()>;
+
+  // On DefaultNode() (ps::Start).
+  KVWorker(int app_id, int customer_id)
+      : KVWorker(DefaultNode(), app_id, customer_id) {}
+  // `node` must outlive this worker.
+  KVWorker(Node* node, int app_id, int customer_id)
+      : core_(node, app_id, customer_id, detail::DataTypeOf<Val>(),
+              sizeof(Val)) {}
+
+  int Push(const std::vector<Key>& keys, const std::vector<Val>& vals,
+           const std::vector<int>& lens = {}, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    return ZPush(SArray<Key>(keys), SArray<Val>(vals), SArray<int>(lens), cmd,
+                 cb, priority);
+  }
+
+  // `vals` (and `lens`) must stay alive until Wait returns; a presized
+  // `vals` is filled in place, an empty one is resized.
+  int Pull(const std::vector<Key>& keys, std::vector<Val>* vals,
+           std::vector<int>* lens = nullptr, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    return Send(false, true, cmd, SArray<Key>(keys), SArray<Val>(), {},
+                Sink(vals, lens), cb, priority);
+  }
+
+  int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
+               std::vector<Val>* outs, std::vector<int>* lens = nullptr,
+               int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
+    return Send(true, true, cmd, SArray<Key>(keys), SArray<Val>(vals), {},
+                Sink(outs, lens), cb, priority);
+  }
+
+  int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
+            const SArray<int>& lens = {}, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    return Send(true, false, cmd, keys, vals, lens, detail::PullSink(), cb,
+                priority);
+  }
+
+  // `vals` (and `lens`) must stay alive until Wait returns.
+  int ZPull(const SArray<Key>& keys, SArray<Val>* vals,
+            SArray<int>* lens = nullptr, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    return Send(false, true, cmd, keys, SArray<Val>(), {}, Sink(vals, lens), cb,
+                priority);
+  }
+
+  int ZPushPull(const SArray<Key>& keys, const SArray<Val>& vals,
+                SArray<Val>* outs, SArray<int>* lens = nullptr, int cmd = 0,
+                const Callback& cb = nullptr, int priority = 0) {
+    return Send(true, true, cmd, keys, vals, {}, Sink(outs, lens), cb,
+                priority);
+  }
+
+  Status Wait(int timestamp) { return core_.Wait(timestamp); }
+
+  void SetPlacement(Placement placement) {
+    core_.SetPlacement(std::move(placement));
+  }
+  const Placement& placement() const { return core_.placement(); }
+
+ private:
+  int Send(bool push, bool pull, int cmd, const SArray<Key>& keys,
+           const SArray<Val>& vals, const SArray<int>& lens,
+           detail::PullSink sink, const Callback& cb, int priority) {
+    detail::RawKVPairs kvs;
+    kvs.keys = keys;
+    kvs.vals = SArray<char>(vals);
+    kvs.lens = lens;
+    kvs.priority = priority;
+    return core_.Request(push, pull, cmd, kvs, std::move(sink), cb);
+  }
+
+  // Where a pull's answer lands: straight into `vals` when it is presized,
+  // else into `vals` resized to the answer. Vec is std::vector or SArray.
+  template <typename Vec, typename LenVec>
+  static detail::PullSink Sink(Vec* vals, LenVec* lens) {
+    detail::PullSink sink;
+    if (!vals->empty()) {
+      sink.direct = reinterpret_cast<char*>(vals->data());
+      sink.direct_bytes = vals->size() * sizeof(Val);
+    }
+    sink.alloc_vals = [vals](size_t bytes) {
+      if (vals->size() * sizeof(Val) != bytes)
+        vals->resize(bytes / sizeof(Val));
+      return reinterpret_cast<char*>(vals->data());
+    };
+    if (lens != nullptr) {
+      sink.alloc_lens = [lens](size_t n) {
+        lens->resize(n);
+        return lens->data();
+      };
+    }
+    return sink;
+  }
+
+  detail::KVWorkerCore core_;
+};
+
+template <typename Val>
+class KVServer {
+ public:
+  using ReqHandle =
+      std::function<void(const KVMeta&, const KVPairs<Val>&, KVServer*)>;
+
+  explicit KVServer(int app_id) : KVServer(DefaultNode(), app_id) {}
+  // `node` must outlive this server.
+  KVServer(Node* node, int app_id)
+      : core_(node, app_id, detail::DataTypeOf<Val>(), sizeof(Val)) {}
+
+  // Requests are delivered once a handle is set (earlier ones are held).
+  void set_request_handle(const ReqHandle& handle) {
+    core_.SetHandle(
+        [this, handle](const KVMeta& meta, const detail::RawKVPairs& raw) {
+          KVPairs<Val> kvs;
+          kvs.keys = raw.keys;
+          kvs.vals = SArray<Val>(raw.vals);
+          kvs.lens = raw.lens;
+          kvs.priority = raw.priority;
+          handle(meta, kvs, this);
+        });
+  }
+
+  // Answers `req`: an empty `res` for a push, the values for a pull.
+  void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
+    detail::RawKVPairs raw;
+    raw.keys = res.keys;
+    raw.vals = SArray<char>(res.vals);
+    raw.lens = res.lens;
+    core_.Response(req, raw);
+  }
+
+ private:
+  detail::KVServerCore core_;
+};
+
+// A plain key-value store: a push adds into the stored values (kAssign
+// assigns; a key seen first, or with a new length, is assigned); a pull
+// returns the stored values with their lengths (unknown keys: length 0).
+// Runs on the receive thread only, so it needs no lock.
+template <typename Val>
+struct KVServerDefaultHandle {
+  void operator()(const KVMeta& req, const KVPairs<Val>& data,
+                  KVServer<Val>* server) {
+    size_t n = data.keys.size();
+    KVPairs<Val> res;
+    if (req.push) {
+      size_t k = (n == 0 || !data.lens.empty()) ? 0 : data.vals.size() / n;
+      const Val* src = data.vals.data();
+      for (size_t i = 0; i < n; ++i) {
+        size_t len = data.lens.empty() ? k : static_cast<size_t>(data.lens[i]);
+        std::vector<Val>& stored = store[data.keys[i]];
+        if (req.cmd == kAssign || stored.size() != len) {
+          stored.assign(src, src + len);
+        } else {
+          for (size_t j = 0; j < len; ++j) stored[j] += src[j];
+        }
+        src += len;
+      }
+    }
+    if (req.pull) {
+      res.keys = data.keys;
+      res.lens.resize(n);
+      size_t total = 0;
+      for (size_t i = 0; i < n; ++i) {
+        auto it = store.find(data.keys[i]);
+        res.lens[i] =
+            it == store.end() ? 0 : static_cast<int>(it->second.size());
+        total += res.lens[i];
+      }
+      res.vals.resize(total);
+      Val* dst = res.vals.data();
+      for (size_t i = 0; i < n; ++i) {
+        auto it = store.find(data.keys[i]);
+        if (it == store.end()) continue;
+        std::copy(it->second.begin(), it->second.end(), dst);
+        dst += it->second.size();
+      }
+    }
+    server->Response(req, res);
+  }
+
+  std::unordered_map<Key, std::vector<Val>> store;
+};
+
+}  // namespace ps
+
+#endif  // PS_KV_APP_H_

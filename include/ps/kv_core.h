@@ -1,0 +1,139 @@
+// Type-erased engines behind KVWorker<Val> and KVServer<Val>: all of the
+// work (slicing, encoding, sending, tracking, decoding) is done here on byte
+// buffers; kv_app.h only adds types. Users include kv_app.h, not this.
+//
+// Thread-safety: KVWorkerCore's Request/Wait may be called from any number
+// of threads at once; SetPlacement must not race with requests.
+// KVServerCore::Response may be called from any thread.
+#ifndef PS_KV_CORE_H_
+#define PS_KV_CORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+
+#include "ps/base.h"
+#include "ps/placement.h"
+#include "ps/sarray.h"
+#include "ps/status.h"
+
+namespace ps {
+
+class Node;
+
+// What the server's handler learns about a request.
+struct KVMeta {
+  int cmd = 0;  // the user command (`head` on the wire)
+  bool push = false;
+  bool pull = false;
+  int sender = 0;       // node id of the worker
+  int timestamp = 0;    // the worker's request timestamp
+  int customer_id = 0;  // the worker's customer
+  int app_id = 0;
+  int priority = 0;
+};
+
+namespace detail {
+
+// Element type codes as on the wire (proto/meta.proto DataType).
+enum DataTypeCode {
+  kTypeChar = 0,
+  kTypeInt8 = 1,
+  kTypeUInt8 = 2,
+  kTypeInt16 = 3,
+  kTypeUInt16 = 4,
+  kTypeInt32 = 5,
+  kTypeUInt32 = 6,
+  kTypeInt64 = 7,
+  kTypeUInt64 = 8,
+  kTypeFloat = 9,
+  kTypeDouble = 10,
+};
+
+template <typename V>
+constexpr int DataTypeOf() {
+  if constexpr (std::is_same_v<V, float>)
+    return kTypeFloat;
+  else if constexpr (std::is_same_v<V, double>)
+    return kTypeDouble;
+  else if constexpr (std::is_same_v<V, char>)
+    return kTypeChar;
+  else if constexpr (std::is_same_v<V, int8_t>)
+    return kTypeInt8;
+  else if constexpr (std::is_same_v<V, uint8_t>)
+    return kTypeUInt8;
+  else if constexpr (std::is_same_v<V, int16_t>)
+    return kTypeInt16;
+  else if constexpr (std::is_same_v<V, uint16_t>)
+    return kTypeUInt16;
+  else if constexpr (std::is_same_v<V, int32_t>)
+    return kTypeInt32;
+  else if constexpr (std::is_same_v<V, uint32_t>)
+    return kTypeUInt32;
+  else if constexpr (std::is_same_v<V, int64_t>)
+    return kTypeInt64;
+  else if constexpr (std::is_same_v<V, uint64_t>)
+    return kTypeUInt64;
+  else
+    static_assert(sizeof(V) == 0, "unsupported value type");
+}
+
+// Keys, values as bytes, and per-key value counts (empty: uniform).
+struct RawKVPairs {
+  SArray<Key> keys;
+  SArray<char> vals;
+  SArray<int> lens;
+  int priority = 0;
+};
+
+// Where pulled values go. With `direct` set and no lens wanted, each
+// server's answer is copied straight to its offset (uniform values per key:
+// direct_bytes / keys). Otherwise answers are kept (zero-copy) and
+// assembled at completion into buffers from alloc_vals / alloc_lens.
+struct PullSink {
+  char* direct = nullptr;
+  size_t direct_bytes = 0;
+  std::function<char*(size_t bytes)> alloc_vals;
+  std::function<int*(size_t count)> alloc_lens;  // null: lens not wanted
+};
+
+class KVWorkerCore {
+ public:
+  KVWorkerCore(Node* node, int app_id, int customer_id, int val_type,
+               size_t val_size);
+  ~KVWorkerCore();
+  // Validates, slices by placement, sends one message per touched server,
+  // and returns the timestamp to Wait on. Invalid input: logged, and the
+  // returned timestamp's Wait gives the error.
+  int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
+              PullSink sink, std::function<void()> callback);
+  Status Wait(int timestamp);
+  void SetPlacement(Placement placement);
+  const Placement& placement() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+using RawHandle = std::function<void(const KVMeta&, const RawKVPairs&)>;
+
+class KVServerCore {
+ public:
+  KVServerCore(Node* node, int app_id, int val_type, size_t val_size);
+  ~KVServerCore();  // unregisters; waits for a running handler to return
+  // Registers the handler; requests that arrived before wait for it.
+  void SetHandle(RawHandle handle);
+  void Response(const KVMeta& req, const RawKVPairs& res);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+}  // namespace ps
+
+#endif  // PS_KV_CORE_H_

@@ -1,0 +1,90 @@
+// ps::Node: one scheduler, server or worker. It owns its config, its
+// postoffice (node table, barrier, heartbeats, request dispatch) and its van
+// (ZeroMQ sockets and their threads). Nodes share nothing, so one process may
+// host several (tests run a whole cluster as threads).
+//
+// Lifecycle: Node(config) -> [Bind()] -> Start() -> ... -> Finalize() (or
+// Stop()). Start() binds if Bind() was not called, registers with the
+// scheduler (or, for the scheduler, waits for everyone) and returns once the
+// node table is known. Threads are started in Start() and joined in Stop();
+// see docs/threads.md.
+//
+// Thread-safety: Barrier(), the accessors and the counters may be called
+// from any thread after Start(); Bind/Start/Finalize/Stop from one thread.
+#ifndef PS_NODE_H_
+#define PS_NODE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/config.h"
+#include "ps/status.h"
+
+namespace ps {
+
+class Postoffice;
+
+class Node {
+ public:
+  explicit Node(const Config& config);
+  ~Node();  // Stop()s a started node
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Binds the receive socket (DMLC_PORT, the first free port of
+  // PS_PORT_RANGE, or an ephemeral one). Lets a scheduler learn its port
+  // before Start() blocks. Error names the port (or range) and the reason.
+  Status Bind();
+  // Rendezvous. Errors: scheduler unreachable within the connect timeout,
+  // rendezvous timeout (how many of each role arrived vs expected), rank
+  // conflict, bind failure.
+  Status Start();
+  // Blocks until every node of `group` (a bit-or of kScheduler, kServerGroup,
+  // kWorkerGroup) has entered Barrier(group). The caller must be in the
+  // group. Error: timeout or a dead member, naming the missing nodes.
+  Status Barrier(int group);
+  // Barrier of all nodes (when do_barrier), then Stop(). Returns the barrier's
+  // error, if any, after stopping anyway.
+  Status Finalize(bool do_barrier = true);
+  // Stops heartbeats, tells the scheduler it leaves, closes sockets, joins
+  // threads. Idempotent; never blocks longer than the configured timeouts.
+  void Stop();
+
+  const Config& config() const;
+  Role role() const;
+  int id() const;    // valid after Start()
+  int rank() const;  // valid after Start(); 0 for the scheduler
+  int num_servers() const;
+  int num_workers() const;
+  int port() const;  // the bound port, after Bind()/Start()
+  // Ids of the nodes in `group`, ascending.
+  std::vector<int> GetNodeIds(int group) const;
+  // "server 1 (tcp://127.0.0.1:40123)" for any known id.
+  std::string DescribeNode(int id) const;
+
+  // Messages received and dropped as malformed or unexpected.
+  uint64_t num_dropped_messages() const;
+  // OK, or the first peer failure this node learned of (NODE_FAILED).
+  Status peer_failure() const;
+  // Runs on the receive thread (never under a lock) when a node this node
+  // talks to is declared dead. The Node itself only records and logs it.
+  void SetPeerFailureHandler(std::function<void(const Status&)> handler);
+
+  // Internal: the postoffice, for the KV layer (src/kv). Never null.
+  Postoffice* postoffice() const;
+
+ private:
+  std::unique_ptr<Postoffice> postoffice_;
+};
+
+// The node of the ps.h convenience layer (ps::Start). Aborts with a clear
+// message when ps::Start has not been called.
+Node* DefaultNode();
+
+}  // namespace ps
+
+#endif  // PS_NODE_H_

@@ -1,0 +1,269 @@
+// DenseShard: per-step gradient sums, ordered updates and pull gating for
+// BSP, bounded delay and async training of a dense model (dense_server.h).
+#include "ps/dense_server.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace ps {
+
+StatusOr<Consistency> ParseConsistency(const std::string& name) {
+  if (name == "bsp") return Consistency::kBsp;
+  if (name == "bounded") return Consistency::kBounded;
+  if (name == "async") return Consistency::kAsync;
+  return Status::InvalidArgument("unknown consistency '" + name +
+                                 "' (expected bsp, bounded or async)");
+}
+
+const char* ConsistencyName(Consistency c) {
+  switch (c) {
+    case Consistency::kBsp:
+      return "bsp";
+    case Consistency::kBounded:
+      return "bounded";
+    case Consistency::kAsync:
+      return "async";
+  }
+  return "unknown";
+}
+
+namespace {
+constexpr int kStepBits = 20;
+constexpr int kTagBits = 8;
+constexpr int kOpShift = kStepBits + kTagBits;
+constexpr int kNumOps = 2;
+}  // namespace
+
+int EncodeDenseCmd(DenseOp op, int step, int tag) {
+  CHECK(step >= 0 && step <= kMaxDenseStep) << "step " << step;
+  CHECK(tag >= 0 && tag <= kMaxDenseTag) << "tag " << tag;
+  return (static_cast<int>(op) << kOpShift) | (tag << kStepBits) | step;
+}
+
+StatusOr<DenseCmd> DecodeDenseCmd(int cmd) {
+  int op = cmd >> kOpShift;
+  if (cmd < 0 || op >= kNumOps) {
+    return Status::InvalidArgument("cmd " + std::to_string(cmd) +
+                                   " is no dense-shard command");
+  }
+  DenseCmd c;
+  c.op = static_cast<DenseOp>(op);
+  c.step = cmd & kMaxDenseStep;
+  c.tag = (cmd >> kStepBits) & kMaxDenseTag;
+  return c;
+}
+
+DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
+                       Key first_key, Key end_key, std::vector<float> weights,
+                       const DenseShardOptions& options, DenseUpdater updater)
+    : server_(server),
+      layout_(layout),
+      first_key_(first_key),
+      end_key_(end_key),
+      options_(options),
+      updater_(std::move(updater)),
+      weights_(weights) {
+  CHECK_LE(first_key_, end_key_);
+  CHECK_GE(options_.num_workers, 1);
+  CHECK_GE(options_.max_delay, 0);
+  size_t expect = 0;
+  for (Key k = first_key_; k < end_key_; ++k) expect += layout_.length(k);
+  CHECK_EQ(expect, weights_.size())
+      << "keys [" << first_key_ << ", " << end_key_ << ") hold " << expect
+      << " floats";
+  server_->set_request_handle(
+      [this](const KVMeta& meta, const KVPairs<float>& data,
+             KVServer<float>* s) { Handle(meta, data, s); });
+}
+
+bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(done_mu_);
+  return done_cv_.wait_for(
+      lock, timeout, [this] { return num_done_ >= options_.num_workers; });
+}
+
+void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
+                        KVServer<float>* /*server*/) {
+  StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
+  if (!cmd.ok()) return Reject(meta, cmd.status().message());
+  if (cmd->op == DenseOp::kDone) {
+    if (!meta.push) return Reject(meta, "a done command must be a push");
+    server_->Response(meta);
+    OnDone(meta.sender, cmd->step);
+    return;
+  }
+  if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
+  if (!meta.pull) return;
+  if (options_.consistency == Consistency::kAsync || PullReady(cmd->step)) {
+    AnswerPull(meta, data.keys, cmd->step);
+  } else {
+    pending_.push_back({meta, data.keys, cmd->step});
+  }
+}
+
+bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
+                        const KVPairs<float>& data) {
+  // A step's push carries the whole shard: keys first_key_.. in order.
+  bool whole = data.keys.size() == end_key_ - first_key_ &&
+               data.vals.size() == weights_.size();
+  for (size_t i = 0; whole && i < data.keys.size(); ++i) {
+    whole = data.keys[i] == first_key_ + i;
+  }
+  if (!whole) {
+    Reject(meta, "a gradient push must carry every key of the shard [" +
+                     std::to_string(first_key_) + ", " +
+                     std::to_string(end_key_) + ")");
+    return false;
+  }
+  if (options_.consistency == Consistency::kAsync) {
+    updater_(MutableWeights(), data.vals.data(), weights_.size(),
+             options_.num_workers, cmd.step, cmd.tag);
+    ++applied_;
+    if (!meta.pull) server_->Response(meta);
+    return true;
+  }
+  if (cmd.step < applied_.load()) {
+    Reject(meta, "gradient of step " + std::to_string(cmd.step) +
+                     " arrived after that step was applied");
+    return false;
+  }
+  StepSum& s = sums_[cmd.step];
+  if (s.count == 0) {
+    s.sum = data.vals;  // adopts the received frame: no copy
+    s.tag = cmd.tag;
+  } else {
+    const float* g = data.vals.data();
+    for (size_t i = 0; i < s.sum.size(); ++i) s.sum[i] += g[i];
+  }
+  ++s.count;
+  if (!meta.pull) server_->Response(meta);
+  Advance();
+  return true;
+}
+
+void DenseShard::OnDone(int worker, int steps) {
+  if (!done_steps_.emplace(worker, steps).second) {
+    LOG(WARNING) << "dense shard: " << DescribeId(worker)
+                 << " sent done twice; ignored";
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    ++num_done_;
+  }
+  done_cv_.notify_all();
+  Advance();
+}
+
+int DenseShard::ExpectedAt(int step) const {
+  int n = options_.num_workers;
+  for (const auto& [worker, steps] : done_steps_) n -= steps <= step;
+  return n;
+}
+
+bool DenseShard::PullReady(int step) const {
+  int64_t applied = applied_.load();
+  // Nothing can be applied any more once every worker is past its last step.
+  if (ExpectedAt(static_cast<int>(applied)) <= 0) return true;
+  return step - applied <= options_.max_delay;
+}
+
+void DenseShard::Advance() {
+  while (true) {
+    int step = static_cast<int>(applied_.load());
+    int expected = ExpectedAt(step);
+    auto it = sums_.find(step);
+    if (expected <= 0 || it == sums_.end() || it->second.count < expected) {
+      break;
+    }
+    updater_(MutableWeights(), it->second.sum.data(), weights_.size(),
+             it->second.count, step, it->second.tag);
+    sums_.erase(it);
+    ++applied_;
+  }
+  std::vector<PendingPull> still;
+  std::vector<PendingPull> ready;
+  for (PendingPull& p : pending_) {
+    (PullReady(p.step) ? ready : still).push_back(std::move(p));
+  }
+  pending_ = std::move(still);
+  for (const PendingPull& p : ready) AnswerPull(p.meta, p.keys, p.step);
+}
+
+void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
+                            int step) {
+  size_t total = 0;
+  bool uniform = true;
+  for (Key k : keys) {
+    size_t offset, length;
+    if (!Locate(k, &offset, &length)) {
+      return Reject(meta, "key " + std::to_string(k) + " is not in [" +
+                              std::to_string(first_key_) + ", " +
+                              std::to_string(end_key_) + ")");
+    }
+    total += length;
+    uniform = uniform && length == layout_.chunk;
+  }
+  if (options_.consistency != Consistency::kAsync) {
+    int missing = static_cast<int>(step - applied_.load());
+    if (missing > max_staleness_.load()) max_staleness_.store(missing);
+  }
+  // Sorted keys that are contiguous (the usual pull: a whole shard or a
+  // range of it) are one segment of the weights; any other subset is
+  // gathered into a new buffer.
+  KVPairs<float> res;
+  res.keys = keys;
+  if (!uniform) res.lens.resize(keys.size());
+  size_t first = 0, length = 0;
+  bool contiguous = !keys.empty() && Locate(keys[0], &first, &length);
+  size_t next = first;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    size_t offset;
+    Locate(keys[i], &offset, &length);
+    contiguous = contiguous && offset == next;
+    next = offset + length;
+    if (!uniform) res.lens[i] = static_cast<int>(length);
+  }
+  if (contiguous) {
+    res.vals = weights_.segment(first, first + total);
+  } else {
+    res.vals.resize(total);
+    float* dst = res.vals.data();
+    for (Key k : keys) {
+      size_t offset;
+      Locate(k, &offset, &length);
+      std::memcpy(dst, weights_.data() + offset, length * sizeof(float));
+      dst += length;
+    }
+  }
+  server_->Response(meta, res);
+}
+
+bool DenseShard::Locate(Key k, size_t* offset, size_t* length) const {
+  if (k < first_key_ || k >= end_key_) return false;
+  *offset = layout_.offset(k) - layout_.offset(first_key_);
+  *length = layout_.length(k);
+  return true;
+}
+
+float* DenseShard::MutableWeights() {
+  if (weights_.ptr().use_count() > 1) {
+    SArray<float> fresh;
+    fresh.CopyFrom(weights_);
+    weights_ = fresh;
+    ++weight_copies_;
+  }
+  return weights_.data();
+}
+
+void DenseShard::Reject(const KVMeta& meta, const std::string& why) {
+  ++bad_requests_;
+  LOG(WARNING) << "dense shard: dropped a request of "
+               << DescribeId(meta.sender) << ": " << why;
+  server_->Response(meta);
+}
+
+}  // namespace ps

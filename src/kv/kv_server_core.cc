@@ -1,0 +1,91 @@
+// KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
+// Response (AddKVFrames, Postoffice::Send).
+#include "kv/slicer.h"
+#include "postoffice/postoffice.h"
+#include "ps/kv_core.h"
+#include "ps/node.h"
+
+namespace ps {
+namespace detail {
+
+class KVServerCore::Impl {
+ public:
+  Impl(Node* node, int app_id, int val_type, size_t val_size)
+      : post_(node->postoffice()),
+        app_id_(app_id),
+        val_type_(val_type),
+        val_size_(val_size) {}
+  ~Impl() {
+    if (registered_) post_->UnregisterCustomer(true, app_id_, -1);
+  }
+
+  void SetHandle(RawHandle handle) {
+    CHECK(!registered_) << "set_request_handle called twice";
+    handle_ = std::move(handle);
+    registered_ = true;
+    post_->RegisterCustomer(
+        true, app_id_, -1, [this](Message&& msg) { OnRequest(std::move(msg)); },
+        nullptr);
+  }
+
+  void OnRequest(Message&& msg) {
+    const pb::Meta& m = msg.meta;
+    StatusOr<RawKVPairs> kvs =
+        DecodeKVPairs(msg, m.push(), val_type_, val_size_);
+    if (!kvs.ok()) {
+      post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
+      return;
+    }
+    KVMeta meta;
+    meta.cmd = m.head();
+    meta.push = m.push();
+    meta.pull = m.pull();
+    meta.sender = m.sender();
+    meta.timestamp = m.timestamp();
+    meta.customer_id = m.customer_id();
+    meta.app_id = m.app_id();
+    meta.priority = m.priority();
+    handle_(meta, *kvs);
+  }
+
+  void Response(const KVMeta& req, const RawKVPairs& res) {
+    Message msg;
+    pb::Meta& m = msg.meta;
+    m.set_app_id(req.app_id);
+    m.set_customer_id(req.customer_id);
+    m.set_timestamp(req.timestamp);
+    m.set_request(false);
+    m.set_push(req.push);
+    m.set_pull(req.pull);
+    m.set_head(req.cmd);
+    m.set_recver(req.sender);
+    if (req.pull) AddKVFrames(res, true, val_type_, &msg);
+    Status st = post_->Send(&msg);
+    if (!st.ok()) {
+      LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
+                   << " not sent: " << st;
+    }
+  }
+
+ private:
+  Postoffice* const post_;
+  const int app_id_;
+  const int val_type_;
+  const size_t val_size_;
+  RawHandle handle_;
+  bool registered_ = false;
+};
+
+KVServerCore::KVServerCore(Node* node, int app_id, int val_type,
+                           size_t val_size)
+    : impl_(std::make_unique<Impl>(node, app_id, val_type, val_size)) {}
+KVServerCore::~KVServerCore() = default;
+void KVServerCore::SetHandle(RawHandle handle) {
+  impl_->SetHandle(std::move(handle));
+}
+void KVServerCore::Response(const KVMeta& req, const RawKVPairs& res) {
+  impl_->Response(req, res);
+}
+
+}  // namespace detail
+}  // namespace ps

@@ -1,0 +1,288 @@
+// KVWorkerCore: the worker's push/pull path. Each hop is one function:
+//   Request -> CheckKVPairs -> SliceKVPairs -> SendSlices (AddKVFrames,
+//   Postoffice::Send) ... OnResponse (DecodeKVPairs, StorePullAnswer,
+//   RequestTracker::Answer) -> FinishRequest (AssemblePull, Finish).
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "kv/request_tracker.h"
+#include "kv/slicer.h"
+#include "postoffice/postoffice.h"
+#include "ps/kv_core.h"
+#include "ps/node.h"
+
+namespace ps {
+namespace detail {
+
+namespace {
+
+// A pull in flight: where answers go and what was asked.
+struct PullState {
+  std::mutex mu;           // guards everything below against Wait()
+  bool abandoned = false;  // Wait returned; never touch the sink again
+  PullSink sink;
+  SArray<Key> keys;          // the request's keys
+  std::vector<size_t> cut;   // keys[cut[s], cut[s+1]) went to server s
+  size_t per_key_bytes = 0;  // > 0: answers copied straight into sink.direct
+  std::map<int, RawKVPairs> answers;  // by server rank, when not direct
+  Status error;
+};
+
+}  // namespace
+
+class KVWorkerCore::Impl {
+ public:
+  Impl(Node* node, int app_id, int customer_id, int val_type, size_t val_size)
+      : post_(node->postoffice()),
+        app_id_(app_id),
+        customer_id_(customer_id),
+        val_type_(val_type),
+        val_size_(val_size) {
+    placement_ =
+        Placement::EvenKeys(node->num_servers(), node->config().max_key);
+    post_->RegisterCustomer(
+        false, app_id, customer_id,
+        [this](Message&& msg) { OnResponse(std::move(msg)); },
+        [this](int id, const Status& why) { OnFailure(id, why); });
+  }
+  ~Impl() { post_->UnregisterCustomer(false, app_id_, customer_id_); }
+
+  int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
+              PullSink sink, std::function<void()> callback);
+  Status Wait(int ts);
+  Placement placement_;
+
+ private:
+  std::vector<int> TouchedServers(const std::vector<KVSlice>& slices,
+                                  Status* dead);
+  void SendSlices(int ts, bool push, bool pull, int cmd,
+                  const std::vector<KVSlice>& slices);
+  void OnResponse(Message&& msg);
+  Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer);
+  void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
+  Status AssemblePull(PullState* state);
+  void OnFailure(int id, const Status& why);
+
+  Postoffice* const post_;
+  const int app_id_;
+  const int customer_id_;
+  const int val_type_;
+  const size_t val_size_;
+  RequestTracker tracker_;
+  std::mutex mu_;  // guards pulls_ and dead_
+  std::map<int, std::shared_ptr<PullState>> pulls_;
+  std::map<int, Status> dead_;  // node id -> why
+};
+
+int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
+                                const RawKVPairs& kvs, PullSink sink,
+                                std::function<void()> callback) {
+  Status st = CheckKVPairs(kvs, val_size_, push);
+  if (!st.ok()) {
+    LOG(ERROR) << "KVWorker request rejected: " << st.message();
+    return tracker_.StartFailed(st);
+  }
+  std::vector<KVSlice> slices = SliceKVPairs(kvs, val_size_, placement_);
+  std::vector<int> servers = TouchedServers(slices, &st);
+  if (!st.ok()) return tracker_.StartFailed(st);
+  std::shared_ptr<PullState> state;
+  if (pull) {
+    state = std::make_shared<PullState>();
+    state->sink = std::move(sink);
+    state->keys = kvs.keys;
+    state->cut = placement_.Slice(kvs.keys.data(), kvs.keys.size());
+    size_t n = kvs.keys.size();
+    if (state->sink.direct != nullptr && !state->sink.alloc_lens && n > 0 &&
+        state->sink.direct_bytes % (n * val_size_) == 0) {
+      state->per_key_bytes = state->sink.direct_bytes / n;
+    }
+  }
+  // The tracker entry and the pull state exist before any answer can come.
+  int ts = tracker_.Start(servers, std::move(callback));
+  if (state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pulls_[ts] = state;
+  }
+  if (servers.empty() && state) FinishRequest(ts, state);
+  SendSlices(ts, push, pull, cmd, slices);
+  return ts;
+}
+
+std::vector<int> KVWorkerCore::Impl::TouchedServers(
+    const std::vector<KVSlice>& slices, Status* dead) {
+  std::vector<int> servers;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t s = 0; s < slices.size(); ++s) {
+    if (!slices[s].touched) continue;
+    int id = ServerRankToId(static_cast<int>(s));
+    auto it = dead_.find(id);
+    if (it != dead_.end()) *dead = it->second;
+    servers.push_back(id);
+  }
+  return servers;
+}
+
+void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
+                                    const std::vector<KVSlice>& slices) {
+  for (size_t s = 0; s < slices.size(); ++s) {
+    if (!slices[s].touched) continue;
+    Message msg;
+    pb::Meta& m = msg.meta;
+    m.set_app_id(app_id_);
+    m.set_customer_id(customer_id_);
+    m.set_timestamp(ts);
+    m.set_request(true);
+    m.set_push(push);
+    m.set_pull(pull);
+    m.set_head(cmd);
+    m.set_recver(ServerRankToId(static_cast<int>(s)));
+    AddKVFrames(slices[s].kvs, push, val_type_, &msg);
+    Status st = post_->Send(&msg);
+    if (!st.ok()) tracker_.FailServer(m.recver(), st);
+  }
+}
+
+void KVWorkerCore::Impl::OnResponse(Message&& msg) {
+  int ts = msg.meta.timestamp();
+  int sender = msg.meta.sender();
+  std::shared_ptr<PullState> state;
+  if (msg.meta.pull()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pulls_.find(ts);
+    if (it != pulls_.end()) state = it->second;
+  }
+  if (state) {
+    StatusOr<RawKVPairs> kvs = DecodeKVPairs(msg, true, val_type_, val_size_);
+    Status st = kvs.ok() ? StorePullAnswer(state.get(), IdToRank(sender),
+                                           std::move(kvs).value())
+                         : kvs.status();
+    if (!st.ok()) {
+      post_->CountDropped(sender, "bad pull answer: " + st.message());
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->error.ok()) {
+        state->error = Status::Corruption(post_->DescribeNode(sender) +
+                                          " answered badly: " + st.message());
+      }
+    }
+  }
+  std::string why;
+  if (tracker_.Answer(ts, sender, &why)) {
+    FinishRequest(ts, state);
+  } else if (!why.empty()) {
+    post_->CountDropped(sender, why);
+  }
+}
+
+Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
+                                           RawKVPairs answer) {
+  if (rank < 0 || static_cast<size_t>(rank) + 1 >= state->cut.size()) {
+    return Status::Corruption("no such server rank " + std::to_string(rank));
+  }
+  size_t begin = state->cut[rank], end = state->cut[rank + 1];
+  SArray<Key> asked = state->keys.segment(begin, end);
+  if (answer.keys.size() != asked.size() ||
+      std::memcmp(answer.keys.data(), asked.data(),
+                  asked.size() * sizeof(Key)) != 0) {
+    return Status::Corruption("answered " + std::to_string(answer.keys.size()) +
+                              " keys that differ from the " +
+                              std::to_string(asked.size()) + " asked");
+  }
+  std::lock_guard<std::mutex> lock(state->mu);
+  if (state->abandoned) return Status::OK();
+  if (state->per_key_bytes > 0) {
+    size_t want = asked.size() * state->per_key_bytes;
+    if (answer.vals.size() != want) {
+      return Status::Corruption(
+          "answered " + std::to_string(answer.vals.size()) +
+          " value bytes for " + std::to_string(asked.size()) +
+          " keys, expected " + std::to_string(want));
+    }
+    std::memcpy(state->sink.direct + begin * state->per_key_bytes,
+                answer.vals.data(), want);
+  } else {
+    state->answers[rank] = std::move(answer);
+  }
+  return Status::OK();
+}
+
+void KVWorkerCore::Impl::FinishRequest(
+    int ts, const std::shared_ptr<PullState>& state) {
+  Status st;
+  if (state) st = AssemblePull(state.get());
+  tracker_.Finish(ts, st);
+}
+
+Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
+  std::lock_guard<std::mutex> lock(state->mu);
+  if (state->abandoned || !state->error.ok()) return state->error;
+  if (state->per_key_bytes > 0) return Status::OK();
+  size_t total = 0, keys = 0;
+  for (const auto& [rank, a] : state->answers) {
+    total += a.vals.size();
+    keys += a.keys.size();
+  }
+  char* dst = state->sink.alloc_vals(total);
+  int* lens = state->sink.alloc_lens ? state->sink.alloc_lens(keys) : nullptr;
+  for (const auto& [rank, a] : state->answers) {
+    if (!a.vals.empty()) std::memcpy(dst, a.vals.data(), a.vals.size());
+    dst += a.vals.size();
+    if (lens == nullptr) continue;
+    size_t n = a.keys.size();
+    for (size_t i = 0; i < n; ++i) {
+      *lens++ = !a.lens.empty()
+                    ? a.lens[i]
+                    : static_cast<int>(a.vals.size() / val_size_ / n);
+    }
+  }
+  state->answers.clear();
+  return Status::OK();
+}
+
+Status KVWorkerCore::Impl::Wait(int ts) {
+  Status st = tracker_.Wait(ts, post_->config().request_timeout_ms);
+  std::shared_ptr<PullState> state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pulls_.find(ts);
+    if (it != pulls_.end()) {
+      state = it->second;
+      pulls_.erase(it);
+    }
+  }
+  if (state) {
+    std::lock_guard<std::mutex> lock(state->mu);  // waits out a running copy
+    state->abandoned = true;
+  }
+  return st;
+}
+
+void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
+  if (id >= 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dead_[id] = why;
+  }
+  tracker_.FailServer(id, why);
+}
+
+KVWorkerCore::KVWorkerCore(Node* node, int app_id, int customer_id,
+                           int val_type, size_t val_size)
+    : impl_(std::make_unique<Impl>(node, app_id, customer_id, val_type,
+                                   val_size)) {}
+KVWorkerCore::~KVWorkerCore() = default;
+
+int KVWorkerCore::Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
+                          PullSink sink, std::function<void()> callback) {
+  return impl_->Request(push, pull, cmd, kvs, std::move(sink),
+                        std::move(callback));
+}
+Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+void KVWorkerCore::SetPlacement(Placement placement) {
+  CHECK(placement.valid());
+  impl_->placement_ = std::move(placement);
+}
+const Placement& KVWorkerCore::placement() const { return impl_->placement_; }
+
+}  // namespace detail
+}  // namespace ps

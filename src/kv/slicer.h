@@ -1,0 +1,43 @@
+// The KV message layer as pure functions: check a KV list, slice it by
+// placement (SArray segments, no copies), and turn a slice into a Message
+// and back. Frames: keys (UINT64), then values (the value type) when the
+// message carries them, then lens (INT32) when per-key counts vary.
+#ifndef PS_SRC_KV_SLICER_H_
+#define PS_SRC_KV_SLICER_H_
+
+#include <vector>
+
+#include "ps/kv_core.h"
+#include "ps/placement.h"
+#include "ps/status.h"
+#include "van/message.h"
+
+namespace ps {
+
+// Keys sorted ascending and unique; with vals: lens (if any) one per key,
+// non-negative, summing to the value count, else a value count that is a
+// multiple of the key count; vals a whole number of val_size elements.
+Status CheckKVPairs(const detail::RawKVPairs& kvs, size_t val_size,
+                    bool with_vals);
+
+struct KVSlice {
+  bool touched = false;  // the server holds at least one of the keys
+  detail::RawKVPairs kvs;
+};
+
+// One slice per server of `placement`; kvs must pass CheckKVPairs.
+std::vector<KVSlice> SliceKVPairs(const detail::RawKVPairs& kvs,
+                                  size_t val_size, const Placement& placement);
+
+// Appends kvs's frames to msg (values only when with_vals; lens when set).
+void AddKVFrames(const detail::RawKVPairs& kvs, bool with_vals, int val_type,
+                 Message* msg);
+
+// Reads the frames of a data message back, validating them against the
+// header and each other (CheckKVPairs). Never aborts on bad input.
+StatusOr<detail::RawKVPairs> DecodeKVPairs(const Message& msg, bool with_vals,
+                                           int val_type, size_t val_size);
+
+}  // namespace ps
+
+#endif  // PS_SRC_KV_SLICER_H_

@@ -1,0 +1,253 @@
+// Postoffice, continued: barriers (member and scheduler side), the monitor
+// thread (heartbeats, liveness, barrier deadlines) and peer failures.
+#include <utility>
+
+#include "postoffice/postoffice.h"
+
+namespace ps {
+
+namespace {
+constexpr int kSchedulerTickMs = 100;
+
+int64_t MsSince(Postoffice::Clock::time_point t,
+                Postoffice::Clock::time_point now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+}
+}  // namespace
+
+// ---- Barrier ---------------------------------------------------------------
+
+Status Postoffice::Barrier(int group) {
+  std::vector<Message> outbox;
+  std::unique_lock<std::mutex> lock(mu_);
+  CHECK(ready_) << "Barrier() before a successful Start()";
+  CHECK(GroupContains(group, my_id_))
+      << DescribeId(my_id_) << " is not in barrier group " << GroupName(group);
+  uint64_t seen = barrier_released_[group];
+  if (IsScheduler()) {
+    outbox = SchedulerBarrierArriveLocked(group, my_id_);
+  } else {
+    Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
+    msg.meta.mutable_control()->set_barrier_group(group);
+    outbox.push_back(std::move(msg));
+  }
+  lock.unlock();
+  SendAll(&outbox);
+  lock.lock();
+  // The scheduler enforces barrier_timeout_ms and names who is missing; the
+  // extra connect timeout covers its answer travelling back.
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(config_.barrier_timeout_ms +
+                                               config_.connect_timeout_ms);
+  bool released = cv_.wait_until(lock, deadline, [&] {
+    return barrier_released_[group] > seen || dead_.count(kSchedulerId) > 0;
+  });
+  if (barrier_released_[group] > seen) return barrier_status_[group];
+  if (!released) {
+    return Status::Timeout("barrier of " + GroupName(group) +
+                           " got no answer from the scheduler at " +
+                           config_.SchedulerAddress() + " within " +
+                           std::to_string(config_.barrier_timeout_ms +
+                                          config_.connect_timeout_ms) +
+                           " ms");
+  }
+  return peer_failure_;
+}
+
+void Postoffice::OnBarrier(const Message& msg) {
+  int group = msg.meta.control().barrier_group();
+  std::vector<Message> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsScheduler() && msg.meta.request()) {
+      if (!GroupContains(group, msg.meta.sender()) || group <= 0 ||
+          group > kAllGroups) {
+        van_.CountDropped(
+            table_.Describe(msg.meta.sender()),
+            "barrier for group " + std::to_string(group) + " it is not in");
+        return;
+      }
+      outbox = SchedulerBarrierArriveLocked(group, msg.meta.sender());
+    } else if (!IsScheduler() && !msg.meta.request()) {
+      const pb::Control& c = msg.meta.control();
+      SignalOwnBarrierLocked(
+          group,
+          c.error().empty()
+              ? Status::OK()
+              : Status(static_cast<Status::Code>(c.error_code()), c.error()));
+    }
+  }
+  SendAll(&outbox);
+}
+
+void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
+  ++barrier_released_[group];
+  barrier_status_[group] = error;
+  cv_.notify_all();
+}
+
+std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
+                                                              int sender) {
+  SchedulerBarrier& b = barriers_[group];
+  if (b.arrived.empty()) b.started = Clock::now();
+  b.arrived.insert(sender);
+  for (int id : table_.Ids(group)) {
+    if (dead_.count(id) > 0) {
+      return ReleaseBarrierLocked(
+          group, Status::PeerFailed("barrier of " + GroupName(group) +
+                                    " cannot complete: " + table_.Describe(id) +
+                                    " is dead"));
+    }
+  }
+  if (b.arrived.size() == table_.Ids(group).size()) {
+    return ReleaseBarrierLocked(group, Status::OK());
+  }
+  return {};
+}
+
+std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
+                                                      const Status& error) {
+  std::vector<Message> outbox;
+  for (int id : barriers_[group].arrived) {
+    if (id == my_id_) {
+      SignalOwnBarrierLocked(group, error);
+      continue;
+    }
+    Message msg = ControlMessage(pb::BARRIER, id, false);
+    msg.meta.mutable_control()->set_barrier_group(group);
+    msg.meta.mutable_control()->set_error(error.message());
+    msg.meta.mutable_control()->set_error_code(error.code());
+    outbox.push_back(std::move(msg));
+  }
+  if (!error.ok()) LOG(ERROR) << error;
+  barriers_.erase(group);
+  return outbox;
+}
+
+// ---- Monitor thread and failures -------------------------------------------
+
+void Postoffice::MonitorLoop() {
+  int interval = config_.heartbeat_interval_ms;
+  int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
+  std::unique_lock<std::mutex> lock(mu_);
+  scheduler_seen_ = Clock::now();
+  while (!stop_monitor_) {
+    if (tick == 0) {
+      cv_.wait(lock, [&] { return stop_monitor_; });
+      break;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(tick),
+                 [&] { return stop_monitor_; });
+    if (stop_monitor_) break;
+    auto now = Clock::now();
+    std::vector<Message> outbox;
+    std::vector<int> newly_dead;
+    if (IsScheduler()) {
+      outbox = SchedulerCheckLocked(now);
+      for (const auto& [id, seen] : last_seen_) {
+        if (interval > 0 && dead_.count(id) == 0 && departed_.count(id) == 0 &&
+            MsSince(seen, now) > config_.heartbeat_timeout_ms) {
+          newly_dead.push_back(id);
+        }
+      }
+    } else if (interval > 0) {
+      outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+      if (dead_.count(kSchedulerId) == 0 &&
+          MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
+        newly_dead.push_back(kSchedulerId);
+      }
+    }
+    lock.unlock();
+    SendAll(&outbox);
+    if (!newly_dead.empty()) DeclareDead(newly_dead);
+    lock.lock();
+  }
+}
+
+std::vector<Message> Postoffice::SchedulerCheckLocked(Clock::time_point now) {
+  std::vector<Message> outbox;
+  std::vector<int> expired;
+  for (const auto& [group, b] : barriers_) {
+    if (MsSince(b.started, now) > config_.barrier_timeout_ms) {
+      expired.push_back(group);
+    }
+  }
+  for (int group : expired) {
+    std::string missing;
+    for (int id : table_.Ids(group)) {
+      if (barriers_[group].arrived.count(id) == 0) {
+        missing += (missing.empty() ? "" : ", ") + table_.Describe(id);
+      }
+    }
+    auto msgs = ReleaseBarrierLocked(
+        group,
+        Status::Timeout("barrier of " + GroupName(group) + " timed out after " +
+                        std::to_string(config_.barrier_timeout_ms) +
+                        " ms (PS_BARRIER_TIMEOUT_MS); missing: " + missing));
+    for (auto& m : msgs) outbox.push_back(std::move(m));
+  }
+  return outbox;
+}
+
+void Postoffice::DeclareDead(const std::vector<int>& ids) {
+  for (int id : ids) {
+    std::string why = "no heartbeat for more than " +
+                      std::to_string(config_.heartbeat_timeout_ms) +
+                      " ms (PS_HEARTBEAT_TIMEOUT_MS)";
+    std::vector<Message> outbox;
+    if (IsScheduler()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [other, node] : table_.nodes()) {
+        if (other == id || other == my_id_ || dead_.count(other) > 0 ||
+            departed_.count(other) > 0) {
+          continue;
+        }
+        Message msg = ControlMessage(pb::NODE_FAILED, other, false);
+        ToProto(*table_.Find(id), msg.meta.mutable_control()->add_node());
+        msg.meta.mutable_control()->set_error(why);
+        outbox.push_back(std::move(msg));
+      }
+    }
+    SendAll(&outbox);
+    OnPeerFailure(id, Status::PeerFailed(DescribeNode(id) +
+                                         " was declared dead: " + why));
+  }
+}
+
+void Postoffice::OnPeerFailure(int id, const Status& why) {
+  std::function<void(const Status&)> user_handler;
+  std::vector<Message> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_.count(id) > 0) return;
+    dead_.insert(id);
+    if (peer_failure_.ok()) peer_failure_ = why;
+    user_handler = peer_failure_handler_;
+    if (IsScheduler()) {
+      std::vector<int> stuck;
+      for (const auto& [group, b] : barriers_) {
+        if (GroupContains(group, id)) stuck.push_back(group);
+      }
+      for (int group : stuck) {
+        auto msgs = ReleaseBarrierLocked(
+            group, Status::PeerFailed("barrier of " + GroupName(group) +
+                                      " cannot complete: " + why.message()));
+        for (auto& m : msgs) outbox.push_back(std::move(m));
+      }
+    }
+    cv_.notify_all();
+  }
+  LOG(ERROR) << why;
+  SendAll(&outbox);
+  std::vector<std::shared_ptr<Customer>> customers;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    for (auto& [key, c] : customers_) customers.push_back(c);
+  }
+  for (auto& c : customers) {
+    if (c->on_failure) c->on_failure(id, why);
+  }
+  if (user_handler) user_handler(why);
+}
+
+}  // namespace ps

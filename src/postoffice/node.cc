@@ -1,0 +1,49 @@
+// ps::Node: the public face of a Postoffice.
+#include "ps/node.h"
+
+#include "postoffice/postoffice.h"
+
+namespace ps {
+
+Node::Node(const Config& config)
+    : postoffice_(std::make_unique<Postoffice>(config)) {}
+
+Node::~Node() { postoffice_->Stop(); }
+
+Status Node::Bind() { return postoffice_->Bind(); }
+
+Status Node::Start() {
+  Status st = postoffice_->Start();
+  if (!st.ok()) postoffice_->Stop();
+  return st;
+}
+
+Status Node::Barrier(int group) { return postoffice_->Barrier(group); }
+Status Node::Finalize(bool do_barrier) {
+  return postoffice_->Finalize(do_barrier);
+}
+void Node::Stop() { postoffice_->Stop(); }
+
+const Config& Node::config() const { return postoffice_->config(); }
+Role Node::role() const { return config().role; }
+int Node::id() const { return postoffice_->id(); }
+int Node::rank() const { return postoffice_->rank(); }
+int Node::num_servers() const { return config().num_servers; }
+int Node::num_workers() const { return config().num_workers; }
+int Node::port() const { return postoffice_->port(); }
+std::vector<int> Node::GetNodeIds(int group) const {
+  return postoffice_->GetNodeIds(group);
+}
+std::string Node::DescribeNode(int id) const {
+  return postoffice_->DescribeNode(id);
+}
+uint64_t Node::num_dropped_messages() const {
+  return postoffice_->num_dropped();
+}
+Status Node::peer_failure() const { return postoffice_->peer_failure(); }
+void Node::SetPeerFailureHandler(std::function<void(const Status&)> handler) {
+  postoffice_->SetPeerFailureHandler(std::move(handler));
+}
+Postoffice* Node::postoffice() const { return postoffice_.get(); }
+
+}  // namespace ps

@@ -1,0 +1,343 @@
+// Postoffice: message dispatch, barriers, heartbeats and failure handling.
+// Rendezvous lives in rendezvous.cc.
+#include "postoffice/postoffice.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace ps {
+
+namespace {
+constexpr size_t kMaxEarlyMessages = 10000;
+constexpr int kLingerMs = 1000;
+
+}  // namespace
+
+Postoffice::Postoffice(const Config& config) : config_(config) {}
+
+Postoffice::~Postoffice() { Stop(); }
+
+Status Postoffice::Bind() {
+  if (bound_) return Status::OK();
+  PS_RETURN_IF_ERROR(van_.Bind(config_.node_host, config_.port,
+                               config_.port_range_lo, config_.port_range_hi));
+  van_.set_identity(config_.node_host + ":" + std::to_string(van_.port()));
+  bound_ = true;
+  return Status::OK();
+}
+
+Status Postoffice::Start() {
+  CHECK(!started_) << "Start() twice";
+  PS_RETURN_IF_ERROR(Bind());
+  started_ = true;
+  if (IsScheduler()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    my_id_ = kSchedulerId;
+    my_rank_ = 0;
+    table_.Add(NodeInfo{Role::kScheduler, kSchedulerId, 0, config_.node_host,
+                        port(), -1});
+  }
+  van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
+  Status st = IsScheduler() ? StartScheduler() : StartMember();
+  if (!st.ok()) return st;
+  monitor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ps-monitor");
+    MonitorLoop();
+  });
+  if (config_.verbose >= 1) {
+    LOG(INFO) << DescribeNode(id()) << " is ready";
+  }
+  return Status::OK();
+}
+
+int Postoffice::id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return my_id_;
+}
+
+int Postoffice::rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return my_rank_;
+}
+
+std::vector<int> Postoffice::GetNodeIds(int group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.Ids(group);
+}
+
+std::string Postoffice::DescribeNode(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.Describe(id);
+}
+
+Status Postoffice::peer_failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_failure_;
+}
+
+void Postoffice::SetPeerFailureHandler(
+    std::function<void(const Status&)> handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_failure_handler_ = std::move(handler);
+}
+
+Message Postoffice::ControlMessage(pb::Command cmd, int recver,
+                                   bool request) const {
+  Message msg;
+  msg.meta.mutable_control()->set_cmd(cmd);
+  msg.meta.set_recver(recver);
+  msg.meta.set_request(request);
+  return msg;
+}
+
+Status Postoffice::Send(Message* msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    msg->meta.set_sender(my_id_);
+  }
+  if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
+  return van_.Send(msg);
+}
+
+void Postoffice::SendAll(std::vector<Message>* outbox) {
+  for (Message& msg : *outbox) {
+    Status st = Send(&msg);
+    if (!st.ok()) LOG(WARNING) << "sending " << DebugString(msg) << ": " << st;
+  }
+  outbox->clear();
+}
+
+void Postoffice::CountDropped(int sender, const std::string& why) {
+  van_.CountDropped(DescribeNode(sender), why);
+}
+
+// ---- Receive thread --------------------------------------------------------
+
+void Postoffice::OnMessage(Message&& msg) {
+  if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
+  int sender = msg.meta.sender();
+  pb::Command cmd = msg.meta.control().cmd();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool scheduler_add = IsScheduler() && cmd == pb::ADD_NODE;
+    bool from_scheduler = !IsScheduler() && sender == kSchedulerId;
+    bool known = sender != my_id_ && table_.Find(sender) != nullptr;
+    if (!scheduler_add && !from_scheduler && !known) {
+      // A peer may learn the node table (and send) before we do.
+      if (!ready_ && cmd == pb::EMPTY && early_.size() < kMaxEarlyMessages) {
+        early_.push_back(std::move(msg));
+        return;
+      }
+      van_.CountDropped("node id " + std::to_string(sender),
+                        "unknown sender of " + DebugString(msg));
+      return;
+    }
+    if (IsScheduler() && known) last_seen_[sender] = Clock::now();
+    if (from_scheduler) scheduler_seen_ = Clock::now();
+  }
+  if (cmd == pb::EMPTY) {
+    DispatchData(std::move(msg));
+  } else {
+    OnControl(std::move(msg));
+  }
+}
+
+void Postoffice::OnControl(Message&& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  switch (ctrl.cmd()) {
+    case pb::ADD_NODE:
+      if (IsScheduler() && msg.meta.request()) {
+        SchedulerOnAddNode(msg);
+      } else if (!IsScheduler() && !msg.meta.request()) {
+        MemberOnNodeTable(msg);
+      } else {
+        CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+      }
+      return;
+    case pb::ACK: {
+      std::lock_guard<std::mutex> lock(mu_);
+      acked_ = true;
+      cv_.notify_all();
+      return;
+    }
+    case pb::BARRIER:
+      OnBarrier(msg);
+      return;
+    case pb::HEARTBEAT:
+      if (IsScheduler() && msg.meta.request()) {
+        Message reply = ControlMessage(pb::HEARTBEAT, msg.meta.sender(), false);
+        Send(&reply);
+      }
+      return;
+    case pb::TERMINATE: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (IsScheduler()) departed_.insert(msg.meta.sender());
+      cv_.notify_all();
+      return;
+    }
+    case pb::NODE_FAILED:
+      OnNodeFailed(msg);
+      return;
+    default:
+      CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+  }
+}
+
+void Postoffice::OnNodeFailed(const Message& msg) {
+  if (msg.meta.control().node_size() != 1) {
+    CountDropped(msg.meta.sender(), "NODE_FAILED without exactly one node");
+    return;
+  }
+  NodeInfo dead = FromProto(msg.meta.control().node(0));
+  OnPeerFailure(dead.id, Status::PeerFailed(DescribeNode(dead.id) +
+                                            " was declared dead: " +
+                                            msg.meta.control().error()));
+}
+
+void Postoffice::DispatchData(Message&& msg) {
+  bool request = msg.meta.request();
+  bool ok_role =
+      request ? config_.role == Role::kServer && IsWorkerId(msg.meta.sender())
+              : config_.role == Role::kWorker && IsServerId(msg.meta.sender());
+  if (!ok_role) {
+    CountDropped(msg.meta.sender(), std::string("a ") + RoleName(config_.role) +
+                                        " does not take " + DebugString(msg));
+    return;
+  }
+  CustomerKey key{request, msg.meta.app_id(),
+                  request ? -1 : msg.meta.customer_id()};
+  std::shared_ptr<Customer> customer;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    auto it = customers_.find(key);
+    if (it == customers_.end()) {
+      // Requests may come before the server set its request handle (a
+      // worker may learn of the start barrier's end first): hold them.
+      if (request && held_count_ < kMaxEarlyMessages) {
+        held_[key].push_back(std::move(msg));
+        ++held_count_;
+        return;
+      }
+    } else {
+      customer = it->second;
+      customer->mailbox.push_back(std::move(msg));
+      if (customer->delivering) return;  // its deliverer drains the mailbox
+      customer->delivering = true;
+    }
+  }
+  if (customer == nullptr) {
+    CountDropped(
+        msg.meta.sender(),
+        "no customer for app " + std::to_string(msg.meta.app_id()) +
+            (request ? ""
+                     : " customer " + std::to_string(msg.meta.customer_id())));
+    return;
+  }
+  Deliver(customer);
+}
+
+void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
+  std::unique_lock<std::mutex> lock(customers_mu_);
+  customer->deliverer = std::this_thread::get_id();
+  while (!customer->mailbox.empty()) {
+    Message msg = std::move(customer->mailbox.front());
+    customer->mailbox.pop_front();
+    lock.unlock();
+    customer->on_data(std::move(msg));
+    lock.lock();
+  }
+  customer->delivering = false;
+  customer->deliverer = std::thread::id();
+  customers_cv_.notify_all();
+}
+
+void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
+                                  DataHandler on_data,
+                                  FailureHandler on_failure) {
+  auto customer = std::make_shared<Customer>();
+  customer->on_data = std::move(on_data);
+  customer->on_failure = std::move(on_failure);
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+    CHECK(customers_.count(key) == 0)
+        << "app " << app_id << " customer " << customer_id
+        << " is registered twice on one node";
+    customers_[key] = customer;
+    auto held = held_.find(key);
+    if (held == held_.end()) return;
+    for (Message& m : held->second) customer->mailbox.push_back(std::move(m));
+    held_count_ -= held->second.size();
+    held_.erase(held);
+    customer->delivering = true;
+  }
+  Deliver(customer);  // the held requests, on this thread, in order
+}
+
+void Postoffice::UnregisterCustomer(bool requests, int app_id,
+                                    int customer_id) {
+  std::unique_lock<std::mutex> lock(customers_mu_);
+  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+  auto it = customers_.find(key);
+  if (it == customers_.end()) return;
+  std::shared_ptr<Customer> customer = it->second;
+  customers_.erase(it);
+  if (customer->deliverer == std::this_thread::get_id()) return;
+  customers_cv_.wait(lock, [&] { return !customer->delivering; });
+}
+
+// ---- Shutdown --------------------------------------------------------------
+
+Status Postoffice::Finalize(bool do_barrier) {
+  Status st;
+  if (do_barrier && started_ && ready_) st = Barrier(kAllGroups);
+  if (IsScheduler() && st.ok()) {
+    // Stay until every member said it leaves, so none sends into the void.
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t members = table_.nodes().size() - 1;
+    cv_.wait_for(lock, std::chrono::milliseconds(config_.connect_timeout_ms),
+                 [&] { return departed_.size() + dead_.size() >= members; });
+  }
+  Stop();
+  return st;
+}
+
+void Postoffice::Abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+  }
+  Stop();
+}
+
+void Postoffice::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  bool say_goodbye = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_monitor_ = true;
+    say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
+                  dead_.count(kSchedulerId) == 0;
+    cv_.notify_all();
+  }
+  if (monitor_.joinable()) monitor_.join();
+  if (say_goodbye) {
+    Message bye = ControlMessage(pb::TERMINATE, kSchedulerId, true);
+    Send(&bye);
+  }
+  van_.Stop(say_goodbye ? kLingerMs : 0);
+  std::vector<std::shared_ptr<Customer>> customers;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    for (auto& [key, c] : customers_) customers.push_back(c);
+  }
+  Status aborted = Status::Aborted("node stopped");
+  for (auto& c : customers) {
+    if (c->on_failure) c->on_failure(-1, aborted);
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,166 @@
+// Postoffice: the state machine of one node behind ps::Node. It owns the
+// van, the node table, rendezvous, barriers, heartbeats, failure detection
+// and the dispatch of data messages to the KV layer's customers.
+//
+// Threads (docs/threads.md): the van's receive thread runs OnMessage and
+// every handler; the monitor thread "ps-monitor" sends heartbeats (members)
+// or checks liveness and barrier deadlines (scheduler). Locks: mu_ guards
+// the node state; customers_mu_ guards the customer registry; neither is
+// held while a handler or callback runs or while a message is sent.
+#ifndef PS_SRC_POSTOFFICE_POSTOFFICE_H_
+#define PS_SRC_POSTOFFICE_POSTOFFICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "postoffice/node_table.h"
+#include "ps/config.h"
+#include "ps/status.h"
+#include "van/message.h"
+#include "van/van.h"
+
+namespace ps {
+
+class Postoffice {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Gets each data message for a customer; runs on the receive thread.
+  using DataHandler = std::function<void(Message&& msg)>;
+  // Told that node `id` failed (-1: this node stops); receive or caller
+  // thread, never under a lock.
+  using FailureHandler = std::function<void(int id, const Status& why)>;
+
+  explicit Postoffice(const Config& config);
+  ~Postoffice();
+
+  Status Bind();
+  Status Start();
+  Status Barrier(int group);
+  Status Finalize(bool do_barrier);
+  void Stop();
+  // Stops without telling the scheduler, as a crashed process would (tests).
+  void Abandon();
+
+  const Config& config() const { return config_; }
+  int id() const;
+  int rank() const;
+  int port() const { return van_.port(); }
+  std::vector<int> GetNodeIds(int group) const;
+  std::string DescribeNode(int id) const;
+  uint64_t num_dropped() const { return van_.num_dropped(); }
+  Status peer_failure() const;
+  void SetPeerFailureHandler(std::function<void(const Status&)> handler);
+
+  // KV layer. A server registers (true, app_id, -1) for requests; a worker
+  // registers (false, app_id, customer_id) for responses.
+  void RegisterCustomer(bool requests, int app_id, int customer_id,
+                        DataHandler on_data, FailureHandler on_failure);
+  // Waits for a running handler of this customer to return (unless called
+  // from inside it).
+  void UnregisterCustomer(bool requests, int app_id, int customer_id);
+  // Sends msg to meta.recver(), stamping the sender. Any thread.
+  Status Send(Message* msg);
+  // Counts and logs a dropped message from node `sender`.
+  void CountDropped(int sender, const std::string& why);
+
+ private:
+  using CustomerKey = std::tuple<bool, int, int>;
+  struct Customer {
+    DataHandler on_data;
+    FailureHandler on_failure;
+    // Guarded by customers_mu_: messages not yet handled, whether a thread
+    // is draining them (handlers of one customer never run concurrently),
+    // and which thread.
+    std::deque<Message> mailbox;
+    bool delivering = false;
+    std::thread::id deliverer;
+  };
+
+  // Receive thread.
+  void OnMessage(Message&& msg);
+  void OnControl(Message&& msg);
+  void OnBarrier(const Message& msg);
+  void OnNodeFailed(const Message& msg);
+  void DispatchData(Message&& msg);
+  // Drains customer's mailbox on this thread; customer->delivering is set.
+  void Deliver(const std::shared_ptr<Customer>& customer);
+
+  // Rendezvous (rendezvous.cc).
+  Status StartScheduler();
+  Status StartMember();
+  void SchedulerOnAddNode(const Message& msg);
+  void MemberOnNodeTable(const Message& msg);
+  // Assigns ranks, rekeys the connections and returns one node table
+  // message per member; *new_ids maps each temporary id to the assigned one.
+  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids);
+  std::string RendezvousShortfallLocked() const;
+
+  // Barrier bookkeeping at the scheduler; returns the messages to send.
+  std::vector<Message> SchedulerBarrierArriveLocked(int group, int sender);
+  std::vector<Message> ReleaseBarrierLocked(int group, const Status& error);
+  void SignalOwnBarrierLocked(int group, const Status& error);
+
+  // Monitor thread and failures.
+  void MonitorLoop();
+  std::vector<Message> SchedulerCheckLocked(Clock::time_point now);
+  void DeclareDead(const std::vector<int>& ids);
+  void OnPeerFailure(int id, const Status& why);
+  void SendAll(std::vector<Message>* outbox);
+  Message ControlMessage(pb::Command cmd, int recver, bool request) const;
+  bool IsScheduler() const { return config_.role == Role::kScheduler; }
+
+  const Config config_;
+  Van van_;
+  bool bound_ = false;
+  bool started_ = false;
+  bool stopped_ = false;
+  bool abandoned_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  NodeTable table_;
+  int my_id_ = 0;
+  int my_rank_ = -1;
+  bool acked_ = false;
+  bool ready_ = false;
+  Status start_error_;
+  std::vector<NodeInfo> arrivals_;  // scheduler, in order of arrival
+  int next_temp_id_ = -1000;        // scheduler: ids before rank assignment
+  std::map<int, Clock::time_point> last_seen_;  // scheduler: per node
+  Clock::time_point scheduler_seen_;            // member
+  std::set<int> dead_;
+  std::set<int> departed_;
+  struct SchedulerBarrier {
+    std::set<int> arrived;
+    Clock::time_point started;
+  };
+  std::map<int, SchedulerBarrier> barriers_;  // scheduler, by group
+  std::map<int, uint64_t> barrier_released_;  // by group: releases seen
+  std::map<int, Status> barrier_status_;      // by group: last release
+  Status peer_failure_;
+  std::function<void(const Status&)> peer_failure_handler_;
+  bool stop_monitor_ = false;
+  std::thread monitor_;
+
+  std::vector<Message> early_;  // receive thread only: data before ready
+
+  std::mutex customers_mu_;
+  std::condition_variable customers_cv_;
+  std::map<CustomerKey, std::shared_ptr<Customer>> customers_;
+  std::map<CustomerKey, std::vector<Message>> held_;  // no customer yet
+  size_t held_count_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SRC_POSTOFFICE_POSTOFFICE_H_

@@ -1,0 +1,218 @@
+// Rendezvous: members register with the scheduler (ADD_NODE), the scheduler
+// assigns ranks once all arrived and sends everyone the node table.
+//
+//   member                          scheduler
+//   ADD_NODE request (my address) ->  connect back, ACK, CheckRequestedRank
+//   <- ACK                            (all arrived) AssignRanks
+//   <- ADD_NODE response (table)      ... to every member
+//   connect to the peers it talks to
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "postoffice/postoffice.h"
+
+namespace ps {
+
+Status Postoffice::StartScheduler() {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
+  if (cv_.wait_until(lock, deadline, [&] { return ready_; })) {
+    return Status::OK();
+  }
+  Status st = Status::Timeout(
+      "rendezvous at the scheduler " + config_.SchedulerAddress() +
+      " timed out after " + std::to_string(config_.rendezvous_timeout_ms) +
+      " ms (PS_RENDEZVOUS_TIMEOUT_MS): " + RendezvousShortfallLocked());
+  std::vector<Message> outbox;
+  for (const NodeInfo& n : arrivals_) {
+    Message msg = ControlMessage(pb::ADD_NODE, n.id, false);
+    msg.meta.mutable_control()->set_error(st.message());
+    msg.meta.mutable_control()->set_error_code(st.code());
+    outbox.push_back(std::move(msg));
+  }
+  lock.unlock();
+  SendAll(&outbox);
+  return st;
+}
+
+std::string Postoffice::RendezvousShortfallLocked() const {
+  int servers = 0, workers = 0;
+  std::string addresses;
+  for (const NodeInfo& n : arrivals_) {
+    (n.role == Role::kServer ? servers : workers)++;
+    addresses += std::string(addresses.empty() ? "" : ", ") + RoleName(n.role) +
+                 " at " + n.Address();
+  }
+  return std::to_string(servers) + " of " +
+         std::to_string(config_.num_servers) + " servers and " +
+         std::to_string(workers) + " of " +
+         std::to_string(config_.num_workers) + " workers arrived" +
+         (addresses.empty() ? "" : " (" + addresses + ")");
+}
+
+Status Postoffice::StartMember() {
+  PS_RETURN_IF_ERROR(
+      van_.Connect(kSchedulerId, config_.root_uri, config_.root_port));
+  Message hello = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
+  NodeInfo me{config_.role, 0, -1, config_.node_host, port(), config_.rank};
+  ToProto(me, hello.meta.mutable_control()->add_node());
+  PS_RETURN_IF_ERROR(Send(&hello));
+  std::unique_lock<std::mutex> lock(mu_);
+  auto connect_deadline =
+      Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
+  if (!cv_.wait_until(lock, connect_deadline, [&] { return acked_; })) {
+    return Status::Unavailable("scheduler at " + config_.SchedulerAddress() +
+                               " did not answer within " +
+                               std::to_string(config_.connect_timeout_ms) +
+                               " ms (PS_CONNECT_TIMEOUT_MS)");
+  }
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms +
+                                               config_.connect_timeout_ms);
+  if (!cv_.wait_until(lock, deadline,
+                      [&] { return ready_ || !start_error_.ok(); })) {
+    return Status::Timeout("no node table from the scheduler at " +
+                           config_.SchedulerAddress() + " within " +
+                           std::to_string(config_.rendezvous_timeout_ms) +
+                           " ms (PS_RENDEZVOUS_TIMEOUT_MS)");
+  }
+  return start_error_;
+}
+
+void Postoffice::SchedulerOnAddNode(const Message& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  if (ctrl.node_size() != 1 || ctrl.node(0).role() == pb::SCHEDULER ||
+      !pb::NodeRole_IsValid(ctrl.node(0).role())) {
+    CountDropped(msg.meta.sender(), "malformed ADD_NODE");
+    return;
+  }
+  NodeInfo node = FromProto(ctrl.node(0));
+  std::vector<Message> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    node.id = next_temp_id_--;
+    Status st = van_.Connect(node.id, node.host, node.port);
+    if (!st.ok()) {
+      LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
+                   << ": " << st;
+      return;
+    }
+    // The ACK answers this node, and goes first: a member waits for it
+    // before it accepts a node table.
+    outbox.push_back(ControlMessage(pb::ACK, node.id, false));
+    int have = static_cast<int>(
+        std::count_if(arrivals_.begin(), arrivals_.end(),
+                      [&](const NodeInfo& n) { return n.role == node.role; }));
+    int want =
+        node.role == Role::kServer ? config_.num_servers : config_.num_workers;
+    if (ready_ || have >= want) {
+      st = Status::InvalidArgument(
+          std::string("one ") + RoleName(node.role) +
+          " too many: " + node.Address() + " registered after all " +
+          std::to_string(want) + " expected had arrived");
+    } else {
+      st = CheckRequestedRank(node, arrivals_, config_.num_servers,
+                              config_.num_workers);
+    }
+    if (!st.ok()) {
+      LOG(ERROR) << st;
+      Message reject = ControlMessage(pb::ADD_NODE, node.id, false);
+      reject.meta.mutable_control()->set_error(st.message());
+      reject.meta.mutable_control()->set_error_code(st.code());
+      outbox.push_back(std::move(reject));
+    } else {
+      arrivals_.push_back(node);
+      if (config_.verbose >= 1) {
+        LOG(INFO) << RoleName(node.role) << " at " << node.Address()
+                  << " registered; " << RendezvousShortfallLocked();
+      }
+      if (static_cast<int>(arrivals_.size()) ==
+          config_.num_servers + config_.num_workers) {
+        // Ranks are assigned and connections rekeyed before the ACK leaves:
+        // address it by the id this node was given.
+        std::map<int, int> new_ids;
+        std::vector<Message> table_msgs = CompleteRendezvousLocked(&new_ids);
+        outbox[0].meta.set_recver(new_ids.at(node.id));
+        for (auto& m : table_msgs) outbox.push_back(std::move(m));
+      }
+    }
+  }
+  SendAll(&outbox);
+}
+
+std::vector<Message> Postoffice::CompleteRendezvousLocked(
+    std::map<int, int>* new_ids) {
+  std::vector<NodeInfo> assigned = AssignRanks(arrivals_);
+  CHECK_EQ(assigned.size(), arrivals_.size());
+  for (size_t i = 0; i < assigned.size(); ++i) {
+    (*new_ids)[arrivals_[i].id] = assigned[i].id;
+    van_.Rekey(arrivals_[i].id, assigned[i].id);
+    table_.Add(assigned[i]);
+    last_seen_[assigned[i].id] = Clock::now();
+  }
+  std::vector<Message> outbox;
+  for (const NodeInfo& n : assigned) {
+    Message msg = ControlMessage(pb::ADD_NODE, n.id, false);
+    for (const auto& [id, info] : table_.nodes()) {
+      ToProto(info, msg.meta.mutable_control()->add_node());
+    }
+    outbox.push_back(std::move(msg));
+  }
+  ready_ = true;
+  cv_.notify_all();
+  if (config_.verbose >= 1) {
+    for (const auto& [id, info] : table_.nodes()) {
+      LOG(INFO) << "node table: id " << id << " = " << info.Describe();
+    }
+  }
+  return outbox;
+}
+
+void Postoffice::MemberOnNodeTable(const Message& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  std::vector<Message> early;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_) {
+      van_.CountDropped("scheduler", "a second node table");
+      return;
+    }
+    if (!ctrl.error().empty()) {
+      start_error_ =
+          Status(static_cast<Status::Code>(ctrl.error_code()), ctrl.error());
+      if (start_error_.ok()) start_error_ = Status::Internal(ctrl.error());
+      cv_.notify_all();
+      return;
+    }
+    NodeTable table;
+    for (const pb::NodeInfo& p : ctrl.node()) table.Add(FromProto(p));
+    const NodeInfo* me = table.Find(msg.meta.recver());
+    if (me == nullptr || me->role != config_.role) {
+      start_error_ = Status::Corruption("node table without this node");
+      cv_.notify_all();
+      return;
+    }
+    // Workers talk to servers, servers to workers; all to the scheduler.
+    int peers = config_.role == Role::kWorker ? kServerGroup : kWorkerGroup;
+    for (int id : table.Ids(peers)) {
+      const NodeInfo* n = table.Find(id);
+      Status st = van_.Connect(id, n->host, n->port);
+      if (!st.ok()) {
+        start_error_ = st;
+        cv_.notify_all();
+        return;
+      }
+    }
+    my_id_ = me->id;
+    my_rank_ = me->rank;
+    table_ = std::move(table);
+    ready_ = true;
+    early.swap(early_);
+    cv_.notify_all();
+  }
+  for (Message& m : early) OnMessage(std::move(m));
+}
+
+}  // namespace ps

@@ -1,0 +1,123 @@
+// Message codec: header serialisation and validating decode.
+#include "van/codec.h"
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+namespace ps {
+
+size_t DataTypeSize(int type) {
+  switch (type) {
+    case pb::CHAR:
+    case pb::INT8:
+    case pb::UINT8:
+      return 1;
+    case pb::INT16:
+    case pb::UINT16:
+      return 2;
+    case pb::INT32:
+    case pb::UINT32:
+    case pb::FLOAT:
+      return 4;
+    case pb::INT64:
+    case pb::UINT64:
+    case pb::DOUBLE:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+std::string EncodeHeader(Message* msg) {
+  CHECK_EQ(static_cast<size_t>(msg->meta.data_type_size()), msg->data.size())
+      << "every data frame needs a data type";
+  msg->meta.clear_data_size();
+  for (const auto& frame : msg->data) msg->meta.add_data_size(frame.size());
+  std::string header;
+  CHECK(msg->meta.SerializeToString(&header));
+  return header;
+}
+
+namespace {
+
+// A copy of `frame` in a buffer aligned for `align`-byte elements.
+SArray<char> Realign(const SArray<char>& frame, size_t align) {
+  if (reinterpret_cast<uintptr_t>(frame.data()) % align == 0) return frame;
+  SArray<uint64_t> aligned((frame.size() + 7) / 8);
+  SArray<char> out = SArray<char>(aligned).segment(0, frame.size());
+  std::memcpy(out.data(), frame.data(), frame.size());
+  return out;
+}
+
+Status CheckFrames(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
+  if (meta.data_type_size() != meta.data_size_size()) {
+    return Status::Corruption(
+        "header lists " + std::to_string(meta.data_type_size()) +
+        " data types but " + std::to_string(meta.data_size_size()) + " sizes");
+  }
+  if (static_cast<size_t>(meta.data_size_size()) != frames->size()) {
+    return Status::Corruption(
+        "header announces " + std::to_string(meta.data_size_size()) +
+        " data frames, got " + std::to_string(frames->size()));
+  }
+  for (size_t i = 0; i < frames->size(); ++i) {
+    size_t type_size = DataTypeSize(meta.data_type(i));
+    size_t bytes = (*frames)[i].size();
+    if (type_size == 0) {
+      return Status::Corruption("frame " + std::to_string(i) +
+                                " has unknown data type " +
+                                std::to_string(meta.data_type(i)));
+    }
+    if (bytes != meta.data_size(i)) {
+      return Status::Corruption("frame " + std::to_string(i) + " is " +
+                                std::to_string(bytes) + " bytes, header says " +
+                                std::to_string(meta.data_size(i)));
+    }
+    if (bytes % type_size != 0) {
+      return Status::Corruption("frame " + std::to_string(i) + " of " +
+                                std::to_string(bytes) +
+                                " bytes is not a whole number of " +
+                                std::to_string(type_size) + "-byte elements");
+    }
+    (*frames)[i] = Realign((*frames)[i], type_size);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<Message> Decode(const char* header, size_t header_size,
+                         std::vector<SArray<char>> frames) {
+  Message msg;
+  if (header_size > static_cast<size_t>(INT32_MAX) ||
+      !msg.meta.ParseFromArray(header, static_cast<int>(header_size))) {
+    return Status::Corruption("header of " + std::to_string(header_size) +
+                              " bytes does not parse");
+  }
+  if (!pb::Command_IsValid(msg.meta.control().cmd())) {
+    return Status::Corruption("unknown control command " +
+                              std::to_string(msg.meta.control().cmd()));
+  }
+  PS_RETURN_IF_ERROR(CheckFrames(msg.meta, &frames));
+  msg.data = std::move(frames);
+  return msg;
+}
+
+std::string DebugString(const Message& msg) {
+  const pb::Meta& m = msg.meta;
+  std::string s = pb::Command_Name(m.control().cmd());
+  s += m.request() ? " request" : " response";
+  if (m.control().cmd() == pb::EMPTY) {
+    s += std::string(m.push() ? " push" : "") + (m.pull() ? " pull" : "");
+    s += " app " + std::to_string(m.app_id()) + " customer " +
+         std::to_string(m.customer_id()) + " ts " +
+         std::to_string(m.timestamp());
+  }
+  s += " from id " + std::to_string(m.sender()) + " to id " +
+       std::to_string(m.recver()) + ", " + std::to_string(msg.data.size()) +
+       " frames";
+  return s;
+}
+
+}  // namespace ps

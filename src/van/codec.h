@@ -1,0 +1,34 @@
+// The message codec: Message <-> (header bytes, data frames). Pure functions,
+// no sockets, so malformed input can be unit tested. Decode validates
+// everything a peer could get wrong and never aborts on bad input.
+#ifndef PS_SRC_VAN_CODEC_H_
+#define PS_SRC_VAN_CODEC_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ps/sarray.h"
+#include "ps/status.h"
+#include "van/message.h"
+
+namespace ps {
+
+// Bytes per element of a pb::DataType; 0 for an unknown type.
+size_t DataTypeSize(int type);
+
+// Serialises msg->meta after filling data_size from msg->data. The frames
+// themselves are sent as they are (no copy). A data_type count that differs
+// from the frame count is a bug (CHECK).
+std::string EncodeHeader(Message* msg);
+
+// Parses `header` and adopts `frames` (no copy unless a frame is misaligned
+// for its element type, which ZeroMQ never does in practice). Errors:
+// unparsable header, unknown command or data type, frame count or size
+// different from the header's, a size not a multiple of the element size.
+StatusOr<Message> Decode(const char* header, size_t header_size,
+                         std::vector<SArray<char>> frames);
+
+}  // namespace ps
+
+#endif  // PS_SRC_VAN_CODEC_H_

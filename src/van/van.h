@@ -1,0 +1,95 @@
+// Van: the ZeroMQ transport of one node. One ROUTER socket, bound by Bind()
+// and owned by the receive thread ("ps-van-recv"), receives every message;
+// one DEALER socket per peer sends to it.
+//
+// Threading: Send() may be called from any thread. Each DEALER is guarded by
+// its own mutex; ZeroMQ allows a socket to be used from several threads as
+// long as each hand-over passes a full memory barrier, which the mutex
+// provides. The receive handler runs on the receive thread, never under a
+// lock of the Van. Connect/Rekey/Disconnect may be called from any thread.
+//
+// Zero copy: data frames are sent with zmq_msg_init_data and a free function
+// that drops one reference of the SArray's buffer (frames of at most 32
+// bytes, which ZeroMQ keeps inside the zmq_msg_t, are copied instead); received frames are
+// received into heap-held zmq_msg_t's whose deleter closes them, and the
+// SArrays handed up point into the frame's data.
+#ifndef PS_SRC_VAN_VAN_H_
+#define PS_SRC_VAN_VAN_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "ps/status.h"
+#include "van/message.h"
+
+namespace ps {
+
+class Van {
+ public:
+  // Receives each well-formed message; runs on the receive thread.
+  using Handler = std::function<void(Message&& msg)>;
+
+  Van();
+  ~Van();  // Stop()s
+  Van(const Van&) = delete;
+  Van& operator=(const Van&) = delete;
+
+  // Binds the ROUTER on `host` (a numeric IPv4, else all interfaces) at
+  // `port`; port 0 with a range [lo, hi] takes the first free port in it,
+  // port 0 without one an ephemeral port. Errors name the port or range.
+  Status Bind(const std::string& host, int port, int range_lo, int range_hi);
+  int port() const { return port_; }
+  // The name other nodes see in our routing id: "host:port".
+  void set_identity(const std::string& identity) { identity_ = identity; }
+
+  // Starts the receive thread. Bind() must have succeeded.
+  void Start(Handler handler);
+  // Closes every socket and joins the receive thread. Pending outbound
+  // messages get up to `linger_ms` to leave. Idempotent.
+  void Stop(int linger_ms);
+
+  // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
+  Status Connect(int id, const std::string& host, int port);
+  // Moves the connection known as `old_id` to `new_id`.
+  void Rekey(int old_id, int new_id);
+  void Disconnect(int id);
+  bool IsConnected(int id) const;
+
+  // Sends msg to msg->meta.recver(); fills the header's data sizes.
+  Status Send(Message* msg);
+
+  // Counts and logs (WARNING) a dropped message from `from`.
+  void CountDropped(const std::string& from, const std::string& why);
+  uint64_t num_dropped() const { return num_dropped_.load(); }
+
+ private:
+  struct Peer;
+
+  void ReceiveLoop();
+  // Receives one multipart message; false when the context is shut down.
+  bool ReceiveOne();
+  std::shared_ptr<Peer> FindPeer(int id) const;
+
+  void* context_ = nullptr;
+  void* router_ = nullptr;  // owned by the receive thread once started
+  int port_ = 0;
+  std::string identity_;
+  Handler handler_;
+  std::thread receiver_;
+  bool stopped_ = false;
+
+  mutable std::mutex peers_mu_;  // guards peers_ (not the sockets in it)
+  std::unordered_map<int, std::shared_ptr<Peer>> peers_;
+
+  std::atomic<uint64_t> num_dropped_{0};
+};
+
+}  // namespace ps
+
+#endif  // PS_SRC_VAN_VAN_H_

@@ -1,0 +1,365 @@
+// In-process multi-node tests: scheduler + servers + workers as threads.
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <numeric>
+#include <string>
+#include <thread>
+
+#include "cluster.h"
+#include "postoffice/postoffice.h"
+#include "ps/kv_app.h"
+
+namespace ps {
+namespace {
+
+using Servers = std::vector<std::unique_ptr<KVServer<float>>>;
+
+// Every server runs KVServerDefaultHandle<float> (app 0).
+Servers StartDefaultServers(Cluster* c,
+                            std::vector<KVServerDefaultHandle<float>>* h) {
+  Servers out;
+  h->resize(c->servers.size());
+  for (size_t i = 0; i < c->servers.size(); ++i) {
+    out.push_back(std::make_unique<KVServer<float>>(c->servers[i].get(), 0));
+    auto* handle = &(*h)[i];
+    out.back()->set_request_handle(
+        [handle](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+          (*handle)(m, d, s);
+        });
+  }
+  return out;
+}
+
+TEST(InProc, RanksIdsAndGroups) {
+  Cluster c(2, 3);
+  ASSERT_TRUE(c.Start());
+  EXPECT_EQ(c.scheduler->id(), kSchedulerId);
+  std::set<int> server_ranks, worker_ranks;
+  for (auto& s : c.servers) {
+    EXPECT_EQ(s->id(), ServerRankToId(s->rank()));
+    server_ranks.insert(s->rank());
+  }
+  for (auto& w : c.workers) {
+    EXPECT_EQ(w->id(), WorkerRankToId(w->rank()));
+    worker_ranks.insert(w->rank());
+  }
+  EXPECT_EQ(server_ranks, (std::set<int>{0, 1}));
+  EXPECT_EQ(worker_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(c.workers[0]->GetNodeIds(kServerGroup), (std::vector<int>{8, 10}));
+  EXPECT_EQ(c.workers[0]->GetNodeIds(kWorkerGroup | kScheduler),
+            (std::vector<int>{1, 9, 11, 13}));
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, HonoursRequestedRanks) {
+  Cluster c(2, 2);
+  c.servers[0] = std::make_unique<Node>([&] {
+    Config cfg = c.servers[0]->config();
+    cfg.rank = 1;
+    return cfg;
+  }());
+  ASSERT_TRUE(c.Start());
+  EXPECT_EQ(c.servers[0]->rank(), 1);
+  EXPECT_EQ(c.servers[1]->rank(), 0);
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, DuplicateRequestedRankIsAnError) {
+  Cluster c(2, 1, [](Config* cfg) {
+    cfg->rendezvous_timeout_ms = 1500;
+    if (cfg->role == Role::kServer) cfg->rank = 0;
+  });
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  int rank_errors = 0;
+  for (size_t i = 1; i <= 2; ++i) {
+    if (st[i].message().find("PS_RANK=0 of server") != std::string::npos &&
+        st[i].message().find("already taken") != std::string::npos) {
+      ++rank_errors;
+    }
+  }
+  EXPECT_EQ(rank_errors, 1);
+  EXPECT_EQ(st[0].code(), Status::kTimeout) << st[0];
+  EXPECT_NE(st[0].message().find("1 of 2 servers"), std::string::npos) << st[0];
+}
+
+TEST(InProc, BarrierOfEveryGroup) {
+  Cluster c(2, 2);
+  ASSERT_TRUE(c.Start());
+  for (int group : {kWorkerGroup, kServerGroup, kServerGroup | kWorkerGroup,
+                    kScheduler | kWorkerGroup, kAllGroups}) {
+    std::atomic<int> inside{0};
+    std::vector<Status> st = c.RunAll([&](Node* n) {
+      if (!(group & (n->role() == Role::kScheduler ? kScheduler
+                     : n->role() == Role::kServer  ? kServerGroup
+                                                   : kWorkerGroup))) {
+        return Status::OK();
+      }
+      inside++;
+      Status s = n->Barrier(group);
+      // Nobody leaves before everybody in the group entered.
+      if (s.ok() &&
+          inside.load() != static_cast<int>(n->GetNodeIds(group).size())) {
+        return Status::Internal("left the barrier early");
+      }
+      return s;
+    });
+    for (const Status& s : st) EXPECT_TRUE(s.ok()) << GroupName(group) << s;
+  }
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Every worker pushes rank-dependent values; each server holds the exact sum
+// of its keys, and each worker pulls exactly the total.
+TEST(InProc, PushSumsAndPullReturnsThem) {
+  const int kS = 3, kW = 4;
+  Cluster c(kS, kW);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  std::vector<Key> keys = {1, 7, 300, 20000, 40000, 65535, 1000000};
+  const int k = 3;
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    std::vector<float> vals(keys.size() * k);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = (n->rank() + 1) * i;
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Push(keys, vals)));
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    std::vector<float> out;
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out)));
+    // sum over ranks r of (r+1) = W(W+1)/2
+    for (size_t i = 0; i < vals.size(); ++i) {
+      if (out.size() != vals.size() || out[i] != (kW * (kW + 1) / 2) * i) {
+        return Status::Internal("pulled value " + std::to_string(i) + " wrong");
+      }
+    }
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  // Default placement: EvenKeys over [0, 65536) -> per-server key sets.
+  Placement p = Placement::EvenKeys(kS, 65536);
+  size_t held = 0;
+  for (int s = 0; s < kS; ++s) {
+    int rank = c.servers[s]->rank();
+    for (auto& [key, v] : handles[s].store) {
+      EXPECT_EQ(p.ServerOf(key), rank);
+      size_t i = std::find(keys.begin(), keys.end(), key) - keys.begin();
+      ASSERT_EQ(v.size(), static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) EXPECT_EQ(v[j], 10.0f * (i * k + j));
+      ++held;
+    }
+  }
+  EXPECT_EQ(held, keys.size());
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, VariableLengthValuesAndByBytesPlacement) {
+  Cluster c(2, 2);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  std::vector<Key> keys = {0, 1, 2, 3};
+  std::vector<int> lens = {1, 5, 2, 4};
+  StatusOr<Placement> p =
+      Placement::ByBytes(keys, {1, 5, 2, 4}, c.servers.size());
+  ASSERT_TRUE(p.ok());
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    kv.SetPlacement(*p);
+    std::vector<float> vals(12);
+    std::iota(vals.begin(), vals.end(), 1.0f);
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Push(keys, vals, lens)));
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    std::vector<float> out;
+    std::vector<int> out_lens;
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out, &out_lens)));
+    if (out_lens != lens) return Status::Internal("lens differ");
+    for (size_t i = 0; i < vals.size(); ++i) {
+      if (out[i] != 2 * vals[i]) return Status::Internal("value differs");
+    }
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, ConcurrentThreadsOfOneWorker) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  const int kThreads = 4, kRounds = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread owns its keys: t, t + 40000 (one per server).
+      std::vector<Key> keys = {static_cast<Key>(t),
+                               40000 + static_cast<Key>(t)};
+      for (int r = 0; r < kRounds; ++r) {
+        if (!kv.Wait(kv.Push(keys, {1.0f, 2.0f})).ok()) errors++;
+        std::vector<float> out;
+        if (!kv.Wait(kv.Pull(keys, &out)).ok()) errors++;
+        if (out != std::vector<float>{r + 1.0f, 2.0f * (r + 1)}) errors++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, ZeroCopyPullIntoPreallocatedArray) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  SArray<Key> keys(std::vector<Key>{5, 50000});
+  SArray<float> vals(std::vector<float>{1, 2, 3, 4});
+  ASSERT_TRUE(kv.Wait(kv.ZPush(keys, vals)).ok());
+  SArray<float> out(4, -1.0f);
+  float* before = out.data();
+  ASSERT_TRUE(kv.Wait(kv.ZPull(keys, &out)).ok());
+  EXPECT_EQ(out.data(), before);
+  EXPECT_EQ(std::vector<float>(out.begin(), out.end()),
+            (std::vector<float>{1, 2, 3, 4}));
+  // A pull touching only server 0 sends nothing to server 1.
+  SArray<Key> low(std::vector<Key>{5});
+  SArray<float> one;
+  ASSERT_TRUE(kv.Wait(kv.ZPull(low, &one)).ok());
+  EXPECT_EQ(std::vector<float>(one.begin(), one.end()),
+            (std::vector<float>{1, 2}));
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, UnsortedKeysAreAnError) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  Status st = kv.Wait(kv.Push({3, 1}, {1.0f, 2.0f}));
+  EXPECT_EQ(st.code(), Status::kInvalidArgument);
+  EXPECT_NE(st.message().find("sorted"), std::string::npos) << st;
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Garbage from a raw DEALER is counted and dropped; the server keeps serving.
+TEST(InProc, MalformedMessagesAreCountedAndDropped) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  Node* server = c.servers[0].get();
+  void* ctx = zmq_ctx_new();
+  void* raw = zmq_socket(ctx, ZMQ_DEALER);
+  std::string addr = "tcp://127.0.0.1:" + std::to_string(server->port());
+  ASSERT_EQ(zmq_connect(raw, addr.c_str()), 0);
+  zmq_send(raw, "not a protobuf \xff\xff\xff", 18, 0);  // bad header
+  zmq_send(raw, "", 0, 0);                              // empty header
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  // Wait until both were seen (bounded).
+  for (int i = 0; i < 200 && server->num_dropped_messages() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(server->num_dropped_messages(), 1u);
+  ASSERT_TRUE(kv.Wait(kv.Push({1}, {4.0f})).ok());
+  std::vector<float> out;
+  ASSERT_TRUE(kv.Wait(kv.Pull({1}, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>{4.0f});
+  zmq_close(raw);
+  zmq_ctx_term(ctx);
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, BusyPortIsNamed) {
+  Config a = TestConfig(Role::kScheduler, 1, 1);
+  Node first(a);
+  ASSERT_TRUE(first.Bind().ok());
+  a.port = first.port();
+  Node second(a);
+  Status st = second.Bind();
+  EXPECT_EQ(st.code(), Status::kUnavailable);
+  EXPECT_NE(st.message().find("port " + std::to_string(first.port())),
+            std::string::npos)
+      << st;
+  // With a range, the next free port is taken.
+  Config r = TestConfig(Role::kWorker, 1, 1);
+  r.port_range_lo = first.port();
+  r.port_range_hi = first.port() + 20;
+  Node third(r);
+  ASSERT_TRUE(third.Bind().ok());
+  EXPECT_GT(third.port(), first.port());
+}
+
+TEST(InProc, UnreachableSchedulerIsNamed) {
+  Node probe(TestConfig(Role::kScheduler, 1, 1));
+  ASSERT_TRUE(probe.Bind().ok());
+  int dead_port = probe.port();
+  probe.Stop();  // nothing listens there any more
+  Config c = TestConfig(Role::kWorker, 1, 1);
+  c.root_port = dead_port;
+  c.connect_timeout_ms = 300;
+  Node worker(c);
+  Status st = worker.Start();
+  EXPECT_EQ(st.code(), Status::kUnavailable);
+  EXPECT_NE(st.message().find("127.0.0.1:" + std::to_string(dead_port)),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("300 ms"), std::string::npos) << st;
+}
+
+TEST(InProc, RendezvousTimeoutNamesWhoIsMissing) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->rendezvous_timeout_ms = 800; });
+  c.servers.pop_back();  // one server never comes
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  EXPECT_EQ(st[0].code(), Status::kTimeout);
+  EXPECT_NE(st[0].message().find("1 of 2 servers and 1 of 1 workers"),
+            std::string::npos)
+      << st[0];
+  for (size_t i = 1; i < st.size(); ++i) {
+    EXPECT_EQ(st[i].code(), Status::kTimeout) << st[i];
+    EXPECT_NE(st[i].message().find("1 of 2 servers"), std::string::npos)
+        << st[i];
+  }
+}
+
+TEST(InProc, DeadServerFailsWaitAndBarrier) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600; });
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  ASSERT_TRUE(kv.Wait(kv.Push({1, 50000}, {1.0f, 1.0f})).ok());
+  Node* victim = c.servers[1].get();
+  int dead_rank = victim->rank();
+  servers.pop_back();
+  victim->postoffice()->Abandon();  // gone without a word, like a crash
+  Key key = dead_rank == 0 ? 1 : 50000;
+  std::vector<float> out;
+  Status st = kv.Wait(kv.Pull({key}, &out));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("server " + std::to_string(dead_rank)),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(c.workers[0]->peer_failure().code(), Status::kPeerFailed);
+  // The survivors' final barrier fails at once, naming the dead server.
+  std::vector<Status> fin(3);
+  std::thread t0([&] { fin[0] = c.scheduler->Finalize(); });
+  std::thread t1([&] { fin[1] = c.servers[0]->Finalize(); });
+  fin[2] = c.workers[0]->Finalize();
+  t0.join();
+  t1.join();
+  for (const Status& s : fin) {
+    EXPECT_EQ(s.code(), Status::kPeerFailed) << s;
+    EXPECT_NE(s.message().find("server " + std::to_string(dead_rank)),
+              std::string::npos)
+        << s;
+  }
+}
+
+}  // namespace
+}  // namespace ps

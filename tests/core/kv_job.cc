@@ -1,0 +1,130 @@
+// A real ps program for the multi-process tests, run by tracker/launch.py.
+// Usage: kv_job MODE   with MODE one of
+//   sum          each worker pushes (rank+1)*(i+1) for value i, pulls back
+//                the exact total; each server prints the sum it holds
+//   varlen       the same with variable-length values (key i: i%5+1 values)
+//   threads      four threads of each worker push and pull their own keys
+//   kill-worker  worker 0 kills itself after its first push
+//   kill-server  server 0 kills itself on its first request
+// Workers exit 1 when a pulled value differs from the exact expectation.
+// The --ps_* flags (include/ps/config.h) are parsed and override the
+// environment.
+#include <gflags/gflags.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/ps.h"
+
+namespace {
+
+constexpr int kKeys = 100;
+
+std::vector<ps::Key> Keys() {
+  std::vector<ps::Key> keys(kKeys);
+  for (int i = 0; i < kKeys; ++i) keys[i] = 1000 * i;  // sparse key space
+  return keys;
+}
+
+std::vector<int> Lens(bool varlen) {
+  std::vector<int> lens(kKeys);
+  for (int i = 0; i < kKeys; ++i) lens[i] = varlen ? i % 5 + 1 : 4;
+  return lens;
+}
+
+ps::Placement MakePlacement(bool varlen) {
+  std::vector<uint64_t> sizes;
+  for (int len : Lens(varlen)) sizes.push_back(len);
+  return ps::Placement::ByBytes(Keys(), sizes, ps::NumServers()).value();
+}
+
+int RunWorker(const std::string& mode) {
+  bool varlen = mode == "varlen";
+  ps::KVWorker<float> kv(0, 0);
+  kv.SetPlacement(MakePlacement(varlen));
+  std::vector<ps::Key> keys = Keys();
+  std::vector<int> lens = Lens(varlen);
+  size_t n = 0;
+  for (int len : lens) n += len;
+  int rank = ps::MyRank(), w = ps::NumWorkers();
+  if (mode == "threads") {
+    int bad = 0;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        // Thread t owns keys t, t+4, ...: one push of 1 per round.
+        std::vector<ps::Key> mine;
+        for (int i = t; i < kKeys; i += 4) mine.push_back(keys[i]);
+        for (int r = 0; r < 20; ++r) {
+          std::vector<float> ones(mine.size() * 4, 1.0f);
+          if (!kv.Wait(kv.Push(mine, ones)).ok()) ++bad;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ps::Barrier(ps::kWorkerGroup);
+    std::vector<float> out;
+    if (!kv.Wait(kv.Pull(keys, &out)).ok()) return 1;
+    for (float v : out) bad += v != 20.0f * w;
+    std::printf("worker %d threads %s\n", rank, bad == 0 ? "ok" : "WRONG");
+    return bad == 0 ? 0 : 1;
+  }
+  std::vector<float> vals(n);
+  for (size_t i = 0; i < n; ++i) vals[i] = (rank + 1.0f) * (i + 1);
+  if (!kv.Wait(kv.Push(keys, vals, varlen ? lens : std::vector<int>{})).ok()) {
+    return 1;
+  }
+  if (mode == "kill-worker" && rank == 0) std::raise(SIGKILL);
+  ps::Barrier(ps::kWorkerGroup);
+  std::vector<float> out;
+  std::vector<int> out_lens;
+  ps::Status st = kv.Wait(kv.Pull(keys, &out, &out_lens));
+  if (!st.ok()) {
+    std::printf("worker %d pull failed: %s\n", rank, st.ToString().c_str());
+    return 1;
+  }
+  double total = 0;
+  bool exact = out.size() == n && out_lens == lens;
+  for (size_t i = 0; exact && i < n; ++i) {
+    exact = out[i] == w * (w + 1) / 2.0f * (i + 1);
+    total += out[i];
+  }
+  std::printf("worker %d pulled %.0f %s\n", rank, total,
+              exact ? "ok" : "WRONG");
+  return exact ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  std::string mode = argc > 1 ? argv[1] : "sum";
+  ps::Start(0, argv[0]);
+  int rc = 0;
+  if (ps::IsServer()) {
+    ps::KVServer<float> server(0);
+    ps::KVServerDefaultHandle<float> store;
+    bool suicide = mode == "kill-server" && ps::MyRank() == 0;
+    server.set_request_handle([&](const ps::KVMeta& m,
+                                  const ps::KVPairs<float>& d,
+                                  ps::KVServer<float>* s) {
+      if (suicide) std::raise(SIGKILL);
+      store(m, d, s);
+    });
+    ps::Finalize(0, true);
+    double sum = 0;
+    for (auto& [key, v] : store.store) {
+      for (float x : v) sum += x;
+    }
+    std::printf("server %d holds %zu keys sum %.0f\n", ps::MyRank(),
+                store.store.size(), sum);
+    return 0;
+  }
+  if (ps::IsWorker()) rc = RunWorker(mode);
+  if (rc == 0) ps::Finalize(0, true);
+  return rc;
+}

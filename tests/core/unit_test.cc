@@ -1,0 +1,383 @@
+// Unit tests: Status, SArray, Config, Placement, slicer, codec, tracker.
+#include <gflags/gflags.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <thread>
+
+#include "kv/request_tracker.h"
+#include "kv/slicer.h"
+#include "ps/config.h"
+#include "ps/placement.h"
+#include "ps/sarray.h"
+#include "ps/status.h"
+#include "van/codec.h"
+
+namespace ps {
+namespace {
+
+TEST(Status, OkAndErrors) {
+  EXPECT_TRUE(Status().ok());
+  Status t = Status::Timeout("x took too long");
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.code(), Status::kTimeout);
+  EXPECT_EQ(t.ToString(), "Timeout: x took too long");
+  StatusOr<int> v = 7;
+  EXPECT_TRUE(v.ok());
+  EXPECT_EQ(v.value(), 7);
+  StatusOr<int> e = Status::NotFound("no 7");
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message(), "no 7");
+}
+
+TEST(SArray, SharesSegmentsAndReinterprets) {
+  SArray<float> a(std::vector<float>{1, 2, 3, 4});
+  SArray<float> seg = a.segment(1, 3);
+  EXPECT_EQ(seg.data(), a.data() + 1);
+  seg[0] = 20;
+  EXPECT_EQ(a[1], 20);
+  SArray<char> bytes(a);
+  EXPECT_EQ(bytes.size(), 16u);
+  EXPECT_EQ(static_cast<void*>(bytes.data()), static_cast<void*>(a.data()));
+  SArray<float> back(bytes);
+  EXPECT_EQ(back[3], 4);
+  std::vector<float> v{5, 6};
+  SArray<float> copy(v);
+  EXPECT_NE(copy.data(), v.data());
+  EXPECT_EQ(copy[1], 6);
+}
+
+TEST(SArray, AdoptsWithDeleter) {
+  int deleted = 0;
+  {
+    static float buffer[3] = {1, 2, 3};
+    SArray<float> a(buffer, 3, [&](float*) { ++deleted; });
+    SArray<float> b = a.segment(0, 1);
+    a = SArray<float>();
+    EXPECT_EQ(deleted, 0);  // b still holds it
+  }
+  EXPECT_EQ(deleted, 1);
+}
+
+TEST(Config, ReadsEnvironment) {
+  StatusOr<Config> c = Config::FromEnv({{"DMLC_ROLE", "worker"},
+                                        {"DMLC_PS_ROOT_URI", "10.0.0.1"},
+                                        {"DMLC_PS_ROOT_PORT", "9000"},
+                                        {"DMLC_NUM_SERVER", "2"},
+                                        {"DMLC_NUM_WORKER", "3"},
+                                        {"PS_PORT_RANGE", "7000-7010"},
+                                        {"PS_RANK", "2"},
+                                        {"DMLC_INTERFACE", "lo"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->role, Role::kWorker);
+  EXPECT_EQ(c->SchedulerAddress(), "tcp://10.0.0.1:9000");
+  EXPECT_EQ(c->num_servers, 2);
+  EXPECT_EQ(c->num_workers, 3);
+  EXPECT_EQ(c->port_range_lo, 7000);
+  EXPECT_EQ(c->port_range_hi, 7010);
+  EXPECT_EQ(c->rank, 2);
+  EXPECT_EQ(c->node_host, "127.0.0.1");
+}
+
+TEST(Config, BadValuesNameVariableAndValue) {
+  std::map<std::string, std::string> base = {{"DMLC_ROLE", "server"},
+                                             {"DMLC_PS_ROOT_PORT", "9000"},
+                                             {"DMLC_NUM_SERVER", "1"},
+                                             {"DMLC_NUM_WORKER", "1"}};
+  auto err = [&](const std::string& name, const std::string& value) {
+    auto env = base;
+    env[name] = value;
+    return Config::FromEnv(env).status().message();
+  };
+  EXPECT_EQ(err("DMLC_NUM_SERVER", "abc"),
+            "DMLC_NUM_SERVER='abc' is not a positive integer");
+  EXPECT_EQ(err("DMLC_NUM_WORKER", "0"),
+            "DMLC_NUM_WORKER='0' is not a positive integer");
+  EXPECT_EQ(err("DMLC_ROLE", "boss"),
+            "DMLC_ROLE='boss' is not scheduler, server or worker");
+  EXPECT_EQ(err("DMLC_PS_ROOT_PORT", "70000"),
+            "DMLC_PS_ROOT_PORT='70000' is not a port number (1-65535)");
+  EXPECT_EQ(err("PS_PORT_RANGE", "9-3"),
+            "PS_PORT_RANGE='9-3' is not a port range lo-hi");
+  EXPECT_EQ(err("PS_RANK", "1"), "PS_RANK='1' is out of range for 1 servers");
+  EXPECT_EQ(
+      err("DMLC_INTERFACE", "nosuch0"),
+      "DMLC_INTERFACE='nosuch0' is not an interface with an IPv4 address");
+  auto env = base;
+  env.erase("DMLC_NUM_SERVER");
+  EXPECT_EQ(Config::FromEnv(env).status().message(),
+            "DMLC_NUM_SERVER is not set (expected a positive integer)");
+}
+
+// A job's environment for one server of one server and one worker.
+std::map<std::string, std::string> ServerEnv() {
+  return {{"DMLC_ROLE", "server"},
+          {"DMLC_PS_ROOT_PORT", "9000"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_NUM_WORKER", "1"}};
+}
+
+TEST(ConfigFlags, SetFlagsWinOverTheEnvironment) {
+  gflags::FlagSaver restore_flags_at_exit;
+  auto env = ServerEnv();
+  env["DMLC_NUM_WORKER"] = "5";
+  env["PS_CONNECT_TIMEOUT_MS"] = "1234";
+  for (auto [flag, value] :
+       std::map<std::string, std::string>{{"ps_role", "worker"},
+                                          {"ps_root_uri", "10.0.0.2"},
+                                          {"ps_root_port", "9100"},
+                                          {"ps_num_servers", "3"},
+                                          {"ps_port_range", "7000-7001"},
+                                          {"ps_rank", "4"},
+                                          {"ps_heartbeat_interval_ms", "0"},
+                                          {"ps_request_timeout_ms", "250"},
+                                          {"ps_max_key", "8589934592"},
+                                          {"ps_verbose", "2"}}) {
+    ASSERT_FALSE(
+        gflags::SetCommandLineOption(flag.c_str(), value.c_str()).empty())
+        << flag;
+  }
+  StatusOr<Config> c = Config::FromEnvAndFlags(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->role, Role::kWorker);
+  EXPECT_EQ(c->SchedulerAddress(), "tcp://10.0.0.2:9100");
+  EXPECT_EQ(c->num_servers, 3);
+  EXPECT_EQ(c->num_workers, 5);            // no flag: the variable
+  EXPECT_EQ(c->connect_timeout_ms, 1234);  // no flag: the variable
+  EXPECT_EQ(c->port_range_lo, 7000);
+  EXPECT_EQ(c->port_range_hi, 7001);
+  EXPECT_EQ(c->rank, 4);
+  EXPECT_EQ(c->heartbeat_interval_ms, 0);
+  EXPECT_EQ(c->request_timeout_ms, 250);
+  EXPECT_EQ(c->max_key, Key{8589934592});
+  EXPECT_EQ(c->verbose, 2);
+  // FromEnv reads no flags.
+  EXPECT_EQ(Config::FromEnv(env)->num_servers, 1);
+}
+
+TEST(ConfigFlags, UnsetFlagsChangeNothing) {
+  auto env = ServerEnv();
+  env["PS_PORT_RANGE"] = "7000-7010";
+  env["PS_HEARTBEAT_TIMEOUT_MS"] = "5000";
+  StatusOr<Config> flags = Config::FromEnvAndFlags(env);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->ToString(), Config::FromEnv(env)->ToString());
+}
+
+TEST(ConfigFlags, FlagsAloneMakeAConfig) {
+  gflags::FlagSaver restore_flags_at_exit;
+  gflags::SetCommandLineOption("ps_role", "scheduler");
+  gflags::SetCommandLineOption("ps_root_port", "9300");
+  gflags::SetCommandLineOption("ps_num_servers", "2");
+  gflags::SetCommandLineOption("ps_num_workers", "2");
+  StatusOr<Config> c = Config::FromEnvAndFlags({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->role, Role::kScheduler);
+  EXPECT_EQ(c->port, 9300);
+}
+
+TEST(ConfigFlags, NodeHostFlagsWinInOrder) {
+  gflags::FlagSaver restore_flags_at_exit;
+  auto env = ServerEnv();
+  env["DMLC_NODE_HOST"] = "10.1.1.1";
+  gflags::SetCommandLineOption("ps_interface", "lo");
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->node_host, "127.0.0.1");
+  gflags::SetCommandLineOption("ps_node_host", "10.2.2.2");
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->node_host, "10.2.2.2");
+}
+
+TEST(ConfigFlags, BadValuesNameTheFlagAndValue) {
+  auto err = [](const char* flag, const char* value) {
+    gflags::FlagSaver restore_flags_at_exit;
+    EXPECT_FALSE(gflags::SetCommandLineOption(flag, value).empty()) << flag;
+    return Config::FromEnvAndFlags(ServerEnv()).status().message();
+  };
+  EXPECT_EQ(err("ps_num_servers", "0"),
+            "--ps_num_servers='0' is not a positive integer");
+  EXPECT_EQ(err("ps_role", "boss"),
+            "--ps_role='boss' is not scheduler, server or worker");
+  EXPECT_EQ(err("ps_root_port", "70000"),
+            "--ps_root_port='70000' is not a port number (1-65535)");
+  EXPECT_EQ(err("ps_port_range", "9-3"),
+            "--ps_port_range='9-3' is not a port range lo-hi");
+  EXPECT_EQ(err("ps_rank", "1"), "--ps_rank='1' is out of range for 1 servers");
+  EXPECT_EQ(err("ps_heartbeat_timeout_ms", "500"),
+            "--ps_heartbeat_timeout_ms='500' is not greater than "
+            "PS_HEARTBEAT_INTERVAL_MS (1000)");
+  EXPECT_EQ(err("ps_verbose", "3"), "--ps_verbose='3' is not 0, 1 or 2");
+  EXPECT_EQ(err("ps_max_key", "-7"),
+            "--ps_max_key='-7' is not a positive integer");
+  EXPECT_EQ(
+      err("ps_interface", "nosuch0"),
+      "--ps_interface='nosuch0' is not an interface with an IPv4 address");
+  // Not a number at all: gflags itself refuses it, naming flag and value.
+  EXPECT_TRUE(gflags::SetCommandLineOption("ps_num_workers", "abc").empty());
+}
+
+TEST(Placement, EvenKeysIsPsLiteSplit) {
+  Placement p = Placement::EvenKeys(4, 100);
+  EXPECT_EQ(p.begin(1), 25u);
+  EXPECT_EQ(p.ServerOf(24), 0);
+  EXPECT_EQ(p.ServerOf(75), 3);
+  EXPECT_EQ(p.ServerOf(kMaxKey), 3);
+}
+
+TEST(Placement, ByBytesBalancesBytes) {
+  // A dense model: 4 tensors, fc1 dominating as in the reference ConvNet.
+  std::vector<Key> keys = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<uint64_t> bytes = {288, 32, 18432, 64, 1179648, 128, 1280, 10};
+  StatusOr<Placement> p = Placement::ByBytes(keys, bytes, 2);
+  ASSERT_TRUE(p.ok());
+  // Half of fc1's bytes fall past the midpoint: it starts server 1.
+  EXPECT_EQ(p->ServerOf(3), 0);
+  EXPECT_EQ(p->ServerOf(4), 1);
+  EXPECT_EQ(p->ServerOf(7), 1);
+  // Even chunks: 1000 equal keys over 3 servers -> 334/333/333.
+  std::vector<Key> many(1000);
+  std::iota(many.begin(), many.end(), 0);
+  StatusOr<Placement> q =
+      Placement::ByBytes(many, std::vector<uint64_t>(1000, 4), 3);
+  ASSERT_TRUE(q.ok());
+  std::vector<size_t> cut = q->Slice(many.data(), many.size());
+  EXPECT_EQ(cut, (std::vector<size_t>{0, 333, 667, 1000}));
+  EXPECT_NE(q->Describe().find("33.3%"), std::string::npos) << q->Describe();
+  EXPECT_FALSE(Placement::ByBytes({2, 1}, {1, 1}, 2).ok());
+}
+
+TEST(Slicer, SegmentsWithoutCopies) {
+  detail::RawKVPairs kvs;
+  kvs.keys = SArray<Key>(std::vector<Key>{1, 5, 10, 12});
+  kvs.vals =
+      SArray<char>(SArray<float>(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  Placement p = Placement::EvenKeys(3, 30);  // [0,10) [10,20) [20,max]
+  ASSERT_TRUE(CheckKVPairs(kvs, 4, true).ok());
+  std::vector<KVSlice> s = SliceKVPairs(kvs, 4, p);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_TRUE(s[0].touched);
+  EXPECT_TRUE(s[1].touched);
+  EXPECT_FALSE(s[2].touched);
+  EXPECT_EQ(s[0].kvs.keys.data(), kvs.keys.data());
+  EXPECT_EQ(s[1].kvs.keys[0], 10u);
+  EXPECT_EQ(s[1].kvs.vals.data(), kvs.vals.data() + 16);
+  EXPECT_EQ(s[1].kvs.vals.size(), 16u);
+  // Variable lengths.
+  kvs.lens = SArray<int>(std::vector<int>{3, 1, 0, 4});
+  s = SliceKVPairs(kvs, 4, p);
+  EXPECT_EQ(s[0].kvs.vals.size(), 16u);
+  EXPECT_EQ(s[1].kvs.vals.data(), kvs.vals.data() + 16);
+  EXPECT_EQ(s[1].kvs.lens.size(), 2u);
+}
+
+TEST(Slicer, RejectsBadLists) {
+  detail::RawKVPairs kvs;
+  kvs.keys = SArray<Key>(std::vector<Key>{1, 1});
+  EXPECT_FALSE(CheckKVPairs(kvs, 4, false).ok());
+  kvs.keys = SArray<Key>(std::vector<Key>{1, 2});
+  kvs.vals = SArray<char>(12);
+  EXPECT_EQ(CheckKVPairs(kvs, 4, true).message(),
+            "3 values do not divide evenly over 2 keys");
+  kvs.lens = SArray<int>(std::vector<int>{1, 1});
+  EXPECT_EQ(CheckKVPairs(kvs, 4, true).message(),
+            "lens sum to 2 but there are 3 values");
+  kvs.vals = SArray<char>(7);
+  EXPECT_FALSE(CheckKVPairs(kvs, 4, true).ok());
+}
+
+Message SampleMessage() {
+  Message msg;
+  msg.meta.set_app_id(3);
+  msg.meta.set_push(true);
+  msg.meta.set_request(true);
+  detail::RawKVPairs kvs;
+  kvs.keys = SArray<Key>(std::vector<Key>{1, 2});
+  kvs.vals = SArray<char>(SArray<float>(std::vector<float>{1, 2, 3, 4}));
+  AddKVFrames(kvs, true, pb::FLOAT, &msg);
+  return msg;
+}
+
+TEST(Codec, RoundTripKeepsFramesWithoutCopy) {
+  Message msg = SampleMessage();
+  std::string header = EncodeHeader(&msg);
+  StatusOr<Message> back = Decode(header.data(), header.size(), msg.data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->meta.app_id(), 3);
+  EXPECT_EQ(back->data[1].data(), msg.data[1].data());
+  StatusOr<detail::RawKVPairs> kvs =
+      DecodeKVPairs(*back, true, pb::FLOAT, sizeof(float));
+  ASSERT_TRUE(kvs.ok()) << kvs.status();
+  EXPECT_EQ(SArray<float>(kvs->vals)[3], 4.0f);
+}
+
+TEST(Codec, MalformedInputIsAnErrorNotACrash) {
+  Message msg = SampleMessage();
+  std::string header = EncodeHeader(&msg);
+  // Garbage header.
+  EXPECT_FALSE(Decode("\xff\xff\xff", 3, {}).ok());
+  // Truncated header.
+  EXPECT_FALSE(Decode(header.data(), header.size() / 2, msg.data).ok());
+  // Missing frame.
+  auto frames = msg.data;
+  frames.pop_back();
+  EXPECT_EQ(Decode(header.data(), header.size(), frames).status().message(),
+            "header announces 2 data frames, got 1");
+  // Frame size differs from the header.
+  frames = msg.data;
+  frames[1] = frames[1].segment(0, 12);
+  EXPECT_EQ(Decode(header.data(), header.size(), frames).status().message(),
+            "frame 1 is 12 bytes, header says 16");
+  // A value frame not a whole number of floats.
+  Message odd = SampleMessage();
+  odd.data[1] = odd.data[1].segment(0, 6);
+  std::string h2 = EncodeHeader(&odd);
+  EXPECT_EQ(Decode(h2.data(), h2.size(), odd.data).status().message(),
+            "frame 1 of 6 bytes is not a whole number of 4-byte elements");
+  // Lens not summing to the value count.
+  Message bad_lens = SampleMessage();
+  bad_lens.AddData(SArray<char>(SArray<int>(std::vector<int>{1, 1})),
+                   pb::INT32);
+  std::string h3 = EncodeHeader(&bad_lens);
+  StatusOr<Message> m3 = Decode(h3.data(), h3.size(), bad_lens.data);
+  ASSERT_TRUE(m3.ok());
+  EXPECT_EQ(DecodeKVPairs(*m3, true, pb::FLOAT, 4).status().message(),
+            "lens sum to 2 but there are 4 values");
+  // Wrong value type for this server.
+  EXPECT_FALSE(DecodeKVPairs(*m3, true, pb::DOUBLE, 8).ok());
+}
+
+TEST(RequestTracker, DoneWhenEveryTouchedServerAnswered) {
+  RequestTracker t;
+  int calls = 0;
+  int ts = t.Start({8, 10}, [&] { ++calls; });
+  std::string why;
+  EXPECT_FALSE(t.Answer(ts, 8, &why));
+  EXPECT_FALSE(t.Answer(ts, 12, &why));  // never asked
+  EXPECT_NE(why.find("does not wait on node id 12"), std::string::npos);
+  EXPECT_FALSE(t.IsDone(ts));
+  EXPECT_TRUE(t.Answer(ts, 10, &why));
+  t.Finish(ts, Status::OK());
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(t.Wait(ts, 0).ok());
+  EXPECT_FALSE(t.Wait(ts, 0).ok());  // forgotten
+}
+
+TEST(RequestTracker, FailsRequestsOfDeadServerAndTimesOut) {
+  RequestTracker t;
+  int a = t.Start({8, 10}, nullptr);
+  int b = t.Start({8}, nullptr);
+  t.FailServer(10, Status::PeerFailed("server 1 died"));
+  EXPECT_EQ(t.Wait(a, 0).message(), "server 1 died");
+  EXPECT_FALSE(t.IsDone(b));
+  EXPECT_EQ(t.Wait(b, 50).code(), Status::kTimeout);
+  EXPECT_EQ(t.Wait(t.StartFailed(Status::InvalidArgument("bad")), 0).code(),
+            Status::kInvalidArgument);
+  std::string why;
+  int c = t.Start({8}, nullptr);
+  std::thread answer([&] {
+    if (t.Answer(c, 8, &why)) t.Finish(c, Status::OK());
+  });
+  EXPECT_TRUE(t.Wait(c, 5000).ok());
+  answer.join();
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,158 @@
+// DenseShard on an in-process cluster (2 servers, 2 workers as threads):
+// exact weights after BSP, bounded delay and async runs, staleness within
+// tau, workers that stop at different steps, and the cmd encoding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../core/cluster.h"
+#include "ps/dense_server.h"
+#include "ps/kv_app.h"
+
+namespace ps {
+namespace {
+
+// 10 floats in keys of 4: key 2 is short (2 floats).
+const DenseLayout kLayout{10, 4};
+constexpr int kSteps[2] = {5, 3};  // worker 1 stops early
+
+Placement TwoServers() {
+  return Placement::ByBytes({0, 1, 2}, {4, 4, 2}, 2).value();
+}
+
+struct Outcome {
+  std::vector<float> final_weights;        // as pulled by worker 0 at the end
+  std::vector<std::vector<float>> pulled;  // worker 0's pull after each step
+  int max_staleness[2] = {-1, -1};
+  int64_t updates[2] = {-1, -1};
+};
+
+// Worker r pushes (r + 1) * (step + 1) to every float at each step; the
+// updater subtracts the mean of the pushed gradients.
+Outcome RunJob(Consistency consistency, int tau, int slow_ms) {
+  Cluster cluster(2, 2);
+  EXPECT_TRUE(cluster.Start());
+  Outcome out;
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  std::vector<std::unique_ptr<DenseShard>> shards;
+  Placement placement = TwoServers();
+  DenseShardOptions options{consistency, tau, 2};
+  for (int s = 0; s < 2; ++s) {
+    const int rank = cluster.servers[s]->rank();
+    Key begin = placement.begin(rank);
+    Key end = std::min<Key>(placement.end(rank), 3);
+    size_t n = 0;
+    for (Key k = begin; k < end; ++k) n += kLayout.length(k);
+    servers.push_back(
+        std::make_unique<KVServer<float>>(cluster.servers[s].get(), 0));
+    shards.push_back(std::make_unique<DenseShard>(
+        servers.back().get(), kLayout, begin, end, std::vector<float>(n, 0.0f),
+        options,
+        [](float* w, const float* g, size_t len, int num_grads, int, int) {
+          for (size_t i = 0; i < len; ++i) w[i] -= g[i] / num_grads;
+        }));
+  }
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      KVWorker<float> kv(cluster.workers[r].get(), 0, 0);
+      kv.SetPlacement(TwoServers());
+      SArray<Key> keys(std::vector<Key>{0, 1, 2});
+      SArray<int> lens(std::vector<int>{4, 4, 2});
+      SArray<float> weights(10), grads(10);
+      int rank = cluster.workers[r]->rank();
+      for (int step = 0; step < kSteps[rank]; ++step) {
+        for (float& g : grads) g = (rank + 1.0f) * (step + 1.0f);
+        int push =
+            kv.ZPush(keys, grads, lens, EncodeDenseCmd(DenseOp::kStep, step));
+        int pull = kv.ZPull(keys, &weights, nullptr,
+                            EncodeDenseCmd(DenseOp::kStep, step + 1));
+        EXPECT_TRUE(kv.Wait(push).ok());
+        EXPECT_TRUE(kv.Wait(pull).ok());
+        if (rank == 0) out.pulled.emplace_back(weights.begin(), weights.end());
+        if (rank == 1 && slow_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+        }
+      }
+      EXPECT_TRUE(kv.Wait(kv.Push({0, 2}, {0.0f, 0.0f}, {},
+                                  EncodeDenseCmd(DenseOp::kDone, kSteps[rank])))
+                      .ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_TRUE(shards[s]->WaitAllDone(std::chrono::seconds(10)));
+    out.max_staleness[s] = shards[s]->max_staleness();
+    out.updates[s] = shards[s]->updates_applied();
+    EXPECT_EQ(shards[s]->bad_requests(), 0);
+    out.final_weights.insert(out.final_weights.end(),
+                             shards[s]->weights().begin(),
+                             shards[s]->weights().end());
+  }
+  EXPECT_TRUE(cluster.Finalize());
+  return out;
+}
+
+// Steps 0..2 average 1.5 (s + 1); steps 3 and 4 have worker 0 alone: s + 1.
+float BspWeightAfter(int steps) {
+  float w = 0;
+  for (int s = 0; s < steps; ++s) w -= s < 3 ? 1.5f * (s + 1) : s + 1.0f;
+  return w;
+}
+
+TEST(DenseShard, BspServesExactlyTheWeightsOfEveryStep) {
+  Outcome out = RunJob(Consistency::kBsp, 0, 0);
+  ASSERT_EQ(out.pulled.size(), 5u);
+  for (int s = 0; s < 5; ++s) {
+    for (float v : out.pulled[s]) ASSERT_EQ(v, BspWeightAfter(s + 1)) << s;
+  }
+  for (float v : out.final_weights) EXPECT_EQ(v, -18.0f);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(out.updates[s], 5);
+    EXPECT_EQ(out.max_staleness[s], 0);
+  }
+}
+
+TEST(DenseShard, BoundedDelayAppliesInOrderWithinTau) {
+  Outcome out = RunJob(Consistency::kBounded, 1, 30);
+  for (float v : out.final_weights) EXPECT_EQ(v, -18.0f);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(out.updates[s], 5);
+    EXPECT_LE(out.max_staleness[s], 1);
+  }
+  EXPECT_EQ(std::max(out.max_staleness[0], out.max_staleness[1]), 1)
+      << "worker 0 never ran ahead of the slow worker";
+  // A pull never misses more than one update of what BSP would serve.
+  for (int s = 0; s < static_cast<int>(out.pulled.size()); ++s) {
+    float got = out.pulled[s][0];
+    EXPECT_TRUE(got == BspWeightAfter(s + 1) || got == BspWeightAfter(s))
+        << "step " << s << " got " << got;
+  }
+}
+
+TEST(DenseShard, AsyncAppliesEveryPushScaledByWorkers) {
+  Outcome out = RunJob(Consistency::kAsync, 0, 0);
+  // Worker 0 pushes 1+2+3+4+5, worker 1 pushes 2*(1+2+3), each halved.
+  for (float v : out.final_weights) EXPECT_EQ(v, -13.5f);
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(out.updates[s], 8);
+}
+
+TEST(DenseShard, CmdRoundTrips) {
+  int cmd = EncodeDenseCmd(DenseOp::kDone, kMaxDenseStep, kMaxDenseTag);
+  auto c = DecodeDenseCmd(cmd);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->op, DenseOp::kDone);
+  EXPECT_EQ(c->step, kMaxDenseStep);
+  EXPECT_EQ(c->tag, kMaxDenseTag);
+  EXPECT_FALSE(DecodeDenseCmd(-1).ok());
+  EXPECT_FALSE(DecodeDenseCmd(7 << 28).ok());
+  EXPECT_FALSE(ParseConsistency("eventual").ok());
+  EXPECT_EQ(ParseConsistency("bounded").value(), Consistency::kBounded);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,290 @@
+// End-to-end tests of mnist_dist through tracker/launch.py on 127.0.0.1:
+// accuracy on a subset, BSP equal to single-process training, bounded delay
+// within tau, async, a killed worker or server, bad flags in every role and
+// three servers. Every job runs under a timeout; every exit code and number
+// printed is checked.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/init.h"
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+  double seconds = 0;
+};
+
+// Runs `cmd` through sh with stderr joined to stdout.
+Result Shell(const std::string& cmd) {
+  Result r;
+  auto start = std::chrono::steady_clock::now();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return r;
+}
+
+const char* kEnv =
+    " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=2000"
+    " --env PS_CONNECT_TIMEOUT_MS=5000 --env PS_RENDEZVOUS_TIMEOUT_MS=20000"
+    " --env PS_BARRIER_TIMEOUT_MS=30000";
+
+// A job of S servers and W workers; `flags` are mnist_dist's.
+Result Launch(int s, int w, const std::string& flags, int timeout_s = 90) {
+  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " +
+                    std::to_string(s) + " -w " + std::to_string(w) +
+                    " --timeout " + std::to_string(timeout_s) + kEnv + " -- " +
+                    PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                    " --threads 1 " + flags;
+  return Shell(cmd);
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/mnist_dist_test_" +
+         std::to_string(getpid()) + "_" + name;
+}
+
+std::vector<std::smatch> FindAll(const std::string& text,
+                                 const std::regex& re) {
+  std::vector<std::smatch> all;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    all.push_back(*it);
+  }
+  return all;
+}
+
+double FinalAccuracy(const Result& r) {
+  std::smatch m;
+  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
+  return std::regex_search(r.out, m, re) ? std::stod(m[1]) : -1.0;
+}
+
+// Server lines "server R done: ... N updates applied, max staleness M".
+struct ServerReport {
+  int updates = -1, staleness = -1, bad = -1;
+};
+std::vector<ServerReport> ServerReports(const Result& r) {
+  std::vector<ServerReport> v;
+  std::regex re(
+      R"(server \d+ done: consistency \w+ max_delay \d+: (\d+) updates applied, max staleness (\d+), (\d+) bad requests)");
+  for (const auto& m : FindAll(r.out, re)) {
+    v.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3])});
+  }
+  return v;
+}
+
+// Bytes each server printed it owns; they must tile the model.
+std::vector<long> OwnedBytes(const Result& r) {
+  std::vector<long> v;
+  std::regex re(
+      R"(server \d+ owns keys \[\d+, \d+\) = floats \[\d+, \d+\): (\d+) bytes)");
+  for (const auto& m : FindAll(r.out, re)) v.push_back(std::stol(m[1]));
+  return v;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+constexpr long kModelBytes = 1199882L * 4;
+
+TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
+  std::string metrics = TempPath("metrics.jsonl"), svg = TempPath("plot.svg");
+  Result r =
+      Launch(2, 2,
+             "--train_limit 6000 --test_limit 2000 --epochs 1 "
+             "--batch_size 32 --optimizer adam --lr 1e-3 --metrics_file " +
+                 metrics);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(FinalAccuracy(r), 88.0) << r.out;
+  std::vector<long> bytes = OwnedBytes(r);
+  ASSERT_EQ(bytes.size(), 2u) << r.out;
+  EXPECT_EQ(bytes[0] + bytes[1], kModelBytes);
+  for (long b : bytes) EXPECT_NEAR(b, kModelBytes / 2, kModelBytes / 20);
+  std::vector<ServerReport> reports = ServerReports(r);
+  ASSERT_EQ(reports.size(), 2u) << r.out;
+  for (const auto& s : reports) {
+    EXPECT_EQ(s.updates, 94);  // 3000 images a worker / 32, rounded up
+    EXPECT_EQ(s.staleness, 0);
+    EXPECT_EQ(s.bad, 0);
+  }
+  std::ifstream in(metrics);
+  std::string all((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("\"loss\""), std::string::npos) << all;
+  EXPECT_NE(all.find("\"accuracy\""), std::string::npos) << all;
+  Result plot = Shell(std::string(PS_PYTHON) + " " + PS_PLOT + " " + metrics +
+                      " -o " + svg);
+  ASSERT_EQ(plot.rc, 0) << plot.out;
+  std::ifstream svg_in(svg);
+  std::string svg_text((std::istreambuf_iterator<char>(svg_in)),
+                       std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg_text.rfind("<svg", 0), 0u) << svg_text.substr(0, 200);
+  EXPECT_NE(svg_text.find("<polyline"), std::string::npos);
+  std::remove(metrics.c_str());
+  std::remove(svg.c_str());
+}
+
+// W workers of batch B under BSP take the same steps as one process with
+// batch W*B: worker r's batch i is part r of the single batch i (strided
+// sharding), and the servers average. 640 images: 20 full steps.
+TEST(MnistDist, BspEqualsSingleProcessTraining) {
+  const std::string common =
+      " --train_limit 640 --test_limit 100 --dropout=false --optimizer sgd"
+      " --lr 0.05 --momentum 0.9 --consistency bsp";
+  std::string local = TempPath("local.bin"), dist = TempPath("dist.bin");
+  Result one = Shell(std::string(PS_MNIST_DIST) + " --local --threads 1 " +
+                     "--data_dir " + PS_MNIST_DIR + common +
+                     " --batch_size 32 --dump_weights " + local);
+  ASSERT_EQ(one.rc, 0) << one.out;
+  Result two = Launch(2, 2, common + " --batch_size 16 --dump_weights " + dist);
+  ASSERT_EQ(two.rc, 0) << two.out;
+  for (const auto& s : ServerReports(two)) EXPECT_EQ(s.updates, 20);
+  std::vector<float> a = ReadFloats(local), b = ReadFloats(dist);
+  const auto& views = ps::model::ConvNetTensors();
+  std::vector<float> init(ps::model::TotalCount(views));
+  ps::model::InitParams(views, 1, init.data());
+  ASSERT_EQ(a.size(), init.size());
+  ASSERT_EQ(b.size(), init.size());
+  double max_diff = 0, max_moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
+    max_moved = std::max(max_moved, std::fabs(double(a[i]) - init[i]));
+  }
+  EXPECT_LT(max_diff, 1e-4);
+  EXPECT_GT(max_moved, 1e-2);  // training moved the weights far more
+  std::remove(local.c_str());
+  std::remove(dist.c_str());
+}
+
+// The last worker sleeps every step, so the first runs ahead until the
+// servers hold it back: staleness reaches tau and never exceeds it.
+TEST(MnistDist, BoundedDelayNeverExceedsTau) {
+  Result r = Launch(2, 2,
+                    "--train_limit 3000 --test_limit 500 --consistency bounded "
+                    "--max_delay 2 --slow_worker_ms 20");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<ServerReport> reports = ServerReports(r);
+  ASSERT_EQ(reports.size(), 2u) << r.out;
+  for (const auto& s : reports) {
+    EXPECT_EQ(s.updates, 47);
+    EXPECT_LE(s.staleness, 2);
+    EXPECT_GE(s.staleness, 1) << "the fast worker never ran ahead";
+  }
+  EXPECT_GE(FinalAccuracy(r), 70.0) << r.out;
+}
+
+TEST(MnistDist, AsyncAppliesEveryPush) {
+  Result r =
+      Launch(2, 2, "--train_limit 3000 --test_limit 500 --consistency async");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<ServerReport> reports = ServerReports(r);
+  ASSERT_EQ(reports.size(), 2u) << r.out;
+  for (const auto& s : reports) EXPECT_EQ(s.updates, 2 * 47);
+  EXPECT_GE(FinalAccuracy(r), 70.0) << r.out;
+}
+
+TEST(MnistDist, ThreeServersSplitTheBytes) {
+  Result r = Launch(3, 1, "--train_limit 640 --test_limit 200 --batch_size 64");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<long> bytes = OwnedBytes(r);
+  ASSERT_EQ(bytes.size(), 3u) << r.out;
+  EXPECT_EQ(bytes[0] + bytes[1] + bytes[2], kModelBytes);
+  for (long b : bytes) EXPECT_NEAR(b, kModelBytes / 3, kModelBytes / 20);
+  for (const auto& s : ServerReports(r)) EXPECT_EQ(s.updates, 10);
+  EXPECT_GT(FinalAccuracy(r), 0.0) << r.out;
+}
+
+void ExpectStopsNaming(const std::string& node) {
+  Result r = Launch(2, 2,
+                    "--train_limit 6000 --test_limit 200 --die_after_steps 5 "
+                    "--die_node " +
+                        node,
+                    60);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+  std::string name =
+      node.substr(0, node.find(':')) + " " + node.substr(node.find(':') + 1);
+  EXPECT_NE(r.out.find("launch: " + name + " (pid"), std::string::npos)
+      << r.out;
+}
+
+TEST(MnistDist, KilledWorkerStopsTheJob) { ExpectStopsNaming("worker:1"); }
+TEST(MnistDist, KilledServerStopsTheJob) { ExpectStopsNaming("server:0"); }
+
+// Flags are checked before ps::Start: each role fails alone, fast, naming
+// the flag (no scheduler is running).
+TEST(MnistDist, BadFlagsFailInEveryRole) {
+  const char* cases[][2] = {
+      {"--epochs 0", "--epochs must be > 0, got 0"},
+      {"--consistency sometimes", "unknown consistency 'sometimes'"},
+      {"--optimizer rmsprop", "--optimizer"},
+      {"--device tpu", "--device"},
+      {"--data_dir /nonexistent/mnist", "/nonexistent/mnist"},
+  };
+  for (const char* role : {"scheduler", "server", "worker"}) {
+    for (const auto& c : cases) {
+      if (std::string(c[0]).find("data_dir") != std::string::npos &&
+          std::string(role) != "worker") {
+        continue;  // only workers read data
+      }
+      std::string cmd = std::string("DMLC_ROLE=") + role +
+                        " DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=1 "
+                        "DMLC_NUM_WORKER=1 timeout 20 " +
+                        PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR + " " +
+                        c[0];
+      Result r = Shell(cmd);
+      EXPECT_EQ(r.rc, 1) << role << " " << c[0] << ": " << r.out;
+      EXPECT_NE(r.out.find(c[1]), std::string::npos)
+          << role << " " << c[0] << ": " << r.out;
+      EXPECT_LT(r.seconds, 10.0) << role << " " << c[0];
+    }
+  }
+}
+
+TEST(MnistDist, CorruptDataFileIsNamed) {
+  std::string dir = TempPath("corrupt");
+  ASSERT_EQ(
+      Shell("mkdir -p " + dir + " && cp " + PS_MNIST_DIR + "/t10k-* " + dir +
+            " && head -c 1000 " + PS_MNIST_DIR + "/train-images-idx3-ubyte > " +
+            dir + "/train-images-idx3-ubyte && cp " + PS_MNIST_DIR +
+            "/train-labels-idx1-ubyte " + dir)
+          .rc,
+      0);
+  Result r = Shell(std::string(PS_MNIST_DIST) + " --local --data_dir " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("train-images-idx3-ubyte"), std::string::npos) << r.out;
+  Shell("rm -rf " + dir);
+}
+
+}  // namespace

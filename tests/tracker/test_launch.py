@@ -1,0 +1,275 @@
+"""Tests tracker/launch.py end to end with tiny Python child programs.
+
+Each child is tests' own script (written to a temp dir) run as
+`python3 child.py MODE`; it reads DMLC_ROLE / PS_RANK and behaves by MODE.
+Every launch is bounded by a subprocess timeout.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+LAUNCH = Path(__file__).resolve().parents[2] / "tracker" / "launch.py"
+RUN_TIMEOUT = 10  # Seconds; no launch below takes more than ~2.
+
+CHILD = r'''
+import json, os, signal, subprocess, sys, time
+mode, out = sys.argv[1], sys.argv[2]
+role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
+me = role if rank is None else f"{role}{rank}"
+with open(os.path.join(out, me + ".pid"), "w") as f:
+    f.write(str(os.getpid()))
+
+def wait_for_pids(n):  # Until all n processes have written their pid.
+    end = time.time() + 10
+    while time.time() < end:
+        if len([p for p in os.listdir(out) if p.endswith(".pid")]) >= n:
+            return
+        time.sleep(0.01)
+
+if mode == "env":
+    keys = ["DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+            "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
+            "PS_RANK", "EXTRA", "INHERITED"]
+    print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+elif mode == "chatter":
+    for i in range(200):
+        print(f"{me} out {i} " + "x" * (i * 50), flush=True)
+        print(f"{me} err {i}", file=sys.stderr, flush=True)
+    sys.stdout.write(f"{me} unterminated")
+elif mode == "fail":
+    n = int(sys.argv[3])
+    if me == "server0":  # Makes the launcher escalate to SIGKILL.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        grandchild = subprocess.Popen(["sleep", "60"])
+        with open(os.path.join(out, "grandchild.pid"), "w") as f:
+            f.write(str(grandchild.pid))
+    wait_for_pids(n)
+    victim, how = sys.argv[4], sys.argv[5]
+    if me == victim and how == "exit3":
+        sys.exit(3)
+    if me == victim and how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+elif mode == "straggle":
+    if me != "worker0":
+        time.sleep(60)
+elif mode == "sleep":
+    time.sleep(60)
+'''
+
+
+def alive(pid):
+    """True while pid is a live (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+class LaunchTest(unittest.TestCase):
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self._tmp.name)
+        self.child = self.dir / "child.py"
+        self.child.write_text(CHILD)
+        self.pids = self.dir / "pids"
+        self.pids.mkdir()
+
+    def tearDown(self):
+        for pid in self.pid_values():  # Never leave a stray behind.
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self._tmp.cleanup()
+
+    def pid_values(self):
+        return [int(p.read_text()) for p in self.pids.glob("*.pid")
+                if p.read_text()]
+
+    def launch(self, flags, mode, *extra, env=None):
+        cmd = [sys.executable, str(LAUNCH), *flags, "--", sys.executable,
+               str(self.child), mode, str(self.pids), *extra]
+        start = time.monotonic()
+        result = subprocess.run(cmd, capture_output=True, text=True,
+                                timeout=RUN_TIMEOUT, env=env)
+        result.elapsed = time.monotonic() - start
+        return result
+
+    def assert_all_dead(self):
+        pids = self.pid_values()
+        self.assertTrue(pids)
+        end = time.monotonic() + 3  # Orphans are reaped asynchronously.
+        while any(alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.02)
+        self.assertEqual([p for p in pids if alive(p)], [])
+
+    def last_line(self, result):
+        return result.stderr.rstrip("\n").split("\n")[-1]
+
+    def test_environment_of_each_role(self):
+        env = dict(os.environ, INHERITED="kept", PS_RANK="99")
+        result = self.launch(["-s", "2", "-w", "3", "--env", "EXTRA=a=b",
+                              "--port", "23456"], "env", env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        seen = {}
+        for line in result.stdout.splitlines():
+            prefix, payload = re.fullmatch(r"\[([a-z]+(?: \d+)?)\] (.*)",
+                                           line).groups()
+            seen[prefix] = json.loads(payload)
+        self.assertEqual(sorted(seen), ["scheduler", "server 0", "server 1",
+                                        "worker 0", "worker 1", "worker 2"])
+        for prefix, got in seen.items():
+            role, _, rank = prefix.partition(" ")
+            self.assertEqual(got, {
+                "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": "127.0.0.1",
+                "DMLC_PS_ROOT_PORT": "23456", "DMLC_NUM_SERVER": "2",
+                "DMLC_NUM_WORKER": "3", "DMLC_NODE_HOST": "127.0.0.1",
+                "PS_RANK": rank or None, "EXTRA": "a=b",
+                "INHERITED": "kept"}, prefix)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 6 processes exited 0 in [\d.]+ s$")
+
+    def test_free_port_is_picked_and_shared(self):
+        result = self.launch(["-s", "1", "-w", "1"], "env")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        ports = {json.loads(line.split("] ", 1)[1])["DMLC_PS_ROOT_PORT"]
+                 for line in result.stdout.splitlines()}
+        self.assertEqual(len(ports), 1)
+        self.assertTrue(1024 <= int(ports.pop()) <= 65535)
+
+    def test_every_line_is_prefixed_and_whole(self):
+        result = self.launch(["-s", "1", "-w", "2"], "chatter")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        names = {"scheduler": "scheduler", "server 0": "server0",
+                 "worker 0": "worker0", "worker 1": "worker1"}
+        counts = dict.fromkeys(names, 0)
+        for line in result.stdout.splitlines():
+            match = re.fullmatch(r"\[(\w+(?: \d)?)\] (\w+) out (\d+) (x*)",
+                                 line)
+            if match is None:
+                self.assertIn(line, [f"[{p}] {n} unterminated"
+                                     for p, n in names.items()])
+                continue
+            prefix, me, i, xs = match.groups()
+            self.assertEqual(names[prefix], me)
+            self.assertEqual(len(xs), int(i) * 50)
+            counts[prefix] += 1
+        self.assertEqual(counts, dict.fromkeys(names, 200))
+        err_lines = result.stderr.splitlines()[:-1]  # Last: launch summary.
+        self.assertEqual(len(err_lines), 4 * 200)
+        for line in err_lines:
+            prefix, me = re.fullmatch(r"\[(\w+(?: \d)?)\] (\w+) err \d+",
+                                      line).groups()
+            self.assertEqual(names[prefix], me)
+
+    def test_failing_worker_stops_the_rest(self):
+        result = self.launch(["-s", "2", "-w", "2", "--grace", "0.5"],
+                             "fail", "6", "worker1", "exit3")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertLess(result.elapsed, 5)
+        worker1 = int((self.pids / "worker1.pid").read_text())
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 1 (pid {worker1}) exited with code 3; "
+            "stopped the other 4 processes")
+        self.assertTrue((self.pids / "grandchild.pid").exists())
+        self.assert_all_dead()
+
+    def test_child_killed_by_signal_is_named(self):
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5"],
+                             "fail", "5", "worker0", "kill")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertLess(result.elapsed, 5)
+        worker0 = int((self.pids / "worker0.pid").read_text())
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 0 (pid {worker0}) was killed by signal SIGKILL; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_timeout_names_the_stragglers(self):
+        result = self.launch(["-s", "1", "-w", "2", "--timeout", "1",
+                              "--grace", "0.5"], "straggle")
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertLess(result.elapsed, 5)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: timeout after 1 s; killed 3 still running: scheduler "
+            f"(pid {pid['scheduler']}), server 0 (pid {pid['server0']}), "
+            f"worker 1 (pid {pid['worker1']})")
+        self.assert_all_dead()
+
+    def test_sigterm_to_launcher_stops_children(self):
+        cmd = [sys.executable, str(LAUNCH), "-s", "1", "-w", "1", "--grace",
+               "0.5", "--", sys.executable, str(self.child), "sleep",
+               str(self.pids)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + 10
+        while len(self.pid_values()) < 3 and time.monotonic() < end:
+            time.sleep(0.02)
+        self.assertEqual(len(self.pid_values()), 3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=RUN_TIMEOUT)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM, err)
+        self.assertRegex(err.splitlines()[-1],
+                         r"^launch: got SIGTERM; stopped 3 still running: ")
+        self.assert_all_dead()
+
+    def test_usage_errors_exit_2(self):
+        not_executable = self.dir / "plain.txt"
+        not_executable.write_text("not a program\n")
+        cases = [
+            (["-s", "-1", "-w", "1", "--", "true"], "-s/--num-servers"),
+            (["-s", "1", "-w", "0", "--", "true"], "-w/--num-workers"),
+            (["-s", "1", "-w", "1"], "missing PROGRAM"),
+            (["-s", "1", "-w", "1", "--"], "missing PROGRAM"),
+            (["-w", "1", "--", "true"], "-s/--num-servers"),
+            (["-s", "1", "-w", "1", "--", "no-such-program-xyz"],
+             "'no-such-program-xyz' not found"),
+            (["-s", "1", "-w", "1", "--", str(not_executable)],
+             "is not an executable file"),
+            (["-s", "1", "-w", "1", "--", str(self.dir)],
+             "is not an executable file"),
+            (["-s", "1", "-w", "1", "--env", "NOEQUALS", "--", "true"],
+             "KEY=VALUE"),
+            (["-s", "1", "-w", "1", "--env", "DMLC_ROLE=x", "--", "true"],
+             "cannot set DMLC_ROLE"),
+            (["-s", "1", "-w", "1", "--timeout", "0", "--", "true"],
+             "--timeout"),
+        ]
+        for flags, message in cases:
+            with self.subTest(flags=flags):
+                result = subprocess.run(
+                    [sys.executable, str(LAUNCH), *flags],
+                    capture_output=True, text=True, timeout=RUN_TIMEOUT)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(message, result.stderr)
+                self.assertEqual(result.stdout, "")
+
+    def test_help_documents_flags_env_and_exit_codes(self):
+        result = subprocess.run([sys.executable, str(LAUNCH), "--help"],
+                                capture_output=True, text=True,
+                                timeout=RUN_TIMEOUT)
+        self.assertEqual(result.returncode, 0)
+        for word in ["--num-servers", "--num-workers", "--host", "--port",
+                     "--env", "--grace", "--timeout", "DMLC_ROLE",
+                     "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+                     "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
+                     "PS_RANK", "124"]:
+            self.assertIn(word, result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
