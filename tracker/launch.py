@@ -42,6 +42,9 @@ its environment, which is the launcher's own plus:
   DMLC_NODE_HOST     127.0.0.1 (a --env may override it)
   PS_RANK            i for the i-th server and the i-th worker (0-based);
                      not set for the scheduler
+  OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
+                     machine's cores, and OpenMP threads that spin while
+                     idle (the default) take them from the other processes
   KEY=VALUE          for every --env KEY=VALUE
 
 Every line a process writes to stdout or stderr is copied to the launcher's
@@ -220,6 +223,7 @@ def parse_args(argv):
 def child_env(args, port, role, rank):
     env = dict(os.environ)
     env.pop("PS_RANK", None)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update({
         "DMLC_ROLE": role,
         "DMLC_PS_ROOT_URI": args.host,

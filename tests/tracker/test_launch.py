@@ -37,7 +37,7 @@ def wait_for_pids(n):  # Until all n processes have written their pid.
 if mode == "env":
     keys = ["DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
-            "PS_RANK", "EXTRA", "INHERITED"]
+            "PS_RANK", "EXTRA", "INHERITED", "OMP_WAIT_POLICY"]
     print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
 elif mode == "chatter":
     for i in range(200):
@@ -135,9 +135,17 @@ class LaunchTest(unittest.TestCase):
                 "DMLC_PS_ROOT_PORT": "23456", "DMLC_NUM_SERVER": "2",
                 "DMLC_NUM_WORKER": "3", "DMLC_NODE_HOST": "127.0.0.1",
                 "PS_RANK": rank or None, "EXTRA": "a=b",
-                "INHERITED": "kept"}, prefix)
+                "INHERITED": "kept", "OMP_WAIT_POLICY": "PASSIVE"}, prefix)
         self.assertRegex(self.last_line(result),
                          r"^launch: all 6 processes exited 0 in [\d.]+ s$")
+
+    def test_an_inherited_omp_wait_policy_is_kept(self):
+        env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE")
+        result = self.launch(["-s", "1", "-w", "1"], "env", env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        policies = {json.loads(line.split("] ", 1)[1])["OMP_WAIT_POLICY"]
+                    for line in result.stdout.splitlines()}
+        self.assertEqual(policies, {"ACTIVE"})
 
     def test_free_port_is_picked_and_shared(self):
         result = self.launch(["-s", "1", "-w", "1"], "env")
@@ -267,7 +275,7 @@ class LaunchTest(unittest.TestCase):
                      "--env", "--grace", "--timeout", "DMLC_ROLE",
                      "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                      "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
-                     "PS_RANK", "124"]:
+                     "PS_RANK", "OMP_WAIT_POLICY", "124"]:
             self.assertIn(word, result.stdout)
 
 
