@@ -43,7 +43,8 @@ class KVWorkerCore::Impl {
         app_id_(app_id),
         customer_id_(customer_id),
         val_type_(val_type),
-        val_size_(val_size) {
+        val_size_(val_size),
+        tracker_(node->config().wait_spin_us) {
     placement_ =
         Placement::EvenKeys(node->num_servers(), node->config().max_key);
     post_->RegisterCustomer(
