@@ -224,26 +224,40 @@ void RunCell(const Cell& cell, ps::KVWorker<float>* kv) {
   ps::SArray<float> vals(cell.floats);
   for (size_t i = 0; i < cell.floats; ++i) vals[i] = static_cast<float>(i);
   CheckOk(kv->Wait(kv->ZPush(keys, vals, lens, ps::kAssign)), "assign");
-  ps::SArray<float> pulled(cell.floats, -1.0f);
+  // "pull": into an empty SArray each round (zero-copy when one server
+  // answers); "pull_into": into a presized buffer, filled in place.
+  ps::SArray<float> pulled, pulled_into(cell.floats, -1.0f);
   ps::SArray<int> pulled_lens;
   auto push = [&] { CheckOk(kv->Wait(kv->ZPush(keys, vals, lens)), "push"); };
   auto pull = [&] {
+    pulled.clear();
+    pulled_lens.clear();
     CheckOk(kv->Wait(kv->ZPull(keys, &pulled, &pulled_lens)), "pull");
+  };
+  auto pull_into = [&] {
+    CheckOk(kv->Wait(kv->ZPull(keys, &pulled_into)), "pull_into");
   };
   ps::Barrier(0, ps::kWorkerGroup);  // Workers push at once.
   std::vector<double> push_s = TimeRounds(push, kMinRounds, FLAGS_seconds);
   ps::Barrier(0, ps::kWorkerGroup);
   std::vector<double> pull_s = TimeRounds(pull, kMinRounds, FLAGS_seconds);
+  ps::Barrier(0, ps::kWorkerGroup);
+  std::vector<double> pull_into_s =
+      TimeRounds(pull_into, kMinRounds, FLAGS_seconds);
   // Without --server_add the shard still holds the assigned values.
   CHECK_EQ(pulled.size(), cell.floats);
+  CHECK_EQ(pulled_into.size(), cell.floats);
   CHECK_EQ(pulled_lens.size(), cell.lens.size());
   if (!FLAGS_server_add) {
-    for (size_t i = 0; i < cell.floats; ++i)
+    for (size_t i = 0; i < cell.floats; ++i) {
       CHECK_EQ(pulled[i], static_cast<float>(i)) << "pulled value " << i;
+      CHECK_EQ(pulled_into[i], static_cast<float>(i)) << "pulled value " << i;
+    }
   }
   double bytes = cell.floats * sizeof(float);
   for (auto [op, s] :
-       {std::make_pair("push", &push_s), std::make_pair("pull", &pull_s)}) {
+       {std::make_pair("push", &push_s), std::make_pair("pull", &pull_s),
+        std::make_pair("pull_into", &pull_into_s)}) {
     double median = (*s)[s->size() / 2];
     std::printf(
         "kv cell floats=%zu layout=%s keys=%zu op=%s rounds=%zu "

@@ -21,6 +21,8 @@
 //   PS_HEARTBEAT_INTERVAL_MS heartbeat period; 0 disables         (1000)
 //   PS_HEARTBEAT_TIMEOUT_MS  silent this long = dead              (10000)
 //   PS_REQUEST_TIMEOUT_MS    KVWorker::Wait gives up; 0 = never   (0)
+//   PS_WAIT_SPIN_US          KVWorker::Wait spins (yielding) this
+//                            long before it blocks; 0 = never     (100)
 //   PS_MAX_KEY               default placement: EvenKeys over it  (65536)
 //   PS_VERBOSE               0, 1 (rendezvous), 2 (every message) (0)
 //
@@ -34,6 +36,7 @@
 //   --ps_interface DMLC_INTERFACE         --ps_request_timeout_ms
 //   --ps_port DMLC_PORT                   --ps_max_key PS_MAX_KEY
 //   --ps_port_range PS_PORT_RANGE         --ps_verbose PS_VERBOSE
+//   --ps_wait_spin_us PS_WAIT_SPIN_US
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -70,6 +73,9 @@ struct Config {
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;
   int request_timeout_ms = 0;
+  // A reply that comes within this many microseconds of Wait is picked up
+  // without a thread wake-up (bench/kv: the one-float round trip).
+  int wait_spin_us = 100;
   Key max_key = 65536;
   int verbose = 0;
 

@@ -9,11 +9,21 @@
 //
 // Copies: Push/Pull on std::vector copy keys and pushed values once into
 // SArrays (the caller may reuse its vectors at once). ZPush/ZPull/ZPushPull
-// never copy values: the SArrays are handed to ZeroMQ as they are (keep them
-// unchanged until Wait returns); ZPull into a preallocated SArray of the
-// right size (or Pull into a presized vector) writes each server's answer
-// straight into it. Callbacks run on the node's receive thread: they must
-// not block (no Wait inside a callback).
+// never copy pushed values: the SArrays are handed to ZeroMQ as they are
+// (keep them unchanged until Wait returns). Pulled values land as follows:
+//  - ZPull/ZPushPull into an EMPTY SArray, answered by exactly one server:
+//    zero-copy. After Wait the SArray (and `lens`, when the server sent
+//    lens) points into the received ZeroMQ frame, which lives as long as
+//    any copy of the SArray; it is writable and shares nothing with later
+//    pulls. (A frame not aligned for Val, which ZeroMQ may deliver for small
+//    answers, is copied instead.)
+//  - into an empty destination answered by several servers: the answers
+//    are assembled (copied once) into a fresh buffer.
+//  - into a presized SArray or vector: filled in place, each server's
+//    answer copied straight to its offset as it arrives when no lens are
+//    asked for and values per key are uniform, else assembled at the end.
+// Callbacks run on the node's receive thread: they must not block (no Wait
+// inside a callback).
 //
 // Placement: by default keys are split evenly over [0, PS_MAX_KEY) (65536
 // unless set; keys above go to the last server); dense models should call
@@ -29,6 +39,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -130,14 +141,20 @@ class KVWorker {
     return core_.Request(push, pull, cmd, kvs, std::move(sink), cb);
   }
 
-  // Where a pull's answer lands: straight into `vals` when it is presized,
-  // else into `vals` resized to the answer. Vec is std::vector or SArray.
+  // Where a pull's answer lands: straight into `vals` when it is presized;
+  // an empty SArray adopts a single server's answer; else `vals` is resized
+  // to the answer. Vec is std::vector or SArray.
   template <typename Vec, typename LenVec>
   static detail::PullSink Sink(Vec* vals, LenVec* lens) {
     detail::PullSink sink;
     if (!vals->empty()) {
       sink.direct = reinterpret_cast<char*>(vals->data());
       sink.direct_bytes = vals->size() * sizeof(Val);
+    } else if constexpr (std::is_same_v<Vec, SArray<Val>>) {
+      sink.adopt = [vals, lens](const SArray<char>& v, const SArray<int>& l) {
+        *vals = SArray<Val>(v);
+        if (lens != nullptr) *lens = l;
+      };
     }
     sink.alloc_vals = [vals](size_t bytes) {
       if (vals->size() * sizeof(Val) != bytes)

@@ -90,13 +90,18 @@ struct RawKVPairs {
 
 // Where pulled values go. With `direct` set and no lens wanted, each
 // server's answer is copied straight to its offset (uniform values per key:
-// direct_bytes / keys). Otherwise answers are kept (zero-copy) and
-// assembled at completion into buffers from alloc_vals / alloc_lens.
+// direct_bytes / keys). Otherwise answers are kept (zero-copy) and, at
+// completion, either handed over as they are through `adopt` (set only for
+// an empty SArray destination; used when exactly one server answered, its
+// values frame is aligned for the value type, and it carries lens if lens
+// are wanted) or assembled into buffers from alloc_vals / alloc_lens.
 struct PullSink {
   char* direct = nullptr;
   size_t direct_bytes = 0;
   std::function<char*(size_t bytes)> alloc_vals;
   std::function<int*(size_t count)> alloc_lens;  // null: lens not wanted
+  std::function<void(const SArray<char>& vals, const SArray<int>& lens)>
+      adopt;  // null: always assemble
 };
 
 class KVWorkerCore {

@@ -1,7 +1,8 @@
 // KVWorkerCore: the worker's push/pull path. Each hop is one function:
 //   Request -> CheckKVPairs -> SliceKVPairs -> SendSlices (AddKVFrames,
 //   Postoffice::Send) ... OnResponse (DecodeKVPairs, StorePullAnswer,
-//   RequestTracker::Answer) -> FinishRequest (AssemblePull, Finish).
+//   RequestTracker::Answer) -> FinishRequest (AssemblePull or Adopt, Finish).
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -23,10 +24,13 @@ struct PullState {
   std::mutex mu;           // guards everything below against Wait()
   bool abandoned = false;  // Wait returned; never touch the sink again
   PullSink sink;
-  SArray<Key> keys;          // the request's keys
-  std::vector<size_t> cut;   // keys[cut[s], cut[s+1]) went to server s
-  size_t per_key_bytes = 0;  // > 0: answers copied straight into sink.direct
-  std::map<int, RawKVPairs> answers;  // by server rank, when not direct
+  SArray<Key> keys;         // the request's keys
+  std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
+  // > 0: answers copied straight into sink.direct as they come, valid while
+  // each server sends per_key_bytes per key (uniform values per key).
+  size_t per_key_bytes = 0;
+  bool not_uniform = false;  // an answer broke that: assemble at the end
+  std::map<int, RawKVPairs> answers;  // by server rank (all kept, zero-copy)
   Status error;
 };
 
@@ -39,7 +43,8 @@ class KVWorkerCore::Impl {
         app_id_(app_id),
         customer_id_(customer_id),
         val_type_(val_type),
-        val_size_(val_size) {
+        val_size_(val_size),
+        tracker_(node->config().wait_spin_us) {
     placement_ =
         Placement::EvenKeys(node->num_servers(), node->config().max_key);
     post_->RegisterCustomer(
@@ -63,6 +68,9 @@ class KVWorkerCore::Impl {
   Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer);
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
   Status AssemblePull(PullState* state);
+  // Hands a lone answer's frames to the sink as they are (no copy); false
+  // when the sink or the answer does not allow it. Holds state->mu.
+  bool Adopt(PullState* state);
   void OnFailure(int id, const Status& why);
 
   Postoffice* const post_;
@@ -191,19 +199,16 @@ Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
   }
   std::lock_guard<std::mutex> lock(state->mu);
   if (state->abandoned) return Status::OK();
-  if (state->per_key_bytes > 0) {
+  if (state->per_key_bytes > 0 && !state->not_uniform) {
     size_t want = asked.size() * state->per_key_bytes;
-    if (answer.vals.size() != want) {
-      return Status::Corruption(
-          "answered " + std::to_string(answer.vals.size()) +
-          " value bytes for " + std::to_string(asked.size()) +
-          " keys, expected " + std::to_string(want));
+    if (answer.vals.size() == want) {
+      std::memcpy(state->sink.direct + begin * state->per_key_bytes,
+                  answer.vals.data(), want);
+    } else {
+      state->not_uniform = true;  // e.g. lens that happen to divide evenly
     }
-    std::memcpy(state->sink.direct + begin * state->per_key_bytes,
-                answer.vals.data(), want);
-  } else {
-    state->answers[rank] = std::move(answer);
   }
+  state->answers[rank] = std::move(answer);
   return Status::OK();
 }
 
@@ -217,7 +222,11 @@ void KVWorkerCore::Impl::FinishRequest(
 Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
   std::lock_guard<std::mutex> lock(state->mu);
   if (state->abandoned || !state->error.ok()) return state->error;
-  if (state->per_key_bytes > 0) return Status::OK();
+  if (state->per_key_bytes > 0 && !state->not_uniform) {
+    state->answers.clear();
+    return Status::OK();
+  }
+  if (Adopt(state)) return Status::OK();
   size_t total = 0, keys = 0;
   for (const auto& [rank, a] : state->answers) {
     total += a.vals.size();
@@ -238,6 +247,19 @@ Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
   }
   state->answers.clear();
   return Status::OK();
+}
+
+bool KVWorkerCore::Impl::Adopt(PullState* state) {
+  if (!state->sink.adopt || state->answers.size() != 1) return false;
+  const RawKVPairs& a = state->answers.begin()->second;
+  // ZeroMQ may place a small frame at any byte offset of its read buffer.
+  bool aligned = reinterpret_cast<uintptr_t>(a.vals.data()) % val_size_ == 0 &&
+                 reinterpret_cast<uintptr_t>(a.lens.data()) % alignof(int) == 0;
+  bool lens_ok = !state->sink.alloc_lens || !a.lens.empty();
+  if (!aligned || !lens_ok) return false;
+  state->sink.adopt(a.vals, a.lens);
+  state->answers.clear();
+  return true;
 }
 
 Status KVWorkerCore::Impl::Wait(int ts) {

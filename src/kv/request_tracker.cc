@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace ps {
 
@@ -81,6 +82,7 @@ bool RequestTracker::FinishLocked(int ts, const Status& status,
   e.status = status;
   if (e.callback) run->push_back(std::move(e.callback));
   e.done = true;
+  e.done_flag.store(true, std::memory_order_release);
   return true;
 }
 
@@ -102,12 +104,28 @@ void RequestTracker::FailServer(int server, const Status& why) {
   for (auto& cb : run) cb();
 }
 
+bool RequestTracker::SpinUntilDone(const Entry& e) const {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::microseconds(wait_spin_us_);
+  while (!e.done_flag.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();  // lets the receive thread run on few cores
+  }
+  return true;
+}
+
 Status RequestTracker::Wait(int ts, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(ts);
   if (it == entries_.end()) {
     return Status::InvalidArgument("Wait on unknown timestamp " +
                                    std::to_string(ts));
+  }
+  if (wait_spin_us_ > 0 && !it->second.done) {
+    // Only this Wait erases the entry, so it outlives the unlocked spin.
+    lock.unlock();
+    SpinUntilDone(it->second);
+    lock.lock();
   }
   auto done = [&] { return it->second.done; };
   if (timeout_ms > 0) {

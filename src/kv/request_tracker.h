@@ -3,12 +3,14 @@
 // when it failed (a dead server, a malformed answer, a stop).
 //
 // Thread-safety: every method may be called from any thread; one thread at
-// a time may Wait on a given timestamp. Nothing runs under the lock: the
-// condition variable is notified and callbacks run after it is released (a
-// waiter woken under the lock would only block again on the mutex).
+// a time may Wait on a given timestamp (which is what lets Wait spin on its
+// entry without the lock: only Wait erases an entry). Nothing runs under the
+// lock: the condition variable is notified and callbacks run after it is
+// released (a waiter woken under the lock would only block again on the mutex).
 #ifndef PS_SRC_KV_REQUEST_TRACKER_H_
 #define PS_SRC_KV_REQUEST_TRACKER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -23,6 +25,11 @@ namespace ps {
 class RequestTracker {
  public:
   using Callback = std::function<void()>;
+
+  // Wait spins (yielding) up to `wait_spin_us` microseconds for a request to
+  // finish before it blocks on the condition variable: an answer that comes
+  // that soon then costs no thread wake-up. 0: block at once.
+  explicit RequestTracker(int wait_spin_us = 0) : wait_spin_us_(wait_spin_us) {}
 
   // A new request waiting on `servers` (node ids); returns its timestamp.
   // With no servers it is done at once (the callback runs here).
@@ -51,6 +58,7 @@ class RequestTracker {
   struct Entry {
     std::vector<int> pending;  // server ids not yet answered (a few)
     bool done = false;
+    std::atomic<bool> done_flag{false};  // == done, read without mu_ by Wait
     bool finishing = false;  // the last answer came; Finish() follows
     Status status;
     Callback callback;
@@ -59,6 +67,10 @@ class RequestTracker {
   // or done already. The caller notifies cv_ after releasing mu_.
   bool FinishLocked(int ts, const Status& status, std::vector<Callback>* run);
 
+  // Yields until the entry is done or wait_spin_us_ passed; true if done.
+  bool SpinUntilDone(const Entry& e) const;
+
+  const int wait_spin_us_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int next_ts_ = 0;

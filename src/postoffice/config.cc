@@ -35,6 +35,8 @@ DEFINE_int32(ps_heartbeat_interval_ms, -1,
 DEFINE_int32(ps_heartbeat_timeout_ms, -1, "overrides PS_HEARTBEAT_TIMEOUT_MS");
 DEFINE_int32(ps_request_timeout_ms, -1,
              "overrides PS_REQUEST_TIMEOUT_MS (0: wait forever)");
+DEFINE_int32(ps_wait_spin_us, -1,
+             "overrides PS_WAIT_SPIN_US (0: Wait blocks at once)");
 DEFINE_int64(ps_max_key, -1, "overrides PS_MAX_KEY");
 DEFINE_int32(ps_verbose, -1, "overrides PS_VERBOSE: 0, 1 or 2");
 
@@ -94,6 +96,7 @@ void ApplyFlags(Settings* s) {
            FLAGS_ps_heartbeat_timeout_ms, s);
   Override("PS_REQUEST_TIMEOUT_MS", "ps_request_timeout_ms",
            FLAGS_ps_request_timeout_ms, s);
+  Override("PS_WAIT_SPIN_US", "ps_wait_spin_us", FLAGS_ps_wait_spin_us, s);
   Override("PS_MAX_KEY", "ps_max_key", FLAGS_ps_max_key, s);
   Override("PS_VERBOSE", "ps_verbose", FLAGS_ps_verbose, s);
 }
@@ -229,6 +232,8 @@ Status ReadTimeouts(const Lookup& env, Config* c) {
                              kPositive, &c->heartbeat_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_REQUEST_TIMEOUT_MS", false, 0, kIntMax,
                              kNonNeg, &c->request_timeout_ms));
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_WAIT_SPIN_US", false, 0, 1000000,
+                             "an integer in [0, 1000000]", &c->wait_spin_us));
   if (c->heartbeat_interval_ms > 0 &&
       c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {
     return Status::InvalidArgument(
@@ -331,7 +336,8 @@ std::string Config::ToString() const {
      << " barrier_timeout_ms=" << barrier_timeout_ms
      << " heartbeat_interval_ms=" << heartbeat_interval_ms
      << " heartbeat_timeout_ms=" << heartbeat_timeout_ms
-     << " request_timeout_ms=" << request_timeout_ms << " max_key=" << max_key;
+     << " request_timeout_ms=" << request_timeout_ms
+     << " wait_spin_us=" << wait_spin_us << " max_key=" << max_key;
   return os.str();
 }
 

@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -234,6 +235,77 @@ TEST(InProc, ZeroCopyPullIntoPreallocatedArray) {
   ASSERT_TRUE(kv.Wait(kv.ZPull(low, &one)).ok());
   EXPECT_EQ(std::vector<float>(one.begin(), one.end()),
             (std::vector<float>{1, 2}));
+  EXPECT_TRUE(c.Finalize());
+}
+
+// True when `a` owns a buffer SArray allocated itself (resize), false when
+// it adopted a received frame (whose deleter releases the ZeroMQ message).
+bool OwnsAllocatedBuffer(const SArray<float>& a) {
+  return std::get_deleter<std::default_delete<float[]>>(a.ptr()) != nullptr;
+}
+
+// ZPull into an empty SArray: one server's answer is adopted as received
+// (no copy); several servers' answers are assembled; a presized SArray is
+// filled in place. Answers of 16 KiB or more arrive in frames of their own.
+TEST(InProc, ZeroCopyPullAdoptsALoneServersAnswer) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  const size_t k = 4096;                            // floats per key
+  SArray<Key> keys(std::vector<Key>{5, 6, 50000});  // servers 0, 0, 1
+  SArray<float> vals(keys.size() * k);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = 0.5f * i;
+  ASSERT_TRUE(kv.Wait(kv.ZPush(keys, vals)).ok());
+
+  SArray<Key> low = keys.segment(0, 2);  // server 0 only
+  SArray<float> adopted;
+  SArray<int> adopted_lens;
+  ASSERT_TRUE(kv.Wait(kv.ZPull(low, &adopted, &adopted_lens)).ok());
+  EXPECT_FALSE(OwnsAllocatedBuffer(adopted));
+  ASSERT_EQ(adopted.size(), 2 * k);
+  for (size_t i = 0; i < adopted.size(); ++i) ASSERT_EQ(adopted[i], 0.5f * i);
+  EXPECT_EQ(std::vector<int>(adopted_lens.begin(), adopted_lens.end()),
+            std::vector<int>(2, static_cast<int>(k)));
+  // A second pull adopts a buffer of its own; the first stays intact.
+  SArray<float> again;
+  ASSERT_TRUE(kv.Wait(kv.ZPull(low, &again)).ok());
+  EXPECT_NE(again.data(), adopted.data());
+  again[0] = -1.0f;
+  EXPECT_EQ(adopted[0], 0.0f);
+
+  SArray<float> assembled;
+  SArray<int> assembled_lens;
+  ASSERT_TRUE(kv.Wait(kv.ZPull(keys, &assembled, &assembled_lens)).ok());
+  EXPECT_TRUE(OwnsAllocatedBuffer(assembled));
+  ASSERT_EQ(assembled.size(), vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) ASSERT_EQ(assembled[i], vals[i]);
+  EXPECT_EQ(std::vector<int>(assembled_lens.begin(), assembled_lens.end()),
+            std::vector<int>(3, static_cast<int>(k)));
+
+  SArray<float> presized(2 * k, -1.0f);
+  float* before = presized.data();
+  ASSERT_TRUE(kv.Wait(kv.ZPull(low, &presized)).ok());
+  EXPECT_EQ(presized.data(), before);
+  for (size_t i = 0; i < presized.size(); ++i) ASSERT_EQ(presized[i], 0.5f * i);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A presized destination whose size divides evenly by the key count,
+// while the values per key are not uniform: assembled, not misplaced.
+TEST(InProc, PresizedPullWithUnevenLens) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  std::vector<Key> keys = {0, 1, 40000, 40001};  // servers 0, 0, 1, 1
+  std::vector<float> vals = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(kv.Wait(kv.Push(keys, vals, {1, 1, 1, 5})).ok());
+  std::vector<float> out(8, -1.0f);  // 2 floats a key, if it were uniform
+  ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+  EXPECT_EQ(out, vals);
   EXPECT_TRUE(c.Finalize());
 }
 

@@ -2,6 +2,7 @@
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 #include <thread>
 
@@ -131,6 +132,7 @@ TEST(ConfigFlags, SetFlagsWinOverTheEnvironment) {
                                           {"ps_rank", "4"},
                                           {"ps_heartbeat_interval_ms", "0"},
                                           {"ps_request_timeout_ms", "250"},
+                                          {"ps_wait_spin_us", "7"},
                                           {"ps_max_key", "8589934592"},
                                           {"ps_verbose", "2"}}) {
     ASSERT_FALSE(
@@ -149,6 +151,7 @@ TEST(ConfigFlags, SetFlagsWinOverTheEnvironment) {
   EXPECT_EQ(c->rank, 4);
   EXPECT_EQ(c->heartbeat_interval_ms, 0);
   EXPECT_EQ(c->request_timeout_ms, 250);
+  EXPECT_EQ(c->wait_spin_us, 7);
   EXPECT_EQ(c->max_key, Key{8589934592});
   EXPECT_EQ(c->verbose, 2);
   // FromEnv reads no flags.
@@ -377,6 +380,23 @@ TEST(RequestTracker, FailsRequestsOfDeadServerAndTimesOut) {
   });
   EXPECT_TRUE(t.Wait(c, 5000).ok());
   answer.join();
+}
+
+// With a spin, Wait returns an answer that comes during the spin, blocks
+// for one that comes after it, and still times out.
+TEST(RequestTracker, SpinningWaitSeesEarlyAndLateAnswers) {
+  RequestTracker t(/*wait_spin_us=*/20000);
+  for (int delay_ms : {0, 5, 60}) {
+    int ts = t.Start({8}, nullptr);
+    std::thread answer([&, ts, delay_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      std::string why;
+      if (t.Answer(ts, 8, &why)) t.Finish(ts, Status::Aborted("answered"));
+    });
+    EXPECT_EQ(t.Wait(ts, 5000).message(), "answered") << delay_ms << " ms";
+    answer.join();
+  }
+  EXPECT_EQ(t.Wait(t.Start({8}, nullptr), 30).code(), Status::kTimeout);
 }
 
 }  // namespace
