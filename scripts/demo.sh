@@ -19,8 +19,7 @@ jobs=$(( cores < 8 ? cores : 8 ))
 threads=$(( cores / 2 > 1 ? cores / 2 : 1 ))
 
 scripts/install_deps.sh
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPS_BUILD_TESTS=OFF \
-  -DPS_BUILD_BENCH=OFF >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$jobs" --target mnist_dist
 scripts/fetch_mnist.sh data/mnist
 mkdir -p "$out"

@@ -11,13 +11,15 @@ bash scripts/install_deps.sh
 bash scripts/fetch_mnist.sh data/mnist
 
 echo "== Release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPS_WERROR=ON
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPS_WERROR=ON \
+  -DPS_BUILD_TESTS=ON -DPS_BUILD_BENCH=ON -DPS_BUILD_EXAMPLES=ON
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 
 echo "== AddressSanitizer + UBSan build (core suites)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_SANITIZE=ON \
-  -DPS_WITH_CUDA=OFF -DPS_BUILD_BENCH=OFF -DPS_BUILD_EXAMPLES=OFF -DPS_WERROR=ON
+  -DPS_WITH_CUDA=OFF -DPS_BUILD_TESTS=ON -DPS_BUILD_BENCH=OFF \
+  -DPS_BUILD_EXAMPLES=OFF -DPS_WERROR=ON
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
    ctest --output-on-failure -j"$jobs" --timeout 600 -L sanitize)
