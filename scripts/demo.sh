@@ -30,5 +30,5 @@ python3 tracker/launch.py -s 2 -w 2 -- "$build/examples/mnist/mnist_dist" \
   --threads "$threads" --metrics_dir "$out" "$@" \
   2>&1 | tee "$out/log.txt"
 python3 scripts/plot_metrics.py "$out"/worker*.jsonl -o "$out/metrics.svg"
-echo "demo: $(grep -o 'final: .*' "$out/log.txt" | head -1)"
+echo "demo: $(grep -o 'final: test accuracy.*' "$out/log.txt" | head -1)"
 echo "demo: metrics in $out/worker0.jsonl, plot in $out/metrics.svg"
