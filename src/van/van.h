@@ -10,9 +10,9 @@
 //
 // Zero copy: data frames are sent with zmq_msg_init_data and a free function
 // that drops one reference of the SArray's buffer (frames of at most 32
-// bytes, which ZeroMQ keeps inside the zmq_msg_t, are copied instead); received frames are
-// received into heap-held zmq_msg_t's whose deleter closes them, and the
-// SArrays handed up point into the frame's data.
+// bytes, which ZeroMQ keeps inside the zmq_msg_t, are copied instead); received
+// frames are received into heap-held zmq_msg_t's whose deleter closes them, and
+// the SArrays handed up point into the frame's data.
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
