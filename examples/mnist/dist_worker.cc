@@ -65,12 +65,13 @@ class LocalExchange : public Exchange {
 // Net's buffers (no-op deleters: the Net owns them and outlives this). The
 // keys are cut in two ranges: the early ones (chunks wholly at or after the
 // fc1.weight offset, 98% of the bytes) go out from within the backward pass
-// (StartEarly) while the conv layers' backward still runs; the late ones
-// (the conv tensors and the chunk straddling the boundary) after it.
+// (StartEarly) while the conv layers' backward still runs, when `overlap`;
+// the late ones (the conv tensors and the chunk straddling the boundary)
+// after it.
 class PsExchange : public Exchange {
  public:
-  PsExchange(const TrainOptions& options, ps::model::Net* net)
-      : kv_(0, 0), layout_(ModelLayout(options)) {
+  PsExchange(const TrainOptions& options, ps::model::Net* net, bool overlap)
+      : kv_(0, 0), layout_(ModelLayout(options)), overlap_(overlap) {
     auto placement = ModelPlacement(layout_, ps::NumServers());
     if (!placement.ok()) Die(placement.status().ToString());
     kv_.SetPlacement(*placement);
@@ -101,7 +102,7 @@ class PsExchange : public Exchange {
   void StartEarly(int step, int lr_period, size_t first_float) override {
     // The early keys' grads are final and their params free to overwrite.
     CHECK_LE(first_float, early_.first_float);
-    Send(&early_, step, lr_period);
+    if (overlap_) Send(&early_, step, lr_period);
   }
   void Start(int step, int lr_period) override {
     if (!early_.sent) Send(&early_, step, lr_period);
@@ -164,6 +165,7 @@ class PsExchange : public Exchange {
 
   ps::KVWorker<float> kv_;
   ps::DenseLayout layout_;
+  const bool overlap_;
   ps::SArray<ps::Key> keys_;
   ps::SArray<int> lens_;
   std::vector<ps::Key> first_keys_;
@@ -267,6 +269,13 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
   return sum;
 }
 
+bool UseOverlap(const TrainOptions& options) {
+  using Overlap = TrainOptions::Overlap;
+  if (options.overlap != Overlap::kAuto) return options.overlap == Overlap::kOn;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return options.threads > 0 && options.threads < cores;
+}
+
 std::unique_ptr<ps::model::Net> MakeNet(const TrainOptions& options) {
   ps::model::SetCpuThreads(options.threads);
   auto net = ps::model::Net::Create(options.device, options.seed);
@@ -287,7 +296,7 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
               const ps::model::Dataset& test) {
   const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
   auto net = MakeNet(options);
-  PsExchange exchange(options, net.get());
+  PsExchange exchange(options, net.get(), UseOverlap(options));
   ps::Status st = exchange.PullInitial();
   if (!st.ok()) Die("initial pull: " + st.ToString());
   Summary sum = Train(options, "worker", rank, num_workers, net.get(),
