@@ -4,7 +4,11 @@
 #     at per-worker batch 32, 64 and 128, with the ratio (the bar: >= 0.90
 #     at batch 64);
 #  2. train samples/s of the whole job for S in {1, 2} x W in {1, 2} at
-#     batch 64 (every worker's rate summed).
+#     batch 64 (every worker's rate summed);
+#  3. 1 server + 1 worker at batch 64 with --overlap off and on (the fc keys
+#     exchanged during the conv backward pass), at THREADS and at 1 thread
+#     per process (a core left for communication), each against --local.
+# Sections 1 and 2 run with --overlap auto.
 # Usage: bench/mnist/run.sh BUILD_DIR   (env: STEPS per run, default 60;
 # THREADS per process, default 0 = all cores; DATA_DIR, default data/mnist)
 set -euo pipefail
@@ -22,15 +26,17 @@ common=(--data_dir "$data" --threads "$threads" --test_limit 100 --epochs 1
 # samples/s from the final line(s): one number per worker; summed.
 rate() { grep -oE '([0-9]+) train samples/s' | awk '{s += $1} END {print s + 0}'; }
 
+extra=()  # more flags for local_rate and dist_rate (a later flag wins)
+
 local_rate() {  # batch
-  "$bin" --local "${common[@]}" --batch_size "$1" \
+  "$bin" --local "${common[@]}" "${extra[@]}" --batch_size "$1" \
     --train_limit $(( $1 * steps )) | rate
 }
 
 dist_rate() {  # servers workers batch
   python3 "$root/tracker/launch.py" -s "$1" -w "$2" --timeout 300 -- "$bin" \
-    "${common[@]}" --batch_size "$3" --train_limit $(( $2 * $3 * steps )) \
-    2>/dev/null | rate
+    "${common[@]}" "${extra[@]}" --batch_size "$3" \
+    --train_limit $(( $2 * $3 * steps )) 2>/dev/null | rate
 }
 
 echo "mnist_dist throughput: $steps steps per run, threads=$threads, $(nproc) cores"
@@ -49,4 +55,19 @@ for s in 1 2; do
   printf '%-9s' "S=$s"
   for w in 1 2; do printf ' %10.0f' "$(dist_rate "$s" "$w" 64)"; done
   echo
+done
+echo
+echo "overlap of the exchange with the backward pass, 1S+1W at batch 64:"
+printf '%-8s %8s %12s %12s %7s %7s\n' threads local 'overlap off' 'overlap on' \
+  off on
+for t in "$threads" 1; do
+  extra=(--threads "$t")
+  l=$(local_rate 64)
+  extra=(--threads "$t" --overlap off)
+  off=$(dist_rate 1 1 64)
+  extra=(--threads "$t" --overlap on)
+  on=$(dist_rate 1 1 64)
+  printf '%-8s %8.0f %12.0f %12.0f %7.2f %7.2f\n' "$t" "$l" "$off" "$on" \
+    "$(awk -v d="$off" -v l="$l" 'BEGIN {print (l > 0 ? d / l : 0)}')" \
+    "$(awk -v d="$on" -v l="$l" 'BEGIN {print (l > 0 ? d / l : 0)}')"
 done

@@ -21,12 +21,14 @@ int main(int, char** argv) {
     ps::Key begin = placement->begin(ps::MyRank());
     ps::Key end = std::min<ps::Key>(placement->end(ps::MyRank()), keys.size());
     ps::KVServer<float> server(0);
-    ps::DenseShard shard(
-        &server, layout, begin, end, std::vector<float>((end - begin) * 250),
-        {ps::Consistency::kBsp, 0, ps::NumWorkers()},
-        [](float* w, const float* g, size_t n, int num_grads, int, int) {
-          for (size_t i = 0; i < n; ++i) w[i] -= 0.1f * g[i] / num_grads;
-        });
+    ps::DenseShard shard(&server, layout, begin, end,
+                         std::vector<float>((end - begin) * 250),
+                         {ps::Consistency::kBsp, 0, ps::NumWorkers()},
+                         [](float* w, const float* g, size_t, size_t n,
+                            int num_grads, int, int) {
+                           for (size_t i = 0; i < n; ++i)
+                             w[i] -= 0.1f * g[i] / num_grads;
+                         });
     shard.WaitAllDone(std::chrono::hours(1));
   } else if (ps::IsWorker()) {
     ps::KVWorker<float> kv(0, 0);

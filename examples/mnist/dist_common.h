@@ -36,6 +36,14 @@ struct TrainOptions {
   size_t train_limit = 0, test_limit = 0;
   bool dropout = true;
   int threads = 0;
+  // Workers push the fc layers' gradients (and pull their weights) while
+  // the conv layers' backward pass still runs. That hides the exchange when
+  // communication has a core to itself, but where the compute threads take
+  // every core it only slows the backward pass by as much (CPU-bound
+  // transfers and server updates), hence kAuto: on when --threads leaves a
+  // core of this host free.
+  enum class Overlap { kAuto, kOn, kOff };
+  Overlap overlap = Overlap::kAuto;
   size_t chunk = 8192;  // floats per key
   double log_every_s = 2.0;
   std::string metrics_file, metrics_dir, dump_weights;

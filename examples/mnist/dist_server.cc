@@ -3,7 +3,9 @@
 // worker's Net, with the optimizer state of that slice.
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dist_common.h"
@@ -14,25 +16,34 @@ namespace mnist {
 
 namespace {
 
-// Averages the summed gradients and runs the slice's optimizer, with the
-// learning rate of the StepLR period the step belongs to (the cmd tag: the
-// epoch, or step / --lr_every_steps).
+// Averages the summed gradients and runs the optimizer of the range, with
+// the learning rate of the StepLR period the step belongs to (the cmd tag:
+// the epoch, or step / --lr_every_steps). Workers push a step in ranges
+// (dense_server.h); each distinct (offset, n) keeps its own optimizer, which
+// equals one optimizer over the slice as SGD and Adam are elementwise.
 class SliceUpdater {
  public:
-  SliceUpdater(const TrainOptions& options,
-               std::unique_ptr<ps::model::Optimizer> optimizer)
+  SliceUpdater(const TrainOptions& options, size_t slice_size)
       : options_(options),
-        optimizer_(std::move(optimizer)),
+        slice_size_(slice_size),
         schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma),
-        mean_(optimizer_->size()) {}
+        mean_(slice_size) {}
 
-  void operator()(float* w, const float* grad_sum, size_t n, int num_grads,
-                  int /*step*/, int lr_period) {
+  void operator()(float* w, const float* grad_sum, size_t offset, size_t n,
+                  int num_grads, int /*step*/, int lr_period) {
+    CHECK_LE(offset + n, slice_size_);
+    auto& optimizer = optimizers_[{offset, n}];
+    if (!optimizer) {
+      auto made = ps::model::MakeOptimizer(options_.optimizer, n);
+      if (!made.ok()) Die(made.status().ToString());
+      optimizer = std::move(made).value();
+    }
     const float scale = 1.0f / static_cast<float>(num_grads);
     for (size_t i = 0; i < n; ++i) mean_[i] = grad_sum[i] * scale;
-    optimizer_->set_lr(schedule_.LrAt(lr_period));
-    optimizer_->Step(w, mean_.data(), n);
-    ++updates_;
+    optimizer->set_lr(schedule_.LrAt(lr_period));
+    optimizer->Step(w, mean_.data(), n);
+    // One update of the slice per step: count the range that ends it.
+    if (offset + n == slice_size_) ++updates_;
     if (options_.die_after_steps > 0 && updates_ == options_.die_after_steps &&
         options_.die_node == "server:" + std::to_string(ps::MyRank())) {
       std::fprintf(stderr,
@@ -45,7 +56,9 @@ class SliceUpdater {
 
  private:
   const TrainOptions& options_;
-  std::unique_ptr<ps::model::Optimizer> optimizer_;
+  const size_t slice_size_;
+  std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
+      optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
   std::vector<float> mean_;
   int updates_ = 0;
@@ -69,6 +82,7 @@ int RunServer(const TrainOptions& options) {
   ps::model::InitParams(ps::model::ConvNetTensors(), options.seed, all.data());
   std::vector<float> slice(all.begin() + lo, all.begin() + hi);
   all = {};
+  // Fails here, before serving, on a bad optimizer setting.
   auto optimizer = ps::model::MakeOptimizer(options.optimizer, slice.size());
   if (!optimizer.ok()) Die(optimizer.status().ToString());
 
@@ -87,12 +101,13 @@ int RunServer(const TrainOptions& options) {
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
   ps::KVServer<float> server(0);
-  auto updater =
-      std::make_shared<SliceUpdater>(options, std::move(optimizer).value());
-  ps::DenseShard shard(
-      &server, layout, begin, end, std::move(slice), shard_options,
-      [updater](float* w, const float* g, size_t n, int num_grads, int step,
-                int tag) { (*updater)(w, g, n, num_grads, step, tag); });
+  auto updater = std::make_shared<SliceUpdater>(options, slice.size());
+  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
+                       shard_options,
+                       [updater](float* w, const float* g, size_t offset,
+                                 size_t n, int num_grads, int step, int tag) {
+                         (*updater)(w, g, offset, n, num_grads, step, tag);
+                       });
   // A dead worker ends this process through ps (a NODE_FAILED); a live one
   // always sends done, so this wait ends.
   while (!shard.WaitAllDone(std::chrono::seconds(60))) {

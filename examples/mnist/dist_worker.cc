@@ -25,14 +25,18 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// One step's communication: Start after grads() are ready, Finish before the
-// next ForwardBackward reads params(). Between the two the trainer prepares
-// the next batch, overlapping it with the network round trip.
+// One step's communication: StartEarly from within ForwardBackward once
+// grads()[first_float..] are final (model::GradsReady), Start after all of
+// grads() are ready, Finish before the next ForwardBackward reads params().
+// Between Start and Finish the trainer prepares the next batch, overlapping
+// it with the network round trip.
 class Exchange {
  public:
   virtual ~Exchange() = default;
   // lr_period: the StepLR period of this step (the epoch, or step /
   // --lr_every_steps); it travels to the servers as the cmd tag.
+  virtual void StartEarly(int /*step*/, int /*lr_period*/,
+                          size_t /*first_float*/) {}
   virtual void Start(int step, int lr_period) = 0;
   virtual ps::Status Finish() = 0;
 };
@@ -58,11 +62,16 @@ class LocalExchange : public Exchange {
 };
 
 // Pushes grads() and pulls into params() through SArrays that wrap the
-// Net's buffers (no-op deleters: the Net owns them and outlives this).
+// Net's buffers (no-op deleters: the Net owns them and outlives this). The
+// keys are cut in two ranges: the early ones (chunks wholly at or after the
+// fc1.weight offset, 98% of the bytes) go out from within the backward pass
+// (StartEarly) while the conv layers' backward still runs, when `overlap`;
+// the late ones (the conv tensors and the chunk straddling the boundary)
+// after it.
 class PsExchange : public Exchange {
  public:
-  PsExchange(const TrainOptions& options, ps::model::Net* net)
-      : kv_(0, 0), layout_(ModelLayout(options)) {
+  PsExchange(const TrainOptions& options, ps::model::Net* net, bool overlap)
+      : kv_(0, 0), layout_(ModelLayout(options)), overlap_(overlap) {
     auto placement = ModelPlacement(layout_, ps::NumServers());
     if (!placement.ok()) Die(placement.status().ToString());
     kv_.SetPlacement(*placement);
@@ -78,6 +87,11 @@ class PsExchange : public Exchange {
     auto keep = [](float*) {};
     params_ = ps::SArray<float>(net->params(), net->num_params(), keep);
     grads_ = ps::SArray<float>(net->grads(), net->num_params(), keep);
+    const size_t boundary = net->tensors()[ps::model::kFc1Weight].offset;
+    const size_t first_early = std::min(
+        (boundary + layout_.chunk - 1) / layout_.chunk, layout_.num_keys());
+    early_ = MakeRange(first_early, layout_.num_keys());
+    late_ = MakeRange(0, first_early);
   }
 
   // Weights for step 0: the servers' (equal to our own initialisation).
@@ -85,18 +99,19 @@ class PsExchange : public Exchange {
     return kv_.Wait(kv_.ZPull(keys_, &params_, nullptr,
                               ps::EncodeDenseCmd(ps::DenseOp::kStep, 0)));
   }
+  void StartEarly(int step, int lr_period, size_t first_float) override {
+    // The early keys' grads are final and their params free to overwrite.
+    CHECK_LE(first_float, early_.first_float);
+    if (overlap_) Send(&early_, step, lr_period);
+  }
   void Start(int step, int lr_period) override {
-    push_ts_ =
-        kv_.ZPush(keys_, grads_, lens_,
-                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
-    pull_ts_ =
-        kv_.ZPull(keys_, &params_, nullptr,
-                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
+    if (!early_.sent) Send(&early_, step, lr_period);
+    Send(&late_, step, lr_period);
   }
   ps::Status Finish() override {
-    ps::Status push = kv_.Wait(push_ts_);
-    ps::Status pull = kv_.Wait(pull_ts_);
-    return push.ok() ? pull : push;
+    ps::Status st = Wait(&early_);
+    ps::Status late = Wait(&late_);
+    return st.ok() ? late : st;
   }
   // Tells every server this worker pushed `steps` steps and is finished.
   ps::Status Done(int steps) {
@@ -107,13 +122,55 @@ class PsExchange : public Exchange {
   }
 
  private:
+  // Keys [begin, end) and the segments of grads_/params_ they hold; every
+  // worker pushes the same ranges each step, as the DenseShard requires.
+  struct KeyRange {
+    ps::SArray<ps::Key> keys;
+    ps::SArray<int> lens;
+    ps::SArray<float> grads, params;
+    size_t first_float = 0;
+    bool sent = false;
+    int push_ts = 0, pull_ts = 0;
+  };
+
+  KeyRange MakeRange(size_t begin, size_t end) const {
+    KeyRange r;
+    const bool any = begin < end;
+    r.first_float = any ? layout_.offset(begin) : layout_.total;
+    const size_t end_float =
+        any ? layout_.offset(end - 1) + layout_.length(end - 1) : layout_.total;
+    r.keys = keys_.segment(begin, end);
+    r.lens = lens_.segment(begin, end);
+    r.grads = grads_.segment(r.first_float, end_float);
+    r.params = params_.segment(r.first_float, end_float);
+    return r;
+  }
+  void Send(KeyRange* r, int step, int lr_period) {
+    if (r->keys.empty()) return;
+    r->push_ts =
+        kv_.ZPush(r->keys, r->grads, r->lens,
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
+    r->pull_ts =
+        kv_.ZPull(r->keys, &r->params, nullptr,
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
+    r->sent = true;
+  }
+  ps::Status Wait(KeyRange* r) {
+    if (!r->sent) return ps::Status::OK();
+    r->sent = false;
+    ps::Status push = kv_.Wait(r->push_ts);
+    ps::Status pull = kv_.Wait(r->pull_ts);
+    return push.ok() ? pull : push;
+  }
+
   ps::KVWorker<float> kv_;
   ps::DenseLayout layout_;
+  const bool overlap_;
   ps::SArray<ps::Key> keys_;
   ps::SArray<int> lens_;
   std::vector<ps::Key> first_keys_;
   ps::SArray<float> params_, grads_;
-  int push_ts_ = 0, pull_ts_ = 0;
+  KeyRange early_, late_;
 };
 
 struct Summary {
@@ -155,9 +212,13 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     size_t logged = 0;
     bool have = batcher.Next(&batch);
     while (have) {
+      const int lr_period = LrPeriod(options, epoch, sum.steps);
       loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
-                                       batch.size);
-      exchange->Start(sum.steps, LrPeriod(options, epoch, sum.steps));
+                                       batch.size, [&](size_t first_float) {
+                                         exchange->StartEarly(
+                                             sum.steps, lr_period, first_float);
+                                       });
+      exchange->Start(sum.steps, lr_period);
       have = batcher.Next(&next);  // overlaps the round trip
       if (slow) {
         std::this_thread::sleep_for(
@@ -208,6 +269,13 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
   return sum;
 }
 
+bool UseOverlap(const TrainOptions& options) {
+  using Overlap = TrainOptions::Overlap;
+  if (options.overlap != Overlap::kAuto) return options.overlap == Overlap::kOn;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return options.threads > 0 && options.threads < cores;
+}
+
 std::unique_ptr<ps::model::Net> MakeNet(const TrainOptions& options) {
   ps::model::SetCpuThreads(options.threads);
   auto net = ps::model::Net::Create(options.device, options.seed);
@@ -228,7 +296,7 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
               const ps::model::Dataset& test) {
   const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
   auto net = MakeNet(options);
-  PsExchange exchange(options, net.get());
+  PsExchange exchange(options, net.get(), UseOverlap(options));
   ps::Status st = exchange.PullInitial();
   if (!st.ok()) Die("initial pull: " + st.ToString());
   Summary sum = Train(options, "worker", rank, num_workers, net.get(),

@@ -46,6 +46,10 @@ DEFINE_uint64(train_limit, 0, "use the first N training images (0: all)");
 DEFINE_uint64(test_limit, 0, "use the first N test images (0: all)");
 DEFINE_bool(dropout, true, "apply the reference network's dropout");
 DEFINE_int32(threads, 0, "CPU threads per process (0: all cores)");
+DEFINE_string(overlap, "auto",
+              "on, off or auto: workers exchange the fc layers' keys during "
+              "the conv backward pass (auto: when --threads leaves a core "
+              "free)");
 DEFINE_uint64(chunk, 8192, "floats per key of the flat parameter vector");
 DEFINE_double(log_every_s, 2.0, "seconds between progress lines");
 DEFINE_string(metrics_file, "", "JSON-lines metrics of worker 0 go here");
@@ -118,6 +122,12 @@ mnist::TrainOptions OptionsFromFlags() {
   o.test_limit = FLAGS_test_limit;
   o.dropout = FLAGS_dropout;
   o.threads = FLAGS_threads;
+  CheckFlag(FLAGS_overlap == "auto" || FLAGS_overlap == "on" ||
+                FLAGS_overlap == "off",
+            "overlap", "must be on, off or auto");
+  o.overlap = FLAGS_overlap == "on"    ? mnist::TrainOptions::Overlap::kOn
+              : FLAGS_overlap == "off" ? mnist::TrainOptions::Overlap::kOff
+                                       : mnist::TrainOptions::Overlap::kAuto;
   o.chunk = FLAGS_chunk;
   const size_t total = mnist::ModelLayout(o).total;
   CheckFlag(o.chunk > 0 && o.chunk <= total, "chunk",

@@ -17,10 +17,21 @@
 //             so an averaging updater scales it by 1/W); pulls are answered
 //             at once.
 //
+// Ranges: a step's gradient may come in several pushes, each a contiguous,
+// ascending run of the shard's keys (a range), so that a worker can send the
+// gradients that are final early in its backward pass before the rest. Every
+// worker must push the same ranges each step (in any order); together they
+// must cover the shard. All of the above holds per range and per key: a
+// range of step t is applied once every active worker pushed it and each of
+// its keys has had step t-1 applied; a pull for step s is answered once
+// every key it names has update s-1-tau applied. A push whose range
+// overlaps a different range already pending for the same step is rejected
+// (a bad request).
+//
 // The request's cmd (KVMeta::cmd) carries an op, a step and a user tag, see
 // EncodeDenseCmd:  bits 0..19 step, bits 20..27 tag, bits 28..30 op.
-//   kStep push: the gradient of `step` (every key of the shard, one push per
-//               worker and step); answered at once.
+//   kStep push: the gradient of `step` for a range of keys (above; one push
+//               per worker, step and range); answered at once.
 //   kStep pull: weights to compute `step` on (any keys of the shard);
 //               answered when the consistency model allows (above).
 //   kDone push: the worker pushed `step` steps in all and sends no more; the
@@ -30,7 +41,7 @@
 // learning-rate schedule). Workers must send to every server their steps in
 // order (the van keeps one sender's messages in order).
 //
-// Copies: the first push of a step is adopted as the step's sum (the others
+// Copies: the first push of a (step, range) is adopted as its sum (the others
 // are added into it, in the received frame), and pull answers are segments
 // of the weights, not copies. An update that finds the weights still shared
 // with an answer ZeroMQ has not finished sending writes to a fresh copy
@@ -54,6 +65,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ps/base.h"
@@ -105,12 +117,15 @@ struct DenseShardOptions {
   int num_workers = 1;  // workers that push every step until done
 };
 
-// Called once per update with this shard's weights and the summed gradient
-// of `num_grads` pushes (the caller averages if it wants). step: the step
-// the update belongs to (kAsync: the pusher's step); tag: its cmd tag.
+// Called once per update of a range with the range's n weights and the
+// summed gradient of `num_grads` pushes (the caller averages if it wants).
+// offset: where the range starts within this shard's slice (w points there),
+// so that per-range state such as an optimizer's can be kept by (offset, n).
+// step: the step the update belongs to (kAsync: the pusher's step); tag: its
+// cmd tag.
 using DenseUpdater =
-    std::function<void(float* w, const float* grad_sum, size_t n, int num_grads,
-                       int step, int tag)>;
+    std::function<void(float* w, const float* grad_sum, size_t offset, size_t n,
+                       int num_grads, int step, int tag)>;
 
 class DenseShard {
  public:
@@ -127,6 +142,7 @@ class DenseShard {
   bool WaitAllDone(std::chrono::milliseconds timeout);
 
   const SArray<float>& weights() const { return weights_; }
+  // Updates every key of the shard has had applied (the least per key).
   int64_t updates_applied() const { return applied_.load(); }
   // The most updates missing from weights served to a pull (see kBounded);
   // never above tau under kBsp/kBounded. 0 under kAsync (not tracked).
@@ -136,8 +152,9 @@ class DenseShard {
   int64_t weight_copies() const { return weight_copies_.load(); }
 
  private:
-  struct StepSum {
-    SArray<float> sum;  // the step's first pushed frame, summed into
+  struct RangeSum {     // the pushes of one (step, range)
+    Key end = 0;        // the range is [first key of the map entry, end)
+    SArray<float> sum;  // the first pushed frame, summed into
     int count = 0;
     int tag = 0;
   };
@@ -152,11 +169,22 @@ class DenseShard {
   // False when the push was rejected (and answered).
   bool OnPush(const KVMeta& meta, const DenseCmd& cmd,
               const KVPairs<float>& data);
+  // The range [*begin, *end) a push carries, or why it is no range.
+  bool PushRange(const KVPairs<float>& data, Key* begin, Key* end,
+                 std::string* why) const;
+  // Why [begin, end) may not be summed for `step` (empty when it may).
+  std::string CheckPending(int step, Key begin, Key end) const;
   void OnDone(int worker, int steps);
-  // Applies every complete step in order, then answers the pulls it allows.
+  // Applies every complete (step, range) in order, then answers the pulls
+  // it allows.
   void Advance();
+  // Runs the updater on [begin, end) and counts the update for its keys.
+  void Apply(Key begin, Key end, const float* grad_sum, int num_grads, int step,
+             int tag);
   int ExpectedAt(int step) const;
-  bool PullReady(int step) const;
+  bool PullReady(const SArray<Key>& keys, int step) const;
+  // Offset of key k (or of end_key_, the slice's size) within weights_.
+  size_t SliceOffset(Key k) const;
   void AnswerPull(const KVMeta& meta, const SArray<Key>& keys, int step);
   // Offset of key k within weights_, or false when k is not ours.
   bool Locate(Key k, size_t* offset, size_t* length) const;
@@ -171,8 +199,10 @@ class DenseShard {
   const DenseUpdater updater_;
   SArray<float> weights_;  // shared with pull answers in flight
 
-  // Receive-thread state: steps in flight, pulls waiting, who is done.
-  std::map<int, StepSum> sums_;
+  // Receive-thread state: ranges in flight by (step, first key), updates
+  // applied per key (index k - first_key_), pulls waiting, who is done.
+  std::map<std::pair<int, Key>, RangeSum> sums_;
+  std::vector<int> key_applied_;
   std::vector<PendingPull> pending_;
   std::map<int, int> done_steps_;  // worker id -> steps it pushed in all
 

@@ -65,7 +65,8 @@ DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
       end_key_(end_key),
       options_(options),
       updater_(std::move(updater)),
-      weights_(weights) {
+      weights_(weights),
+      key_applied_(end_key - first_key, 0) {
   CHECK_LE(first_key_, end_key_);
   CHECK_GE(options_.num_workers, 1);
   CHECK_GE(options_.max_delay, 0);
@@ -97,41 +98,86 @@ void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
   }
   if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
   if (!meta.pull) return;
-  if (options_.consistency == Consistency::kAsync || PullReady(cmd->step)) {
+  if (options_.consistency == Consistency::kAsync ||
+      PullReady(data.keys, cmd->step)) {
     AnswerPull(meta, data.keys, cmd->step);
   } else {
     pending_.push_back({meta, data.keys, cmd->step});
   }
 }
 
+bool DenseShard::PushRange(const KVPairs<float>& data, Key* begin, Key* end,
+                           std::string* why) const {
+  const std::string shard =
+      "[" + std::to_string(first_key_) + ", " + std::to_string(end_key_) + ")";
+  if (data.keys.empty()) {
+    *why = "a gradient push carries no keys";
+    return false;
+  }
+  *begin = data.keys[0];
+  *end = *begin + data.keys.size();
+  if (*begin < first_key_ || *end > end_key_ || *end < *begin) {
+    *why = "a gradient push leaves the shard " + shard;
+    return false;
+  }
+  for (size_t i = 0; i < data.keys.size(); ++i) {
+    if (data.keys[i] != *begin + i) {
+      *why = "a gradient push must carry a contiguous range of keys of " +
+             shard + " in order";
+      return false;
+    }
+  }
+  if (data.vals.size() != SliceOffset(*end) - SliceOffset(*begin)) {
+    *why = "a gradient push of keys [" + std::to_string(*begin) + ", " +
+           std::to_string(*end) + ") carries " +
+           std::to_string(data.vals.size()) + " floats";
+    return false;
+  }
+  return true;
+}
+
+std::string DenseShard::CheckPending(int step, Key begin, Key end) const {
+  for (Key k = begin; k < end; ++k) {
+    if (key_applied_[k - first_key_] > step) {
+      return "gradient of step " + std::to_string(step) + " for key " +
+             std::to_string(k) + " arrived after that step was applied";
+    }
+  }
+  for (auto it = sums_.lower_bound({step, 0});
+       it != sums_.end() && it->first.first == step; ++it) {
+    const Key b = it->first.second, e = it->second.end;
+    if ((b != begin || e != end) && b < end && begin < e) {
+      return "keys [" + std::to_string(begin) + ", " + std::to_string(end) +
+             ") of step " + std::to_string(step) + " overlap the range [" +
+             std::to_string(b) + ", " + std::to_string(e) +
+             ") other workers pushed";
+    }
+  }
+  return "";
+}
+
 bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
                         const KVPairs<float>& data) {
-  // A step's push carries the whole shard: keys first_key_.. in order.
-  bool whole = data.keys.size() == end_key_ - first_key_ &&
-               data.vals.size() == weights_.size();
-  for (size_t i = 0; whole && i < data.keys.size(); ++i) {
-    whole = data.keys[i] == first_key_ + i;
-  }
-  if (!whole) {
-    Reject(meta, "a gradient push must carry every key of the shard [" +
-                     std::to_string(first_key_) + ", " +
-                     std::to_string(end_key_) + ")");
+  Key begin = 0, end = 0;
+  std::string why;
+  if (!PushRange(data, &begin, &end, &why)) {
+    Reject(meta, why);
     return false;
   }
   if (options_.consistency == Consistency::kAsync) {
-    updater_(MutableWeights(), data.vals.data(), weights_.size(),
-             options_.num_workers, cmd.step, cmd.tag);
-    ++applied_;
+    Apply(begin, end, data.vals.data(), options_.num_workers, cmd.step,
+          cmd.tag);
     if (!meta.pull) server_->Response(meta);
     return true;
   }
-  if (cmd.step < applied_.load()) {
-    Reject(meta, "gradient of step " + std::to_string(cmd.step) +
-                     " arrived after that step was applied");
+  why = CheckPending(cmd.step, begin, end);
+  if (!why.empty()) {
+    Reject(meta, why);
     return false;
   }
-  StepSum& s = sums_[cmd.step];
+  RangeSum& s = sums_[{cmd.step, begin}];
   if (s.count == 0) {
+    s.end = end;
     s.sum = data.vals;  // adopts the received frame: no copy
     s.tag = cmd.tag;
   } else {
@@ -164,33 +210,60 @@ int DenseShard::ExpectedAt(int step) const {
   return n;
 }
 
-bool DenseShard::PullReady(int step) const {
-  int64_t applied = applied_.load();
-  // Nothing can be applied any more once every worker is past its last step.
-  if (ExpectedAt(static_cast<int>(applied)) <= 0) return true;
-  return step - applied <= options_.max_delay;
+bool DenseShard::PullReady(const SArray<Key>& keys, int step) const {
+  for (Key k : keys) {
+    if (k < first_key_ || k >= end_key_) continue;  // AnswerPull rejects it
+    const int applied = key_applied_[k - first_key_];
+    // Nothing can be applied any more once every worker is past its last
+    // step.
+    if (ExpectedAt(applied) <= 0) continue;
+    if (step - applied > options_.max_delay) return false;
+  }
+  return true;
 }
 
 void DenseShard::Advance() {
-  while (true) {
-    int step = static_cast<int>(applied_.load());
-    int expected = ExpectedAt(step);
-    auto it = sums_.find(step);
-    if (expected <= 0 || it == sums_.end() || it->second.count < expected) {
-      break;
+  // (step, first key) order: applying a range of step t can only enable
+  // entries of later steps, which come later in this one pass.
+  for (auto it = sums_.begin(); it != sums_.end();) {
+    const int step = it->first.first;
+    const Key begin = it->first.second;
+    const RangeSum& s = it->second;
+    const int expected = ExpectedAt(step);
+    bool ready = expected > 0 && s.count >= expected;
+    for (Key k = begin; ready && k < s.end; ++k) {
+      ready = key_applied_[k - first_key_] == step;
     }
-    updater_(MutableWeights(), it->second.sum.data(), weights_.size(),
-             it->second.count, step, it->second.tag);
-    sums_.erase(it);
-    ++applied_;
+    if (!ready) {
+      ++it;
+      continue;
+    }
+    Apply(begin, s.end, s.sum.data(), s.count, step, s.tag);
+    it = sums_.erase(it);
   }
   std::vector<PendingPull> still;
   std::vector<PendingPull> ready;
   for (PendingPull& p : pending_) {
-    (PullReady(p.step) ? ready : still).push_back(std::move(p));
+    (PullReady(p.keys, p.step) ? ready : still).push_back(std::move(p));
   }
   pending_ = std::move(still);
   for (const PendingPull& p : ready) AnswerPull(p.meta, p.keys, p.step);
+}
+
+void DenseShard::Apply(Key begin, Key end, const float* grad_sum, int num_grads,
+                       int step, int tag) {
+  const size_t offset = SliceOffset(begin);
+  updater_(MutableWeights() + offset, grad_sum, offset,
+           SliceOffset(end) - offset, num_grads, step, tag);
+  for (Key k = begin; k < end; ++k) ++key_applied_[k - first_key_];
+  if (!key_applied_.empty()) {
+    applied_.store(*std::min_element(key_applied_.begin(), key_applied_.end()));
+  }
+}
+
+size_t DenseShard::SliceOffset(Key k) const {
+  if (k >= end_key_) return weights_.size();
+  return layout_.offset(k) - layout_.offset(first_key_);
 }
 
 void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
@@ -208,7 +281,10 @@ void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
     uniform = uniform && length == layout_.chunk;
   }
   if (options_.consistency != Consistency::kAsync) {
-    int missing = static_cast<int>(step - applied_.load());
+    int missing = 0;
+    for (Key k : keys) {
+      missing = std::max(missing, step - key_applied_[k - first_key_]);
+    }
     if (missing > max_staleness_.load()) max_staleness_.store(missing);
   }
   // Sorted keys that are contiguous (the usual pull: a whole shard or a

@@ -7,7 +7,9 @@
 #ifndef PS_MODEL_BACKEND_H_
 #define PS_MODEL_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +56,13 @@ enum class Device { kCpu, kCuda };
 StatusOr<Device> ParseDevice(const std::string& name);
 const char* DeviceName(Device device);
 
+// Called once per ForwardBackward, on the calling thread, as soon as
+// grads[first_float, num_params) hold their final values and params in that
+// range are no longer read by the pass (so a caller may send those gradients
+// and overwrite those params while the rest of the backward pass runs; it
+// must not touch anything below first_float until ForwardBackward returns).
+using GradsReady = std::function<void(size_t first_float)>;
+
 // Computes the network on host buffers. All pointers are host memory; params
 // and grads are flat buffers laid out as ConvNetTensors(). A backend caches
 // what it builds per batch size. Not thread-safe.
@@ -64,11 +73,14 @@ class Backend {
   // Forward and backward on a batch of n images ([n, 1, 28, 28], normalised)
   // with labels in [0, 10). mask1 ([n, 9216]) and mask2 ([n, 128]) are the
   // dropout multipliers (0 or 1/(1-p)), or null for no dropout. Overwrites
-  // grads with d(mean NLL)/d(params); returns the mean NLL.
+  // grads with d(mean NLL)/d(params); returns the mean NLL. `ready`, when
+  // not null, is called once as GradsReady says (the CPU backend after fc1's
+  // backward pass with first_float = the offset of fc1.weight; the CUDA
+  // backend after its copy back, with the same first_float).
   virtual float ForwardBackward(const float* params, float* grads,
                                 const float* images, const int32_t* labels,
-                                int n, const float* mask1,
-                                const float* mask2) = 0;
+                                int n, const float* mask1, const float* mask2,
+                                const GradsReady* ready) = 0;
 
   // Inference (no dropout): log_probs [n, 10].
   virtual void Forward(const float* params, const float* images, int n,

@@ -120,8 +120,8 @@ void CpuBackend::RunForward(Plan* p, const float* params, const float* images,
 
 float CpuBackend::ForwardBackward(const float* params, float* grads,
                                   const float* images, const int32_t* labels,
-                                  int n, const float* mask1,
-                                  const float* mask2) {
+                                  int n, const float* mask1, const float* mask2,
+                                  const GradsReady* ready) {
   Plan* p = GetPlan(n);
   const auto& e = ctx_.engine;
   RunForward(p, params, images, mask1, mask2);
@@ -141,6 +141,9 @@ float CpuBackend::ForwardBackward(const float* params, float* grads,
                          Grad(grads, kFc1Bias));
   p->fc1.BackwardData(p->dh1.data(), Param(params, kFc1Weight),
                       p->dflat.data());
+  // The fc layers' grads are final and their params no longer read: the
+  // rest of the pass (most of its time) touches only the conv tensors.
+  if (ready != nullptr) (*ready)(ConvNetTensors()[kFc1Weight].offset);
   MaskInPlace(&p->dflat, mask1);
   memory dp = cpu::InLayout(&ctx_, memory(p->flat_md, e, p->dflat.data()),
                             p->pool.dst_desc(), &p->dp_buf);

@@ -19,7 +19,7 @@ class CpuBackend : public Backend {
   ~CpuBackend() override;
   float ForwardBackward(const float* params, float* grads, const float* images,
                         const int32_t* labels, int n, const float* mask1,
-                        const float* mask2) override;
+                        const float* mask2, const GradsReady* ready) override;
   void Forward(const float* params, const float* images, int n,
                float* log_probs) override;
   Device device() const override { return Device::kCpu; }

@@ -121,7 +121,8 @@ void CudaBackend::RunForward(Plan* p, const float* params, const float* images,
 float CudaBackend::ForwardBackward(const float* params, float* grads,
                                    const float* images, const int32_t* labels,
                                    int n, const float* mask1,
-                                   const float* mask2) {
+                                   const float* mask2,
+                                   const GradsReady* ready) {
   Plan* p = GetPlan(n);
   RunForward(p, params, images, mask1, mask2);
   // The loss over 10 classes is done on the host.
@@ -160,6 +161,8 @@ float CudaBackend::ForwardBackward(const float* params, float* grads,
   p->conv1.BackwardWeights(p->x.get(), p->dc1.get(), g + t[kConv1Weight].offset,
                            g + t[kConv1Bias].offset);
   grads_.Download(grads, grads_.size());  // synchronises
+  // params are on the device from here on, so the host range is free too.
+  if (ready != nullptr) (*ready)(t[kFc1Weight].offset);
   return loss;
 }
 

@@ -29,7 +29,8 @@ void Net::InitParams(uint64_t seed) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
 }
 
-float Net::ForwardBackward(const float* images, const int32_t* labels, int n) {
+float Net::ForwardBackward(const float* images, const int32_t* labels, int n,
+                           const GradsReady& ready) {
   CHECK_GT(n, 0);
   const float* m1 = nullptr;
   const float* m2 = nullptr;
@@ -43,7 +44,7 @@ float Net::ForwardBackward(const float* images, const int32_t* labels, int n) {
     m2 = mask2_.data();
   }
   return backend_->ForwardBackward(params_.data(), grads_.data(), images,
-                                   labels, n, m1, m2);
+                                   labels, n, m1, m2, ready ? &ready : nullptr);
 }
 
 void Net::Predict(const float* images, int n, float* log_probs) {

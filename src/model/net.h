@@ -51,8 +51,11 @@ class Net {
 
   // One forward and backward pass on n images [n, 1, 28, 28] (normalised)
   // with labels [n] in [0, 10). Overwrites grads() with the gradient of the
-  // batch's mean NLL loss and returns that loss.
-  float ForwardBackward(const float* images, const int32_t* labels, int n);
+  // batch's mean NLL loss and returns that loss. `ready`, when set, is called
+  // once during the pass as GradsReady (backend.h) says: from then on the
+  // caller may read grads() and write params() at and after first_float.
+  float ForwardBackward(const float* images, const int32_t* labels, int n,
+                        const GradsReady& ready = nullptr);
 
   // Log-probabilities [n, 10] in eval mode (no dropout).
   void Predict(const float* images, int n, float* log_probs);

@@ -1,6 +1,7 @@
 // DenseShard on an in-process cluster (2 servers, 2 workers as threads):
 // exact weights after BSP, bounded delay and async runs, staleness within
-// tau, workers that stop at different steps, and the cmd encoding.
+// tau, workers that stop at different steps, steps pushed in two key ranges
+// in different orders, overlapping ranges rejected, and the cmd encoding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,15 +26,19 @@ Placement TwoServers() {
 }
 
 struct Outcome {
-  std::vector<float> final_weights;        // as pulled by worker 0 at the end
+  std::vector<float> final_weights;        // the shards' weights at the end
   std::vector<std::vector<float>> pulled;  // worker 0's pull after each step
   int max_staleness[2] = {-1, -1};
   int64_t updates[2] = {-1, -1};
 };
 
 // Worker r pushes (r + 1) * (step + 1) to every float at each step; the
-// updater subtracts the mean of the pushed gradients.
-Outcome RunJob(Consistency consistency, int tau, int slow_ms) {
+// updater subtracts the mean of the pushed gradients. split: each step goes
+// in two ranges, keys {0} and {1, 2} (worker 0 sends the second first,
+// worker 1 the first), each pulled on its own, and float i gets the
+// gradient times (i + 1), so a range applied at the wrong offset shows.
+Outcome RunJob(Consistency consistency, int tau, int slow_ms,
+               bool split = false) {
   Cluster cluster(2, 2);
   EXPECT_TRUE(cluster.Start());
   Outcome out;
@@ -49,12 +54,14 @@ Outcome RunJob(Consistency consistency, int tau, int slow_ms) {
     for (Key k = begin; k < end; ++k) n += kLayout.length(k);
     servers.push_back(
         std::make_unique<KVServer<float>>(cluster.servers[s].get(), 0));
-    shards.push_back(std::make_unique<DenseShard>(
-        servers.back().get(), kLayout, begin, end, std::vector<float>(n, 0.0f),
-        options,
-        [](float* w, const float* g, size_t len, int num_grads, int, int) {
-          for (size_t i = 0; i < len; ++i) w[i] -= g[i] / num_grads;
-        }));
+    shards.push_back(
+        std::make_unique<DenseShard>(servers.back().get(), kLayout, begin, end,
+                                     std::vector<float>(n, 0.0f), options,
+                                     [](float* w, const float* g, size_t,
+                                        size_t len, int num_grads, int, int) {
+                                       for (size_t i = 0; i < len; ++i)
+                                         w[i] -= g[i] / num_grads;
+                                     }));
   }
   std::vector<std::thread> workers;
   for (int r = 0; r < 2; ++r) {
@@ -65,14 +72,26 @@ Outcome RunJob(Consistency consistency, int tau, int slow_ms) {
       SArray<int> lens(std::vector<int>{4, 4, 2});
       SArray<float> weights(10), grads(10);
       int rank = cluster.workers[r]->rank();
+      // Ranges [0, cut) and [cut, 3) of keys, floats and weights.
+      const size_t cut = split ? 1 : 3, cut_float = split ? 4 : 10;
+      SArray<float> parts[2] = {weights.segment(0, cut_float),
+                                weights.segment(cut_float, 10)};
       for (int step = 0; step < kSteps[rank]; ++step) {
-        for (float& g : grads) g = (rank + 1.0f) * (step + 1.0f);
-        int push =
-            kv.ZPush(keys, grads, lens, EncodeDenseCmd(DenseOp::kStep, step));
-        int pull = kv.ZPull(keys, &weights, nullptr,
-                            EncodeDenseCmd(DenseOp::kStep, step + 1));
-        EXPECT_TRUE(kv.Wait(push).ok());
-        EXPECT_TRUE(kv.Wait(pull).ok());
+        for (size_t i = 0; i < grads.size(); ++i) {
+          grads[i] = (rank + 1.0f) * (step + 1.0f) * (split ? i + 1.0f : 1.0f);
+        }
+        std::vector<int> ts;
+        for (int part : {1 - rank, rank}) {
+          const size_t kb = part == 0 ? 0 : cut, ke = part == 0 ? cut : 3;
+          if (kb == ke) continue;
+          SArray<Key> k = keys.segment(kb, ke);
+          ts.push_back(kv.ZPush(
+              k, grads.segment(4 * kb, std::min<size_t>(4 * ke, 10)),
+              lens.segment(kb, ke), EncodeDenseCmd(DenseOp::kStep, step)));
+          ts.push_back(kv.ZPull(k, &parts[part], nullptr,
+                                EncodeDenseCmd(DenseOp::kStep, step + 1)));
+        }
+        for (int t : ts) EXPECT_TRUE(kv.Wait(t).ok());
         if (rank == 0) out.pulled.emplace_back(weights.begin(), weights.end());
         if (rank == 1 && slow_ms > 0) {
           std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
@@ -89,9 +108,11 @@ Outcome RunJob(Consistency consistency, int tau, int slow_ms) {
     out.max_staleness[s] = shards[s]->max_staleness();
     out.updates[s] = shards[s]->updates_applied();
     EXPECT_EQ(shards[s]->bad_requests(), 0);
-    out.final_weights.insert(out.final_weights.end(),
-                             shards[s]->weights().begin(),
-                             shards[s]->weights().end());
+    // In float order: shard s holds the floats from its first key's on.
+    out.final_weights.resize(kLayout.total);
+    const Key begin = placement.begin(cluster.servers[s]->rank());
+    std::copy(shards[s]->weights().begin(), shards[s]->weights().end(),
+              out.final_weights.begin() + kLayout.offset(begin));
   }
   EXPECT_TRUE(cluster.Finalize());
   return out;
@@ -139,6 +160,100 @@ TEST(DenseShard, AsyncAppliesEveryPushScaledByWorkers) {
   // Worker 0 pushes 1+2+3+4+5, worker 1 pushes 2*(1+2+3), each halved.
   for (float v : out.final_weights) EXPECT_EQ(v, -13.5f);
   for (int s = 0; s < 2; ++s) EXPECT_EQ(out.updates[s], 8);
+}
+
+TEST(DenseShard, BspIsExactWithTwoRangesPushedInDifferentOrders) {
+  Outcome out = RunJob(Consistency::kBsp, 0, 0, /*split=*/true);
+  ASSERT_EQ(out.pulled.size(), 5u);
+  for (int s = 0; s < 5; ++s) {
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(out.pulled[s][i], BspWeightAfter(s + 1) * (i + 1))
+          << "step " << s << " float " << i;
+    }
+  }
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(out.final_weights[i], -18.0f * (i + 1));
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(out.updates[s], 5);
+    EXPECT_EQ(out.max_staleness[s], 0);
+  }
+}
+
+TEST(DenseShard, BoundedWithTwoRangesStaysWithinTau) {
+  Outcome out = RunJob(Consistency::kBounded, 1, 30, /*split=*/true);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(out.final_weights[i], -18.0f * (i + 1));
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(out.updates[s], 5);
+    EXPECT_LE(out.max_staleness[s], 1);
+  }
+  for (int s = 0; s < static_cast<int>(out.pulled.size()); ++s) {
+    for (int i = 0; i < 10; ++i) {
+      float got = out.pulled[s][i];
+      EXPECT_TRUE(got == BspWeightAfter(s + 1) * (i + 1) ||
+                  got == BspWeightAfter(s) * (i + 1))
+          << "step " << s << " float " << i << " got " << got;
+    }
+  }
+}
+
+// Ranges of one step must not overlap unless equal: the overlapping push
+// is dropped and the ranges apply at their offsets once both workers sent
+// them (in different orders).
+TEST(DenseShard, RejectsAnOverlappingRangeOfTheSameStep) {
+  Cluster cluster(1, 2);
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShard shard(&server, kLayout, 0, 3, std::vector<float>(10, 0.0f),
+                   DenseShardOptions{Consistency::kBsp, 0, 2},
+                   [](float* w, const float* g, size_t offset, size_t len,
+                      int num_grads, int, int) {
+                     for (size_t i = 0; i < len; ++i) {
+                       w[i] -= g[i] / num_grads + 100.0f * offset;
+                     }
+                   });
+  {
+    std::unique_ptr<KVWorker<float>> kv[2];
+    for (int r = 0; r < 2; ++r) {
+      kv[r] = std::make_unique<KVWorker<float>>(cluster.workers[r].get(), 0, 0);
+      kv[r]->SetPlacement(Placement::ByBytes({0, 1, 2}, {4, 4, 2}, 1).value());
+    }
+    const int step0 = EncodeDenseCmd(DenseOp::kStep, 0);
+    auto push = [&](int r, std::vector<Key> keys, float g) {
+      const size_t n = keys[0] == 0 ? 4 * keys.size() : 6;
+      std::vector<int> lens;
+      for (Key k : keys) lens.push_back(static_cast<int>(kLayout.length(k)));
+      EXPECT_TRUE(
+          kv[r]
+              ->Wait(kv[r]->Push(keys, std::vector<float>(n, g), lens, step0))
+              .ok());
+    };
+    push(0, {1, 2}, 1.0f);
+    push(0, {0, 1}, 5.0f);  // overlaps the pending [1, 3)
+    EXPECT_EQ(shard.bad_requests(), 1);
+    push(1, {0}, 6.0f);
+    push(1, {1, 2}, 3.0f);
+    EXPECT_EQ(shard.updates_applied(), 0);  // key 0 waits for worker 0
+    push(0, {0}, 2.0f);
+    std::vector<float> w;
+    EXPECT_TRUE(kv[0]
+                    ->Wait(kv[0]->Pull({0, 1, 2}, &w, nullptr,
+                                       EncodeDenseCmd(DenseOp::kStep, 1)))
+                    .ok());
+    // Key 0 (offset 0): mean 4; keys 1, 2 (offset 4): mean 2, plus 400.
+    EXPECT_EQ(w, (std::vector<float>{-4, -4, -4, -4, -402, -402, -402, -402,
+                                     -402, -402}));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(kv[r]
+                      ->Wait(kv[r]->Push({0}, {0.0f}, {1},
+                                         EncodeDenseCmd(DenseOp::kDone, 1)))
+                      .ok());
+    }
+  }
+  EXPECT_TRUE(shard.WaitAllDone(std::chrono::seconds(10)));
+  EXPECT_EQ(shard.updates_applied(), 1);
+  EXPECT_EQ(shard.bad_requests(), 1);
+  EXPECT_TRUE(cluster.Finalize());
 }
 
 TEST(DenseShard, CmdRoundTrips) {

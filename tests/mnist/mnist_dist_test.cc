@@ -167,22 +167,28 @@ TEST(MnistDist, BspEqualsSingleProcessTraining) {
                      "--data_dir " + PS_MNIST_DIR + common +
                      " --batch_size 32 --dump_weights " + local);
   ASSERT_EQ(one.rc, 0) << one.out;
-  Result two = Launch(2, 2, common + " --batch_size 16 --dump_weights " + dist);
-  ASSERT_EQ(two.rc, 0) << two.out;
-  for (const auto& s : ServerReports(two)) EXPECT_EQ(s.updates, 20);
-  std::vector<float> a = ReadFloats(local), b = ReadFloats(dist);
   const auto& views = ps::model::ConvNetTensors();
   std::vector<float> init(ps::model::TotalCount(views));
   ps::model::InitParams(views, 1, init.data());
-  ASSERT_EQ(a.size(), init.size());
-  ASSERT_EQ(b.size(), init.size());
-  double max_diff = 0, max_moved = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
-    max_moved = std::max(max_moved, std::fabs(double(a[i]) - init[i]));
+  // Both ways of exchanging: fc keys during the backward pass, or all after.
+  for (const char* overlap : {"on", "off"}) {
+    SCOPED_TRACE(std::string("--overlap ") + overlap);
+    Result two = Launch(2, 2,
+                        common + " --overlap " + overlap +
+                            " --batch_size 16 --dump_weights " + dist);
+    ASSERT_EQ(two.rc, 0) << two.out;
+    for (const auto& s : ServerReports(two)) EXPECT_EQ(s.updates, 20);
+    std::vector<float> a = ReadFloats(local), b = ReadFloats(dist);
+    ASSERT_EQ(a.size(), init.size());
+    ASSERT_EQ(b.size(), init.size());
+    double max_diff = 0, max_moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
+      max_moved = std::max(max_moved, std::fabs(double(a[i]) - init[i]));
+    }
+    EXPECT_LT(max_diff, 1e-4);
+    EXPECT_GT(max_moved, 1e-2);  // training moved the weights far more
   }
-  EXPECT_LT(max_diff, 1e-4);
-  EXPECT_GT(max_moved, 1e-2);  // training moved the weights far more
   std::remove(local.c_str());
   std::remove(dist.c_str());
 }
@@ -250,6 +256,7 @@ TEST(MnistDist, BadFlagsFailInEveryRole) {
       {"--consistency sometimes", "unknown consistency 'sometimes'"},
       {"--optimizer rmsprop", "--optimizer"},
       {"--device tpu", "--device"},
+      {"--overlap maybe", "--overlap must be on, off or auto, got maybe"},
       {"--data_dir /nonexistent/mnist", "/nonexistent/mnist"},
   };
   for (const char* role : {"scheduler", "server", "worker"}) {

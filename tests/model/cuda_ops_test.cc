@@ -177,10 +177,12 @@ TEST_F(CudaOpsTest, BackendMatchesCpuWithDropout) {
   CpuBackend cpu;
   CudaBackend cuda;
   std::vector<float> gc(params.size()), gg(params.size());
-  const float lc = cpu.ForwardBackward(params.data(), gc.data(), images.data(),
-                                       labels.data(), n, m1.data(), m2.data());
-  const float lg = cuda.ForwardBackward(params.data(), gg.data(), images.data(),
-                                        labels.data(), n, m1.data(), m2.data());
+  const float lc =
+      cpu.ForwardBackward(params.data(), gc.data(), images.data(),
+                          labels.data(), n, m1.data(), m2.data(), nullptr);
+  const float lg =
+      cuda.ForwardBackward(params.data(), gg.data(), images.data(),
+                           labels.data(), n, m1.data(), m2.data(), nullptr);
   EXPECT_NEAR(lc, lg, 1e-4);
   ExpectNear(gc, gg, 1e-4, "grads");
   std::vector<float> pc(n * kNumClasses), pg(n * kNumClasses);

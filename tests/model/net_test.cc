@@ -107,6 +107,42 @@ TEST(NetTest, TrainingIsDeterministicAndDropoutDiffersFromEval) {
   EXPECT_NE(la, a->ForwardBackward(images.data(), labels, 4));
 }
 
+// The hook fires once, mid-pass, when the fc grads are final; params from
+// there on may be overwritten without changing any gradient.
+TEST(NetTest, GradsReadyHookSeesFinalFcGradsAndFreesTheirParams) {
+  const int n = 4;
+  const std::vector<float> warm = testing::RandomVector(n * 784, 7);
+  const std::vector<float> images = testing::RandomVector(n * 784, 8);
+  const int32_t labels[n] = {4, 5, 6, 7};
+  auto ref = MakeNet(9), net = MakeNet(9);
+  ref->ForwardBackward(images.data(), labels, n);
+  // A different batch first, so stale grads would differ from the final ones.
+  net->ForwardBackward(warm.data(), labels, n);
+  net->SeedDropout(0);
+  ref->SeedDropout(0);
+  ref->ForwardBackward(images.data(), labels, n);
+
+  const size_t fc1 = net->tensors()[kFc1Weight].offset;
+  const size_t total = net->num_params();
+  int calls = 0;
+  size_t first = 0;
+  std::vector<float> seen;
+  net->ForwardBackward(images.data(), labels, n, [&](size_t first_float) {
+    ++calls;
+    first = first_float;
+    seen.assign(net->grads() + first_float, net->grads() + total);
+    // Free to overwrite: must not change any gradient of this pass.
+    std::fill(net->params() + first_float, net->params() + total, 1e6f);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(first, fc1);
+  ASSERT_EQ(seen.size(), total - fc1);
+  EXPECT_EQ(
+      std::memcmp(seen.data(), ref->grads() + fc1, seen.size() * sizeof(float)),
+      0);
+  EXPECT_EQ(std::memcmp(net->grads(), ref->grads(), total * sizeof(float)), 0);
+}
+
 TEST(NetTest, LossFallsOnAFixedBatch) {
   auto data = LoadSplit(PS_MNIST_DIR, true, 64);
   ASSERT_TRUE(data.ok()) << data.status() << "\nrun scripts/fetch_mnist.sh "
