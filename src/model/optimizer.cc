@@ -13,8 +13,7 @@ constexpr size_t kParallelMin = 1 << 16;
 }  // namespace
 
 Sgd::Sgd(size_t n, float lr, float momentum, float weight_decay, bool nesterov)
-    : n_(n),
-      lr_(lr),
+    : Optimizer(n, lr),
       momentum_(momentum),
       weight_decay_(weight_decay),
       nesterov_(nesterov) {
@@ -40,8 +39,7 @@ void Sgd::Step(float* w, const float* g, size_t n) {
 
 Adam::Adam(size_t n, float lr, float beta1, float beta2, float eps,
            float weight_decay)
-    : n_(n),
-      lr_(lr),
+    : Optimizer(n, lr),
       beta1_(beta1),
       beta2_(beta2),
       eps_(eps),

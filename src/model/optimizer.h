@@ -27,9 +27,15 @@ class Optimizer {
   // w[i] -= update(g[i]) for i < n. n must equal size(); w and g must not
   // overlap. The state advances by one step per call.
   virtual void Step(float* w, const float* g, size_t n) = 0;
-  virtual size_t size() const = 0;
-  virtual float lr() const = 0;
-  virtual void set_lr(float lr) = 0;
+  size_t size() const { return n_; }
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }
+
+ protected:
+  Optimizer(size_t n, float lr) : n_(n), lr_(lr) {}
+
+  const size_t n_;  // floats this optimizer keeps state for
+  float lr_;
 };
 
 // torch.optim.SGD(lr, momentum, dampening=0, weight_decay, nesterov).
@@ -38,13 +44,9 @@ class Sgd : public Optimizer {
   Sgd(size_t n, float lr, float momentum = 0.0f, float weight_decay = 0.0f,
       bool nesterov = false);
   void Step(float* w, const float* g, size_t n) override;
-  size_t size() const override { return n_; }
-  float lr() const override { return lr_; }
-  void set_lr(float lr) override { lr_ = lr; }
 
  private:
-  size_t n_;
-  float lr_, momentum_, weight_decay_;
+  float momentum_, weight_decay_;
   bool nesterov_;
   bool first_ = true;
   std::vector<float> buf_;  // momentum buffer, empty when momentum == 0
@@ -56,13 +58,9 @@ class Adam : public Optimizer {
   Adam(size_t n, float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f,
        float eps = 1e-8f, float weight_decay = 0.0f);
   void Step(float* w, const float* g, size_t n) override;
-  size_t size() const override { return n_; }
-  float lr() const override { return lr_; }
-  void set_lr(float lr) override { lr_ = lr; }
 
  private:
-  size_t n_;
-  float lr_, beta1_, beta2_, eps_, weight_decay_;
+  float beta1_, beta2_, eps_, weight_decay_;
   int64_t t_ = 0;
   std::vector<float> m_, v_;  // first and second moments
 };
