@@ -26,8 +26,7 @@ class SliceUpdater {
   SliceUpdater(const TrainOptions& options, size_t slice_size)
       : options_(options),
         slice_size_(slice_size),
-        schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma),
-        mean_(slice_size) {}
+        schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
 
   void operator()(float* w, const float* grad_sum, size_t offset, size_t n,
                   int num_grads, int /*step*/, int lr_period) {
@@ -38,10 +37,9 @@ class SliceUpdater {
       if (!made.ok()) Die(made.status().ToString());
       optimizer = std::move(made).value();
     }
-    const float scale = 1.0f / static_cast<float>(num_grads);
-    for (size_t i = 0; i < n; ++i) mean_[i] = grad_sum[i] * scale;
+    optimizer->set_grad_scale(1.0f / static_cast<float>(num_grads));
     optimizer->set_lr(schedule_.LrAt(lr_period));
-    optimizer->Step(w, mean_.data(), n);
+    optimizer->Step(w, grad_sum, n);
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
     if (options_.die_after_steps > 0 && updates_ == options_.die_after_steps &&
@@ -60,7 +58,6 @@ class SliceUpdater {
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
-  std::vector<float> mean_;
   int updates_ = 0;
 };
 
@@ -116,11 +113,16 @@ int RunServer(const TrainOptions& options) {
   }
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
-      "max staleness %d, %lld bad requests, %lld weight copies\n",
+      "max staleness %d, %lld bad requests, %lld weight copies, %llu/%llu "
+      "frames sent/received by shared memory\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
       static_cast<long long>(shard.bad_requests()),
-      static_cast<long long>(shard.weight_copies()));
+      static_cast<long long>(shard.weight_copies()),
+      static_cast<unsigned long long>(
+          ps::DefaultNode()->num_shared_frames_sent()),
+      static_cast<unsigned long long>(
+          ps::DefaultNode()->num_shared_frames_received()));
   std::fflush(stdout);
   ps::Finalize(0, true);
   return 0;

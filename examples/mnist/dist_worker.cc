@@ -62,8 +62,9 @@ class LocalExchange : public Exchange {
 };
 
 // Pushes grads() and pulls into params() through SArrays that wrap the
-// Net's buffers (no-op deleters: the Net owns them and outlives this). The
-// keys are cut in two ranges: the early ones (chunks wholly at or after the
+// Net's buffers (no-op deleters: the Net owns them and outlives this); they
+// are shared memory, so a server on this host reads and writes them in place.
+// The keys are cut in two ranges: the early ones (chunks wholly at or after the
 // fc1.weight offset, 98% of the bytes) go out from within the backward pass
 // (StartEarly) while the conv layers' backward still runs, when `overlap`;
 // the late ones (the conv tensors and the chunk straddling the boundary)
@@ -276,9 +277,17 @@ bool UseOverlap(const TrainOptions& options) {
   return options.threads > 0 && options.threads < cores;
 }
 
-std::unique_ptr<ps::model::Net> MakeNet(const TrainOptions& options) {
+// A worker's Net keeps its weights and gradients in shared memory, so that
+// co-located servers read the pushed gradients and write the pulled weights
+// in place (ps/shared_array.h); remote servers get them through the socket.
+std::unique_ptr<ps::model::Net> MakeNet(const TrainOptions& options,
+                                        bool shared) {
   ps::model::SetCpuThreads(options.threads);
-  auto net = ps::model::Net::Create(options.device, options.seed);
+  ps::model::FloatAllocator alloc;
+  if (shared) {
+    alloc = [](size_t n) { return ps::SharedArray<float>(n).ptr(); };
+  }
+  auto net = ps::model::Net::Create(options.device, options.seed, alloc);
   if (!net.ok()) Die("--device: " + net.status().ToString());
   return std::move(net).value();
 }
@@ -295,7 +304,7 @@ void Finish(const TrainOptions& options, const ps::model::Net& net) {
 int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
               const ps::model::Dataset& test) {
   const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
-  auto net = MakeNet(options);
+  auto net = MakeNet(options, true);
   PsExchange exchange(options, net.get(), UseOverlap(options));
   ps::Status st = exchange.PullInitial();
   if (!st.ok()) Die("initial pull: " + st.ToString());
@@ -324,7 +333,7 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
 
 int RunLocal(const TrainOptions& options, const ps::model::Dataset& train,
              const ps::model::Dataset& test) {
-  auto net = MakeNet(options);
+  auto net = MakeNet(options, false);
   LocalExchange exchange(options, net.get());
   Summary sum =
       Train(options, "local", 0, 1, net.get(), &exchange, train, test);

@@ -25,6 +25,9 @@
 //                            long before it blocks; 0 = never     (100)
 //   PS_MAX_KEY               default placement: EvenKeys over it  (65536)
 //   PS_VERBOSE               0, 1 (rendezvous), 2 (every message) (0)
+//   PS_SHM                   1: shared arrays (ps/shared_array.h) go to
+//                            nodes of this host and user by
+//                            reference; 0: always by socket      (1)
 //
 // Flags (gflags, defined by the library), one per variable:
 //   --ps_role DMLC_ROLE                   --ps_rank PS_RANK
@@ -36,7 +39,7 @@
 //   --ps_interface DMLC_INTERFACE         --ps_request_timeout_ms
 //   --ps_port DMLC_PORT                   --ps_max_key PS_MAX_KEY
 //   --ps_port_range PS_PORT_RANGE         --ps_verbose PS_VERBOSE
-//   --ps_wait_spin_us PS_WAIT_SPIN_US
+//   --ps_wait_spin_us PS_WAIT_SPIN_US     --ps_shm PS_SHM
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -78,6 +81,7 @@ struct Config {
   int wait_spin_us = 100;
   Key max_key = 65536;
   int verbose = 0;
+  bool shm = true;
 
   // Reads the process environment. Errors name the variable and the value.
   static StatusOr<Config> FromEnv();

@@ -31,7 +31,8 @@
 // The request's cmd (KVMeta::cmd) carries an op, a step and a user tag, see
 // EncodeDenseCmd:  bits 0..19 step, bits 20..27 tag, bits 28..30 op.
 //   kStep push: the gradient of `step` for a range of keys (above; one push
-//               per worker, step and range); answered at once.
+//               per worker, step and range); answered once summed (and
+//               applied, when it was the last the range waited for).
 //   kStep pull: weights to compute `step` on (any keys of the shard);
 //               answered when the consistency model allows (above).
 //   kDone push: the worker pushed `step` steps in all and sends no more; the
@@ -42,11 +43,14 @@
 // order (the van keeps one sender's messages in order).
 //
 // Copies: the first push of a (step, range) is adopted as its sum (the others
-// are added into it, in the received frame), and pull answers are segments
-// of the weights, not copies. An update that finds the weights still shared
-// with an answer ZeroMQ has not finished sending writes to a fresh copy
-// (copy on write; under BSP it is rare: no worker pushes the next step
-// before it has received its answer, so the frames have long left).
+// are added into it, in the received frame; borrowed values, see
+// KVMeta::vals_borrowed, are copied unless they are applied at once), and
+// pull answers are segments of the weights, not copies (a co-located worker
+// that pulls into shared memory gets them written there by the KV layer). An
+// update that finds the weights still shared with an answer ZeroMQ has not
+// finished sending writes to a fresh copy (copy on write; under BSP it is rare:
+// no worker pushes the next step before it has received its answer, so the
+// frames have long left).
 //
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, and the updater runs there (never under a lock). The accessors
@@ -182,6 +186,9 @@ class DenseShard {
   void Apply(Key begin, Key end, const float* grad_sum, int num_grads, int step,
              int tag);
   int ExpectedAt(int step) const;
+  // Whether `count` pushes of [begin, end) for `step` are all it waits for
+  // and every key of it has step - 1 applied (Advance would apply it).
+  bool AppliesAt(int step, Key begin, Key end, int count) const;
   bool PullReady(const SArray<Key>& keys, int step) const;
   // Offset of key k (or of end_key_, the slice's size) within weights_.
   size_t SliceOffset(Key k) const;

@@ -22,6 +22,9 @@
 namespace ps {
 
 class Node;
+namespace pb {
+class SharedRef;
+}  // namespace pb
 
 // What the server's handler learns about a request.
 struct KVMeta {
@@ -33,6 +36,14 @@ struct KVMeta {
   int customer_id = 0;  // the worker's customer
   int app_id = 0;
   int priority = 0;
+  // The values are the worker's own memory (a ps::SharedArray it pushed from
+  // this host), not a received frame: valid only until the request is
+  // answered, and never to be written. A handler that keeps them longer
+  // copies them.
+  bool vals_borrowed = false;
+  // Internal (set by the transport): where in the worker's shared memory
+  // the answer to a pull goes; Response writes it there when it fits.
+  std::shared_ptr<const pb::SharedRef> reply_into;
 };
 
 namespace detail {

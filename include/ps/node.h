@@ -68,6 +68,10 @@ class Node {
 
   // Messages received and dropped as malformed or unexpected.
   uint64_t num_dropped_messages() const;
+  // Data frames (e.g. a push's values) this node sent and received as
+  // shared-memory references instead of bytes (ps/shared_array.h).
+  uint64_t num_shared_frames_sent() const;
+  uint64_t num_shared_frames_received() const;
   // OK, or the first peer failure this node learned of (NODE_FAILED).
   Status peer_failure() const;
   // Runs on the receive thread (never under a lock) when a node this node

@@ -18,6 +18,7 @@
 #include "ps/node.h"
 #include "ps/placement.h"
 #include "ps/sarray.h"
+#include "ps/shared_array.h"
 #include "ps/status.h"
 
 namespace ps {

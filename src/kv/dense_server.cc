@@ -178,15 +178,23 @@ bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
   RangeSum& s = sums_[{cmd.step, begin}];
   if (s.count == 0) {
     s.end = end;
-    s.sum = data.vals;  // adopts the received frame: no copy
     s.tag = cmd.tag;
+    // A received frame is adopted as the sum (no copy), and so are borrowed
+    // values (the worker's shared memory) that Advance applies right below,
+    // before the answer lets the worker write them again; other borrowed
+    // values are copied.
+    if (meta.vals_borrowed && !AppliesAt(cmd.step, begin, end, 1)) {
+      s.sum.CopyFrom(data.vals);
+    } else {
+      s.sum = data.vals;
+    }
   } else {
     const float* g = data.vals.data();
     for (size_t i = 0; i < s.sum.size(); ++i) s.sum[i] += g[i];
   }
   ++s.count;
-  if (!meta.pull) server_->Response(meta);
   Advance();
+  if (!meta.pull) server_->Response(meta);
   return true;
 }
 
@@ -202,6 +210,15 @@ void DenseShard::OnDone(int worker, int steps) {
   }
   done_cv_.notify_all();
   Advance();
+}
+
+bool DenseShard::AppliesAt(int step, Key begin, Key end, int count) const {
+  const int expected = ExpectedAt(step);
+  if (expected <= 0 || count < expected) return false;
+  for (Key k = begin; k < end; ++k) {
+    if (key_applied_[k - first_key_] != step) return false;
+  }
+  return true;
 }
 
 int DenseShard::ExpectedAt(int step) const {
@@ -229,12 +246,7 @@ void DenseShard::Advance() {
     const int step = it->first.first;
     const Key begin = it->first.second;
     const RangeSum& s = it->second;
-    const int expected = ExpectedAt(step);
-    bool ready = expected > 0 && s.count >= expected;
-    for (Key k = begin; ready && k < s.end; ++k) {
-      ready = key_applied_[k - first_key_] == step;
-    }
-    if (!ready) {
+    if (!AppliesAt(step, begin, s.end, s.count)) {
       ++it;
       continue;
     }

@@ -1,9 +1,13 @@
 // KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
 // Response (AddKVFrames, Postoffice::Send).
+#include <cstring>
+#include <memory>
+
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
+#include "van/shm.h"
 
 namespace ps {
 namespace detail {
@@ -45,6 +49,10 @@ class KVServerCore::Impl {
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
     meta.priority = m.priority();
+    meta.vals_borrowed = m.shared_size() > 0;
+    if (m.has_reply_into()) {
+      meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
+    }
     handle_(meta, *kvs);
   }
 
@@ -59,7 +67,7 @@ class KVServerCore::Impl {
     m.set_pull(req.pull);
     m.set_head(req.cmd);
     m.set_recver(req.sender);
-    if (req.pull) AddKVFrames(res, true, val_type_, &msg);
+    if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
     Status st = post_->Send(&msg);
     if (!st.ok()) {
       LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
@@ -68,6 +76,30 @@ class KVServerCore::Impl {
   }
 
  private:
+  // A co-located worker named where the pulled values go: copy them there
+  // and answer with that memory (the van sends a reference to it). Falls
+  // back to sending the bytes when the size differs or the worker's memory
+  // cannot be mapped.
+  RawKVPairs WriteInPlace(const KVMeta& req, const RawKVPairs& res) {
+    if (req.reply_into == nullptr ||
+        req.reply_into->bytes() != res.vals.size() || res.vals.empty()) {
+      return res;
+    }
+    StatusOr<SArray<char>> dst =
+        SharedMemory::Get().Resolve(*req.reply_into, res.vals.size());
+    if (!dst.ok()) {
+      LOG_FIRST_N(WARNING, 1) << "answering " << post_->DescribeNode(req.sender)
+                              << " by socket: " << dst.status();
+      return res;
+    }
+    if (dst->data() != res.vals.data()) {
+      std::memcpy(dst->data(), res.vals.data(), res.vals.size());
+    }
+    RawKVPairs placed = res;
+    placed.vals = *dst;
+    return placed;
+  }
+
   Postoffice* const post_;
   const int app_id_;
   const int val_type_;

@@ -2,6 +2,8 @@
 //   Request -> CheckKVPairs -> SliceKVPairs -> SendSlices (AddKVFrames,
 //   Postoffice::Send) ... OnResponse (DecodeKVPairs, StorePullAnswer,
 //   RequestTracker::Answer) -> FinishRequest (AssemblePull or Adopt, Finish).
+// A pull into a ps::SharedArray asks a co-located server to write its answer
+// in place (ReplyInto); StorePullAnswer then finds it already there.
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -13,6 +15,7 @@
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
+#include "van/shm.h"
 
 namespace ps {
 namespace detail {
@@ -26,10 +29,11 @@ struct PullState {
   PullSink sink;
   SArray<Key> keys;         // the request's keys
   std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
-  // > 0: answers copied straight into sink.direct as they come, valid while
-  // each server sends per_key_bytes per key (uniform values per key).
-  size_t per_key_bytes = 0;
-  bool not_uniform = false;  // an answer broke that: assemble at the end
+  // Non-empty: server s's answer goes to sink.direct + place[s], as it
+  // comes, while it is place[s + 1] - place[s] bytes. Known when the values
+  // per key are uniform, or when one server holds every key.
+  std::vector<size_t> place;
+  bool misplaced = false;  // an answer broke that: assemble at the end
   std::map<int, RawKVPairs> answers;  // by server rank (all kept, zero-copy)
   Status error;
 };
@@ -63,7 +67,14 @@ class KVWorkerCore::Impl {
   std::vector<int> TouchedServers(const std::vector<KVSlice>& slices,
                                   Status* dead);
   void SendSlices(int ts, bool push, bool pull, int cmd,
-                  const std::vector<KVSlice>& slices);
+                  const std::vector<KVSlice>& slices, const PullState* state);
+  // Where each server's answer goes in a direct pull destination of `bytes`
+  // (PullState::place); empty when that is not known in advance.
+  std::vector<size_t> DirectPlaces(const std::vector<size_t>& cut,
+                                   size_t num_touched, size_t bytes) const;
+  // Server `rank`'s part of a direct pull destination, if in shared memory.
+  static bool ReplyInto(const PullState& state, size_t rank,
+                        pb::SharedRef* ref);
   void OnResponse(Message&& msg);
   Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer);
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
@@ -101,10 +112,9 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     state->sink = std::move(sink);
     state->keys = kvs.keys;
     state->cut = placement_.Slice(kvs.keys.data(), kvs.keys.size());
-    size_t n = kvs.keys.size();
-    if (state->sink.direct != nullptr && !state->sink.alloc_lens && n > 0 &&
-        state->sink.direct_bytes % (n * val_size_) == 0) {
-      state->per_key_bytes = state->sink.direct_bytes / n;
+    if (state->sink.direct != nullptr && !state->sink.alloc_lens) {
+      state->place =
+          DirectPlaces(state->cut, servers.size(), state->sink.direct_bytes);
     }
   }
   // The tracker entry and the pull state exist before any answer can come.
@@ -114,7 +124,7 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     pulls_[ts] = state;
   }
   if (servers.empty() && state) FinishRequest(ts, state);
-  SendSlices(ts, push, pull, cmd, slices);
+  SendSlices(ts, push, pull, cmd, slices, state.get());
   return ts;
 }
 
@@ -132,8 +142,35 @@ std::vector<int> KVWorkerCore::Impl::TouchedServers(
   return servers;
 }
 
+std::vector<size_t> KVWorkerCore::Impl::DirectPlaces(
+    const std::vector<size_t>& cut, size_t num_touched, size_t bytes) const {
+  const size_t n = cut.back();
+  std::vector<size_t> place(cut.size());
+  if (n > 0 && bytes % (n * val_size_) == 0) {
+    for (size_t s = 0; s < cut.size(); ++s) place[s] = cut[s] * (bytes / n);
+  } else if (num_touched == 1) {
+    for (size_t s = 0; s < cut.size(); ++s) place[s] = cut[s] == n ? bytes : 0;
+  } else {
+    place.clear();
+  }
+  return place;
+}
+
+bool KVWorkerCore::Impl::ReplyInto(const PullState& state, size_t rank,
+                                   pb::SharedRef* ref) {
+  if (state.place.empty()) return false;
+  const size_t bytes = state.place[rank + 1] - state.place[rank];
+  if (!SharedMemory::Get().Find(state.sink.direct + state.place[rank], bytes,
+                                ref)) {
+    return false;
+  }
+  ref->set_bytes(bytes);
+  return true;
+}
+
 void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
-                                    const std::vector<KVSlice>& slices) {
+                                    const std::vector<KVSlice>& slices,
+                                    const PullState* state) {
   for (size_t s = 0; s < slices.size(); ++s) {
     if (!slices[s].touched) continue;
     Message msg;
@@ -147,6 +184,10 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     m.set_head(cmd);
     m.set_recver(ServerRankToId(static_cast<int>(s)));
     AddKVFrames(slices[s].kvs, push, val_type_, &msg);
+    pb::SharedRef into;
+    if (state != nullptr && ReplyInto(*state, s, &into)) {
+      *m.mutable_reply_into() = into;  // the van drops it for remote servers
+    }
     Status st = post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(m.recver(), st);
   }
@@ -199,13 +240,16 @@ Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
   }
   std::lock_guard<std::mutex> lock(state->mu);
   if (state->abandoned) return Status::OK();
-  if (state->per_key_bytes > 0 && !state->not_uniform) {
-    size_t want = asked.size() * state->per_key_bytes;
+  if (!state->place.empty() && !state->misplaced) {
+    size_t want = state->place[rank + 1] - state->place[rank];
+    char* dst = state->sink.direct + state->place[rank];
     if (answer.vals.size() == want) {
-      std::memcpy(state->sink.direct + begin * state->per_key_bytes,
-                  answer.vals.data(), want);
+      // A co-located server may have written it in place (ReplyInto).
+      if (answer.vals.data() != dst) {
+        std::memcpy(dst, answer.vals.data(), want);
+      }
     } else {
-      state->not_uniform = true;  // e.g. lens that happen to divide evenly
+      state->misplaced = true;  // e.g. lens that happen to divide evenly
     }
   }
   state->answers[rank] = std::move(answer);
@@ -222,7 +266,7 @@ void KVWorkerCore::Impl::FinishRequest(
 Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
   std::lock_guard<std::mutex> lock(state->mu);
   if (state->abandoned || !state->error.ok()) return state->error;
-  if (state->per_key_bytes > 0 && !state->not_uniform) {
+  if (!state->place.empty() && !state->misplaced) {
     state->answers.clear();
     return Status::OK();
   }

@@ -4,29 +4,46 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "model/init.h"
 
 namespace ps {
 namespace model {
 
-StatusOr<std::unique_ptr<Net>> Net::Create(Device device, uint64_t seed) {
+namespace {
+
+std::shared_ptr<float> HeapFloats(size_t n) {
+  constexpr size_t kAlign = 64;
+  const size_t bytes = (n * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  return std::shared_ptr<float>(
+      static_cast<float*>(std::aligned_alloc(kAlign, bytes)), std::free);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Net>> Net::Create(Device device, uint64_t seed,
+                                           const FloatAllocator& alloc) {
   auto backend = MakeBackend(device);
   if (!backend.ok()) return backend.status();
-  std::unique_ptr<Net> net(new Net(std::move(*backend)));
+  std::unique_ptr<Net> net(new Net(std::move(*backend), alloc));
   net->InitParams(seed);
   net->SeedDropout(seed ^ 0xD509D509D509D509ull);
   return net;
 }
 
-Net::Net(std::unique_ptr<Backend> backend)
+Net::Net(std::unique_ptr<Backend> backend, const FloatAllocator& alloc)
     : backend_(std::move(backend)),
-      params_(TotalCount(ConvNetTensors())),
-      grads_(params_.size()) {}
+      num_params_(TotalCount(ConvNetTensors())),
+      params_(alloc ? alloc(num_params_) : HeapFloats(num_params_)),
+      grads_(alloc ? alloc(num_params_) : HeapFloats(num_params_)) {
+  CHECK(params_ != nullptr && grads_ != nullptr)
+      << "no memory for " << num_params_ << " parameters";
+}
 
 void Net::InitParams(uint64_t seed) {
-  model::InitParams(tensors(), seed, params_.data());
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  model::InitParams(tensors(), seed, params_.get());
+  std::fill(grads_.get(), grads_.get() + num_params_, 0.0f);
 }
 
 float Net::ForwardBackward(const float* images, const int32_t* labels, int n,
@@ -43,13 +60,13 @@ float Net::ForwardBackward(const float* images, const int32_t* labels, int n,
     m1 = mask1_.data();
     m2 = mask2_.data();
   }
-  return backend_->ForwardBackward(params_.data(), grads_.data(), images,
-                                   labels, n, m1, m2, ready ? &ready : nullptr);
+  return backend_->ForwardBackward(params_.get(), grads_.get(), images, labels,
+                                   n, m1, m2, ready ? &ready : nullptr);
 }
 
 void Net::Predict(const float* images, int n, float* log_probs) {
   CHECK_GT(n, 0);
-  backend_->Forward(params_.data(), images, n, log_probs);
+  backend_->Forward(params_.get(), images, n, log_probs);
 }
 
 EvalResult Evaluate(Net* net, const Dataset& data, int batch_size,

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -22,19 +23,26 @@
 namespace ps {
 namespace model {
 
+// Where a Net keeps params() and grads(): n floats, 64-byte aligned, that
+// stay valid while the returned pointer lives (e.g. ps::SharedArray's, so
+// that co-located servers read the gradients and write the weights in place).
+using FloatAllocator = std::function<std::shared_ptr<float>(size_t n)>;
+
 class Net {
  public:
   // Parameters initialised from `seed` as PyTorch initialises Conv2d and
   // Linear (init.h): the same seed gives the same bits on every node. The
   // dropout generator starts from a value derived from `seed` (SeedDropout
   // changes it). Unavailable when `device` cannot be used (backend.h).
-  static StatusOr<std::unique_ptr<Net>> Create(Device device, uint64_t seed);
+  // `alloc` (default: the heap) provides the parameter and gradient buffers.
+  static StatusOr<std::unique_ptr<Net>> Create(
+      Device device, uint64_t seed, const FloatAllocator& alloc = nullptr);
 
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  const float* grads() const { return grads_.data(); }
-  size_t num_params() const { return params_.size(); }
+  float* params() { return params_.get(); }
+  const float* params() const { return params_.get(); }
+  float* grads() { return grads_.get(); }
+  const float* grads() const { return grads_.get(); }
+  size_t num_params() const { return num_params_; }
   const std::vector<TensorView>& tensors() const { return ConvNetTensors(); }
   Device device() const { return backend_->device(); }
 
@@ -61,10 +69,11 @@ class Net {
   void Predict(const float* images, int n, float* log_probs);
 
  private:
-  explicit Net(std::unique_ptr<Backend> backend);
+  Net(std::unique_ptr<Backend> backend, const FloatAllocator& alloc);
 
   std::unique_ptr<Backend> backend_;
-  std::vector<float> params_, grads_;
+  const size_t num_params_;
+  std::shared_ptr<float> params_, grads_;
   std::vector<float> mask1_, mask2_;
   std::mt19937_64 dropout_rng_;
   bool training_ = true;

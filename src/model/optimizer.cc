@@ -20,19 +20,27 @@ Sgd::Sgd(size_t n, float lr, float momentum, float weight_decay, bool nesterov)
   if (momentum_ != 0.0f) buf_.assign(n, 0.0f);
 }
 
+// The loops below are elementwise, so results do not depend on the thread
+// count, and read their state through local restrict pointers so that they
+// vectorise (this file is built with -fno-math-errno for sqrt).
+
 void Sgd::Step(float* w, const float* g, size_t n) {
   CHECK_EQ(n, n_) << "Sgd built for " << n_ << " floats";
   const bool first = first_;
-  // Elementwise, so the result does not depend on the thread count.
-#pragma omp parallel for if (n >= kParallelMin)
+  const float scale = grad_scale_, lr = lr_, decay = weight_decay_,
+              momentum = momentum_;
+  const bool nesterov = nesterov_;
+  float* __restrict buf = buf_.data();
+  float* __restrict wr = w;
+  const float* __restrict gr = g;
+#pragma omp parallel for simd if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (weight_decay_ != 0.0f) d += weight_decay_ * w[i];
-    if (momentum_ != 0.0f) {
-      buf_[i] = first ? d : momentum_ * buf_[i] + d;
-      d = nesterov_ ? d + momentum_ * buf_[i] : buf_[i];
+    float d = gr[i] * scale + decay * wr[i];
+    if (momentum != 0.0f) {
+      buf[i] = first ? d : momentum * buf[i] + d;
+      d = nesterov ? d + momentum * buf[i] : buf[i];
     }
-    w[i] -= lr_ * d;
+    wr[i] -= lr * d;
   }
   first_ = false;
 }
@@ -54,14 +62,20 @@ void Adam::Step(float* w, const float* g, size_t n) {
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2_), t_);
   const float step_size = static_cast<float>(lr_ / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-#pragma omp parallel for if (n >= kParallelMin)
+  const float scale = grad_scale_, decay = weight_decay_, eps = eps_;
+  const float one_minus_b1 = 1.0f - beta1_, b2 = beta2_,
+              one_minus_b2 = 1.0f - beta2_;
+  float* __restrict m = m_.data();
+  float* __restrict v = v_.data();
+  float* __restrict wr = w;
+  const float* __restrict gr = g;
+#pragma omp parallel for simd if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (weight_decay_ != 0.0f) d += weight_decay_ * w[i];
-    m_[i] += (d - m_[i]) * (1.0f - beta1_);  // torch: exp_avg.lerp_(grad, 1-b1)
-    v_[i] = beta2_ * v_[i] + (1.0f - beta2_) * d * d;
-    const float denom = std::sqrt(v_[i]) / bc2_sqrt + eps_;
-    w[i] -= step_size * m_[i] / denom;
+    const float d = gr[i] * scale + decay * wr[i];
+    m[i] += (d - m[i]) * one_minus_b1;  // torch: exp_avg.lerp_(grad, 1-b1)
+    v[i] = b2 * v[i] + one_minus_b2 * d * d;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    wr[i] -= step_size * m[i] / denom;
   }
 }
 

@@ -24,18 +24,23 @@ namespace model {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // w[i] -= update(g[i]) for i < n. n must equal size(); w and g must not
-  // overlap. The state advances by one step per call.
+  // w[i] -= update(g[i] * grad_scale()) for i < n. n must equal size(); w
+  // and g must not overlap. The state advances by one step per call.
   virtual void Step(float* w, const float* g, size_t n) = 0;
   size_t size() const { return n_; }
   float lr() const { return lr_; }
   void set_lr(float lr) { lr_ = lr; }
+  // What every gradient is multiplied by first (e.g. 1/W, to average the
+  // sum of W workers' gradients without a pass of its own); 1 by default.
+  float grad_scale() const { return grad_scale_; }
+  void set_grad_scale(float scale) { grad_scale_ = scale; }
 
  protected:
   Optimizer(size_t n, float lr) : n_(n), lr_(lr) {}
 
   const size_t n_;  // floats this optimizer keeps state for
   float lr_;
+  float grad_scale_ = 1.0f;
 };
 
 // torch.optim.SGD(lr, momentum, dampening=0, weight_decay, nesterov).

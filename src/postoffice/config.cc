@@ -39,6 +39,8 @@ DEFINE_int32(ps_wait_spin_us, -1,
              "overrides PS_WAIT_SPIN_US (0: Wait blocks at once)");
 DEFINE_int64(ps_max_key, -1, "overrides PS_MAX_KEY");
 DEFINE_int32(ps_verbose, -1, "overrides PS_VERBOSE: 0, 1 or 2");
+DEFINE_int32(ps_shm, -1,
+             "overrides PS_SHM: 1 shared memory to local nodes, 0 never");
 
 namespace ps {
 
@@ -99,6 +101,7 @@ void ApplyFlags(Settings* s) {
   Override("PS_WAIT_SPIN_US", "ps_wait_spin_us", FLAGS_ps_wait_spin_us, s);
   Override("PS_MAX_KEY", "ps_max_key", FLAGS_ps_max_key, s);
   Override("PS_VERBOSE", "ps_verbose", FLAGS_ps_verbose, s);
+  Override("PS_SHM", "ps_shm", FLAGS_ps_shm, s);
 }
 
 // Looks a setting up by its variable name; nullptr when unset.
@@ -264,6 +267,9 @@ StatusOr<Config> Parse(const Lookup& env) {
   PS_RETURN_IF_ERROR(ReadTimeouts(env, &c));
   PS_RETURN_IF_ERROR(
       ReadInt(env, "PS_VERBOSE", false, 0, 2, "0, 1 or 2", &c.verbose));
+  int shm = 1;
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_SHM", false, 0, 1, "0 or 1", &shm));
+  c.shm = shm == 1;
   if (const Setting* v = env("PS_MAX_KEY")) {
     int64_t max_key = 0;
     PS_RETURN_IF_ERROR(
@@ -337,7 +343,8 @@ std::string Config::ToString() const {
      << " heartbeat_interval_ms=" << heartbeat_interval_ms
      << " heartbeat_timeout_ms=" << heartbeat_timeout_ms
      << " request_timeout_ms=" << request_timeout_ms
-     << " wait_spin_us=" << wait_spin_us << " max_key=" << max_key;
+     << " wait_spin_us=" << wait_spin_us << " max_key=" << max_key
+     << " shm=" << shm;
   return os.str();
 }
 

@@ -40,6 +40,12 @@ std::string Node::DescribeNode(int id) const {
 uint64_t Node::num_dropped_messages() const {
   return postoffice_->num_dropped();
 }
+uint64_t Node::num_shared_frames_sent() const {
+  return postoffice_->van().num_shared_sent();
+}
+uint64_t Node::num_shared_frames_received() const {
+  return postoffice_->van().num_shared_received();
+}
 Status Node::peer_failure() const { return postoffice_->peer_failure(); }
 void Node::SetPeerFailureHandler(std::function<void(const Status&)> handler) {
   postoffice_->SetPeerFailureHandler(std::move(handler));

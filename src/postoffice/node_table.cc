@@ -21,6 +21,7 @@ NodeInfo FromProto(const pb::NodeInfo& p) {
   n.host = p.host();
   n.port = p.port();
   n.requested_rank = p.requested_rank();
+  n.shm_domain = p.shm_domain();
   return n;
 }
 
@@ -31,6 +32,7 @@ void ToProto(const NodeInfo& n, pb::NodeInfo* p) {
   p->set_host(n.host);
   p->set_port(n.port);
   p->set_requested_rank(n.requested_rank);
+  p->set_shm_domain(n.shm_domain);
 }
 
 const NodeInfo* NodeTable::Find(int id) const {

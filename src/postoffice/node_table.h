@@ -21,6 +21,7 @@ struct NodeInfo {
   std::string host;
   int port = 0;
   int requested_rank = -1;  // PS_RANK, or -1
+  std::string shm_domain;   // empty: takes no shared-memory frames
 
   std::string Address() const {
     return "tcp://" + host + ":" + std::to_string(port);

@@ -37,7 +37,7 @@ Status Postoffice::Start() {
     my_id_ = kSchedulerId;
     my_rank_ = 0;
     table_.Add(NodeInfo{Role::kScheduler, kSchedulerId, 0, config_.node_host,
-                        port(), -1});
+                        port(), -1, ""});
   }
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();

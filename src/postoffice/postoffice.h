@@ -58,6 +58,7 @@ class Postoffice {
   std::vector<int> GetNodeIds(int group) const;
   std::string DescribeNode(int id) const;
   uint64_t num_dropped() const { return van_.num_dropped(); }
+  const Van& van() const { return van_; }
   Status peer_failure() const;
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
@@ -98,6 +99,8 @@ class Postoffice {
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
   Status StartMember();
+  // SharedMemory::Domain() when PS_SHM allows shared memory, else "".
+  std::string MyShmDomain() const;
   void SchedulerOnAddNode(const Message& msg);
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table

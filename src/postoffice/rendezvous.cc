@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "postoffice/postoffice.h"
+#include "van/shm.h"
 
 namespace ps {
 
@@ -52,11 +53,16 @@ std::string Postoffice::RendezvousShortfallLocked() const {
          (addresses.empty() ? "" : " (" + addresses + ")");
 }
 
+std::string Postoffice::MyShmDomain() const {
+  return config_.shm ? SharedMemory::Domain() : std::string();
+}
+
 Status Postoffice::StartMember() {
   PS_RETURN_IF_ERROR(
       van_.Connect(kSchedulerId, config_.root_uri, config_.root_port));
   Message hello = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
-  NodeInfo me{config_.role, 0, -1, config_.node_host, port(), config_.rank};
+  NodeInfo me{config_.role, 0, -1, config_.node_host, port(), config_.rank,
+              MyShmDomain()};
   ToProto(me, hello.meta.mutable_control()->add_node());
   PS_RETURN_IF_ERROR(Send(&hello));
   std::unique_lock<std::mutex> lock(mu_);
@@ -198,7 +204,9 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     int peers = config_.role == Role::kWorker ? kServerGroup : kWorkerGroup;
     for (int id : table.Ids(peers)) {
       const NodeInfo* n = table.Find(id);
-      Status st = van_.Connect(id, n->host, n->port);
+      const bool shared =
+          !n->shm_domain.empty() && n->shm_domain == MyShmDomain();
+      Status st = van_.Connect(id, n->host, n->port, shared);
       if (!st.ok()) {
         start_error_ = st;
         cv_.notify_all();

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "van/shm.h"
+
 namespace ps {
 
 size_t DataTypeSize(int type) {
@@ -85,6 +87,30 @@ Status CheckFrames(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
   return Status::OK();
 }
 
+// Puts the bytes of every frame sent as a reference (Meta.shared) in place of
+// its empty wire frame.
+Status ResolveShared(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
+  std::vector<bool> seen(frames->size());
+  for (const pb::SharedRef& ref : meta.shared()) {
+    const int i = ref.frame();
+    if (i < 0 || static_cast<size_t>(i) >= frames->size() ||
+        i >= meta.data_size_size() || seen[i] || !(*frames)[i].empty()) {
+      return Status::Corruption(
+          "shared reference to frame " + std::to_string(i) + " of " +
+          std::to_string(frames->size()) + " (missing, repeated or not empty)");
+    }
+    seen[i] = true;
+    StatusOr<SArray<char>> bytes =
+        SharedMemory::Get().Resolve(ref, meta.data_size(i));
+    if (!bytes.ok()) {
+      return Status(bytes.status().code(), "frame " + std::to_string(i) + ": " +
+                                               bytes.status().message());
+    }
+    (*frames)[i] = std::move(bytes).value();
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<Message> Decode(const char* header, size_t header_size,
@@ -99,6 +125,7 @@ StatusOr<Message> Decode(const char* header, size_t header_size,
     return Status::Corruption("unknown control command " +
                               std::to_string(msg.meta.control().cmd()));
   }
+  PS_RETURN_IF_ERROR(ResolveShared(msg.meta, &frames));
   PS_RETURN_IF_ERROR(CheckFrames(msg.meta, &frames));
   msg.data = std::move(frames);
   return msg;

@@ -23,9 +23,11 @@ size_t DataTypeSize(int type);
 std::string EncodeHeader(Message* msg);
 
 // Parses `header` and adopts `frames` (no copy unless a frame is misaligned
-// for its element type, which ZeroMQ never does in practice). Errors:
-// unparsable header, unknown command or data type, frame count or size
-// different from the header's, a size not a multiple of the element size.
+// for its element type, which ZeroMQ never does in practice); a frame the
+// header lists in `shared` is replaced by the bytes its reference names
+// (van/shm.h). Errors: unparsable header, unknown command or data type, frame
+// count or size different from the header's, a size not a multiple of the
+// element size, a shared reference that is malformed or cannot be mapped.
 StatusOr<Message> Decode(const char* header, size_t header_size,
                          std::vector<SArray<char>> frames);
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "van/codec.h"
+#include "van/shm.h"
 
 namespace ps {
 
@@ -51,6 +52,7 @@ struct Van::Peer {
   std::mutex mu;  // serialises use of `socket` across threads
   void* socket = nullptr;
   std::string address;
+  bool shared = false;  // frames in shared memory go as references
   ~Peer() {
     if (socket != nullptr) zmq_close(socket);
   }
@@ -133,9 +135,10 @@ void Van::Stop(int linger_ms) {
   router_ = nullptr;
 }
 
-Status Van::Connect(int id, const std::string& host, int port) {
+Status Van::Connect(int id, const std::string& host, int port, bool shared) {
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
+  peer->shared = shared;
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
   if (peer->socket == nullptr) return Status::Internal(ZmqError());
   SetIntOption(peer->socket, ZMQ_SNDHWM, 0);
@@ -180,9 +183,26 @@ Status Van::Send(Message* msg) {
     return Status::Unavailable("no connection to node id " +
                                std::to_string(msg->meta.recver()));
   }
+  size_t n = msg->data.size();
+  std::vector<bool> by_ref(n);
+  msg->meta.clear_shared();
+  if (peer->shared) {
+    for (size_t i = 0; i < n; ++i) {
+      const SArray<char>& frame = msg->data[i];
+      pb::SharedRef ref;
+      if (frame.size() <= kInlineFrameBytes ||
+          !SharedMemory::Get().Find(frame.data(), frame.size(), &ref)) {
+        continue;
+      }
+      ref.set_frame(static_cast<int>(i));
+      *msg->meta.add_shared() = ref;
+      by_ref[i] = true;
+    }
+  } else {
+    msg->meta.clear_reply_into();
+  }
   std::string header = EncodeHeader(msg);
   std::lock_guard<std::mutex> lock(peer->mu);
-  size_t n = msg->data.size();
   int flags = n > 0 ? ZMQ_SNDMORE : 0;
   if (zmq_send(peer->socket, header.data(), header.size(), flags) < 0) {
     return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
@@ -190,7 +210,10 @@ Status Van::Send(Message* msg) {
   for (size_t i = 0; i < n; ++i) {
     const SArray<char>& frame = msg->data[i];
     zmq_msg_t part;
-    if (frame.size() <= kInlineFrameBytes) {
+    if (by_ref[i]) {
+      zmq_msg_init(&part);  // the bytes stay where the header says
+      num_shared_sent_.fetch_add(1);
+    } else if (frame.size() <= kInlineFrameBytes) {
       // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
       // them over by reference would cost a heap block instead of a copy
       // of a few bytes. Anything larger goes without a copy.
@@ -260,6 +283,7 @@ bool Van::ReceiveOne() {
     CountDropped(from, msg.status().message());
     return true;
   }
+  num_shared_received_.fetch_add(msg->meta.shared_size());
   handler_(std::move(msg).value());
   return true;
 }

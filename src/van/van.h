@@ -13,6 +13,11 @@
 // bytes, which ZeroMQ keeps inside the zmq_msg_t, are copied instead); received
 // frames are received into heap-held zmq_msg_t's whose deleter closes them, and
 // the SArrays handed up point into the frame's data.
+//
+// Shared memory: to a peer connected with `shared` (same domain, van/shm.h),
+// a data frame that lies in shared memory (ps::SharedArray, or a mapping of
+// the peer's) goes as a reference in the header and an empty frame; the
+// receiving codec maps it. A pull's reply_into travels only to such peers.
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
@@ -54,8 +59,10 @@ class Van {
   // messages get up to `linger_ms` to leave. Idempotent.
   void Stop(int linger_ms);
 
-  // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
-  Status Connect(int id, const std::string& host, int port);
+  // Opens (or replaces) the DEALER to node `id` at tcp://host:port;
+  // `shared`: the peer can map our shared memory and we its.
+  Status Connect(int id, const std::string& host, int port,
+                 bool shared = false);
   // Moves the connection known as `old_id` to `new_id`.
   void Rekey(int old_id, int new_id);
   void Disconnect(int id);
@@ -67,6 +74,9 @@ class Van {
   // Counts and logs (WARNING) a dropped message from `from`.
   void CountDropped(const std::string& from, const std::string& why);
   uint64_t num_dropped() const { return num_dropped_.load(); }
+  // Data frames sent and received as shared-memory references.
+  uint64_t num_shared_sent() const { return num_shared_sent_.load(); }
+  uint64_t num_shared_received() const { return num_shared_received_.load(); }
 
  private:
   struct Peer;
@@ -88,6 +98,8 @@ class Van {
   std::unordered_map<int, std::shared_ptr<Peer>> peers_;
 
   std::atomic<uint64_t> num_dropped_{0};
+  std::atomic<uint64_t> num_shared_sent_{0};
+  std::atomic<uint64_t> num_shared_received_{0};
 };
 
 }  // namespace ps

@@ -1,0 +1,88 @@
+// SharedMemory: memory that other processes on this host can map, and the
+// mappings of theirs this process made. A data frame that lies in such
+// memory goes to a co-located node as a reference (pb::SharedRef, a few
+// bytes in the header) instead of through the socket: the receiver maps the
+// sender's region once and reads the bytes where they are. A pull can also
+// name its destination in the worker's shared memory (Meta.reply_into); the
+// server then writes its answer there with one memcpy.
+//
+// A region is a memfd (memfd_create) mapped MAP_SHARED and kept open; another
+// process maps it by opening /proc/<pid>/fd/<fd>, which works for processes
+// of the same user in the same pid namespace on the same boot: the domain
+// (Domain()) two nodes compare at rendezvous. Nothing is left in /dev/shm
+// when a process dies: the kernel frees a memfd with its last mapping.
+//
+// Lifetime: a reference is valid while the sender keeps the bytes unchanged,
+// which the KV layer's contracts give (a push's values until Wait returns;
+// a pull's destination until its answer came). A mapping of another
+// process's region is made once and kept until this process exits.
+//
+// Process-wide, as memory is: one registry for every Node of the process.
+// Thread-safe.
+#ifndef PS_SRC_VAN_SHM_H_
+#define PS_SRC_VAN_SHM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "meta.pb.h"
+#include "ps/sarray.h"
+#include "ps/status.h"
+
+namespace ps {
+
+class SharedMemory {
+ public:
+  // The process's registry.
+  static SharedMemory& Get();
+
+  // "<boot id>/<pid namespace>/<uid>": processes with equal domains can map
+  // each other's regions. Empty when /proc does not tell.
+  static const std::string& Domain();
+
+  // A new zero-filled region of `bytes` (at least one page); the region is
+  // unmapped and closed when the last copy of the array goes.
+  StatusOr<SArray<char>> Allocate(size_t bytes);
+
+  // Whether [data, data + bytes) lies within one region of this process or
+  // one it mapped; if so fills every field of `ref` but `frame` and `bytes`.
+  bool Find(const void* data, size_t bytes, pb::SharedRef* ref) const;
+
+  // The `bytes` bytes at ref.offset of the region `ref` names: a region of
+  // this process, or another process's, mapped on first use. Errors name
+  // the region, the process and why (e.g. /proc/<pid>/fd/<fd>: Permission
+  // denied).
+  StatusOr<SArray<char>> Resolve(const pb::SharedRef& ref, size_t bytes);
+
+  // Regions of other processes mapped so far.
+  size_t num_mapped() const;
+
+ private:
+  struct Region {
+    int pid = 0;
+    uint64_t serial = 0;
+    int fd = -1;  // in process `pid`
+    size_t bytes = 0;
+    std::weak_ptr<char> memory;  // ours: expires when freed
+    std::shared_ptr<char> kept;  // theirs: our mapping, kept for good
+  };
+
+  SharedMemory() = default;
+  void Forget(uintptr_t base);
+  StatusOr<std::shared_ptr<char>> Map(const pb::SharedRef& ref) const;
+  static std::string Describe(const pb::SharedRef& ref);
+
+  mutable std::mutex mu_;
+  std::map<uintptr_t, Region> by_address_;                 // by base address
+  std::map<std::pair<int, uint64_t>, uintptr_t> by_name_;  // (pid, serial)
+  uint64_t next_serial_ = 1;
+};
+
+}  // namespace ps
+
+#endif  // PS_SRC_VAN_SHM_H_
