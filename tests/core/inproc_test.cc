@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <numeric>
@@ -11,6 +12,7 @@
 #include "cluster.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_app.h"
+#include "ps/shared_array.h"
 
 namespace ps {
 namespace {
@@ -236,6 +238,58 @@ TEST(InProc, ZeroCopyPullIntoPreallocatedArray) {
   EXPECT_EQ(std::vector<float>(one.begin(), one.end()),
             (std::vector<float>{1, 2}));
   EXPECT_TRUE(c.Finalize());
+}
+
+// Values pushed from a ps::SharedArray and pulled into one travel as
+// shared-memory references (same process here: the same domain), and the
+// servers' answers are written straight into the worker's array: sums
+// exact, the destination not moved, and the counters show the path taken.
+// With PS_SHM off the same job goes through the socket.
+void SharedArrayRoundTrip(bool shm) {
+  SCOPED_TRACE(shm ? "PS_SHM=1" : "PS_SHM=0");
+  Cluster c(2, 2, [shm](Config* cfg) { cfg->shm = shm; });
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  const size_t kPerKey = 1000;  // 4000-byte values: beyond inline frames
+  SArray<Key> keys(std::vector<Key>{3, 9, 40000, 65000});
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    SArray<float> vals = SharedArray<float>(keys.size() * kPerKey);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = (n->rank() + 1) * i;
+    PS_RETURN_IF_ERROR(kv.Wait(kv.ZPush(keys, vals)));
+    // The push is answered: the worker may overwrite its values.
+    std::fill(vals.begin(), vals.end(), -7.0f);
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    SArray<float> out = SharedArray<float>(keys.size() * kPerKey);
+    float* before = out.data();
+    PS_RETURN_IF_ERROR(kv.Wait(kv.ZPull(keys, &out)));
+    if (out.data() != before) return Status::Internal("pull moved the array");
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] != 3.0f * i) {  // ranks 0 and 1: (1 + 2) * i
+        return Status::Internal("pulled value " + std::to_string(i) + " is " +
+                                std::to_string(out[i]));
+      }
+    }
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  for (auto& w : c.workers) {
+    // Two pushes' values and two pulls' answers (one per server each).
+    EXPECT_EQ(w->num_shared_frames_sent(), shm ? 2u : 0u);
+    EXPECT_EQ(w->num_shared_frames_received(), shm ? 2u : 0u);
+  }
+  for (auto& s : c.servers) {
+    EXPECT_EQ(s->num_shared_frames_received(), shm ? 2u : 0u);
+    EXPECT_EQ(s->num_shared_frames_sent(), shm ? 2u : 0u);
+  }
+  EXPECT_TRUE(c.Finalize());
+}
+
+TEST(InProc, SharedArraysTravelByReference) { SharedArrayRoundTrip(true); }
+TEST(InProc, SharedArraysGoThroughTheSocketWithShmOff) {
+  SharedArrayRoundTrip(false);
 }
 
 // True when `a` owns a buffer SArray allocated itself (resize), false when

@@ -3,6 +3,9 @@
 //   sum          each worker pushes (rank+1)*(i+1) for value i, pulls back
 //                the exact total; each server prints the sum it holds
 //   varlen       the same with variable-length values (key i: i%5+1 values)
+//   shared       as sum, with the values and the pull's destination in
+//                ps::SharedArrays: co-located servers read and write them
+//                in place; each worker also prints its shared-frame counts
 //   threads      four threads of each worker push and pull their own keys
 //   kill-worker  worker 0 kills itself after its first push
 //   kill-server  server 0 kills itself on its first request
@@ -42,6 +45,44 @@ ps::Placement MakePlacement(bool varlen) {
   return ps::Placement::ByBytes(Keys(), sizes, ps::NumServers()).value();
 }
 
+// "worker R pulled TOTAL ok|WRONG": ok when value i of `out` is exactly
+// (1 + .. + W) * (i + 1) and there are n of them.
+int Verdict(const float* out, size_t size, size_t n, bool lens_ok) {
+  int rank = ps::MyRank(), w = ps::NumWorkers();
+  double total = 0;
+  bool exact = size == n && lens_ok;
+  for (size_t i = 0; exact && i < n; ++i) {
+    exact = out[i] == w * (w + 1) / 2.0f * (i + 1);
+    total += out[i];
+  }
+  std::printf("worker %d pulled %.0f %s\n", rank, total,
+              exact ? "ok" : "WRONG");
+  return exact ? 0 : 1;
+}
+
+int RunSharedWorker(ps::KVWorker<float>* kv, const std::vector<ps::Key>& keys,
+                    size_t n) {
+  ps::SArray<ps::Key> k(keys);
+  ps::SArray<float> vals = ps::SharedArray<float>(n);
+  for (size_t i = 0; i < n; ++i) vals[i] = (ps::MyRank() + 1.0f) * (i + 1);
+  if (!kv->Wait(kv->ZPush(k, vals)).ok()) return 1;
+  ps::Barrier(ps::kWorkerGroup);
+  ps::SArray<float> out = ps::SharedArray<float>(n);
+  const float* before = out.data();
+  ps::Status st = kv->Wait(kv->ZPull(k, &out));
+  if (!st.ok()) {
+    std::printf("worker %d pull failed: %s\n", ps::MyRank(),
+                st.ToString().c_str());
+    return 1;
+  }
+  const ps::Node* node = ps::DefaultNode();
+  std::printf(
+      "worker %d shared frames sent %llu received %llu\n", ps::MyRank(),
+      static_cast<unsigned long long>(node->num_shared_frames_sent()),
+      static_cast<unsigned long long>(node->num_shared_frames_received()));
+  return Verdict(out.data(), out.size(), n, out.data() == before);
+}
+
 int RunWorker(const std::string& mode) {
   bool varlen = mode == "varlen";
   ps::KVWorker<float> kv(0, 0);
@@ -73,6 +114,7 @@ int RunWorker(const std::string& mode) {
     std::printf("worker %d threads %s\n", rank, bad == 0 ? "ok" : "WRONG");
     return bad == 0 ? 0 : 1;
   }
+  if (mode == "shared") return RunSharedWorker(&kv, keys, n);
   std::vector<float> vals(n);
   for (size_t i = 0; i < n; ++i) vals[i] = (rank + 1.0f) * (i + 1);
   if (!kv.Wait(kv.Push(keys, vals, varlen ? lens : std::vector<int>{})).ok()) {
@@ -87,15 +129,7 @@ int RunWorker(const std::string& mode) {
     std::printf("worker %d pull failed: %s\n", rank, st.ToString().c_str());
     return 1;
   }
-  double total = 0;
-  bool exact = out.size() == n && out_lens == lens;
-  for (size_t i = 0; exact && i < n; ++i) {
-    exact = out[i] == w * (w + 1) / 2.0f * (i + 1);
-    total += out[i];
-  }
-  std::printf("worker %d pulled %.0f %s\n", rank, total,
-              exact ? "ok" : "WRONG");
-  return exact ? 0 : 1;
+  return Verdict(out.data(), out.size(), n, out_lens == lens);
 }
 
 }  // namespace

@@ -170,8 +170,11 @@ std::vector<ServerLine> ServerLines(const std::string& out) {
 
 // Every worker pulled the exact total and every server holds its share:
 // value i of the flat vector is (1+..+W) * (i+1) after all pushes.
-void ExpectExactSums(int servers, int workers, const std::string& mode) {
+// The job's result goes to *result when given.
+void ExpectExactSums(int servers, int workers, const std::string& mode,
+                     RunResult* result = nullptr) {
   RunResult r = Launch(servers, workers, mode);
+  if (result != nullptr) *result = r;
   SCOPED_TRACE(r.output);
   ASSERT_EQ(r.exit_code, 0);
   int64_t n = 0;
@@ -226,6 +229,29 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(MultiProc, VariableLengthValues) { ExpectExactSums(2, 3, "varlen"); }
+
+// Values and pull destinations in ps::SharedArrays: the servers (other
+// processes of this host) map the workers' memory, sums stay exact, and
+// each worker's push and pull went by reference, one frame per server.
+TEST(MultiProc, SharedArraysBetweenProcesses) {
+  RunResult r;
+  ExpectExactSums(2, 2, "shared", &r);
+  SCOPED_TRACE(r.output);
+  int checked = 0;
+  for (const std::string& line : Lines(r.output)) {
+    int prefix, rank;
+    unsigned long long sent, received;  // NOLINT(runtime/int): %llu
+    if (std::sscanf(line.c_str(),
+                    "[worker %d] worker %d shared frames sent %llu received "
+                    "%llu",
+                    &prefix, &rank, &sent, &received) == 4) {
+      EXPECT_EQ(sent, 2u) << line;
+      EXPECT_EQ(received, 2u) << line;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
 
 TEST(MultiProc, ConcurrentThreadsOfEachWorker) {
   RunResult r = Launch(2, 2, "threads");

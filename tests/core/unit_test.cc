@@ -1,6 +1,9 @@
 // Unit tests: Status, SArray, Config, Placement, slicer, codec, tracker.
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <numeric>
@@ -13,6 +16,7 @@
 #include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/codec.h"
+#include "van/shm.h"
 
 namespace ps {
 namespace {
@@ -104,6 +108,7 @@ TEST(Config, BadValuesNameVariableAndValue) {
   EXPECT_EQ(
       err("DMLC_INTERFACE", "nosuch0"),
       "DMLC_INTERFACE='nosuch0' is not an interface with an IPv4 address");
+  EXPECT_EQ(err("PS_SHM", "2"), "PS_SHM='2' is not 0 or 1");
   auto env = base;
   env.erase("DMLC_NUM_SERVER");
   EXPECT_EQ(Config::FromEnv(env).status().message(),
@@ -345,6 +350,125 @@ TEST(Codec, MalformedInputIsAnErrorNotACrash) {
             "lens sum to 2 but there are 4 values");
   // Wrong value type for this server.
   EXPECT_FALSE(DecodeKVPairs(*m3, true, pb::DOUBLE, 8).ok());
+}
+
+TEST(SharedMemory, FindsAndResolvesItsOwnRegions) {
+  SArray<char> region = SharedMemory::Get().Allocate(10000).value();
+  ASSERT_EQ(region.size(), 10000u);
+  EXPECT_EQ(region[9999], 0);  // zero-filled
+  pb::SharedRef ref;
+  ASSERT_TRUE(SharedMemory::Get().Find(region.data() + 100, 400, &ref));
+  EXPECT_EQ(ref.pid(), getpid());
+  EXPECT_EQ(ref.offset(), 100u);
+  EXPECT_GE(ref.region_bytes(), 10000u);  // whole pages
+  // Past the region's end, and memory that is no region.
+  EXPECT_FALSE(
+      SharedMemory::Get().Find(region.data() + 100, ref.region_bytes(), &ref));
+  std::vector<char> heap(64);
+  EXPECT_FALSE(SharedMemory::Get().Find(heap.data(), heap.size(), &ref));
+  ASSERT_TRUE(SharedMemory::Get().Find(region.data() + 100, 400, &ref));
+  StatusOr<SArray<char>> view = SharedMemory::Get().Resolve(ref, 400);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->data(), region.data() + 100);
+  // A reference beyond the region is refused before any memory is touched.
+  EXPECT_FALSE(SharedMemory::Get().Resolve(ref, ref.region_bytes()).ok());
+  // Once freed (the view still holds it, so drop both), a region is gone.
+  view = Status::Internal("dropped");
+  region = SArray<char>();
+  StatusOr<SArray<char>> gone = SharedMemory::Get().Resolve(ref, 400);
+  EXPECT_EQ(gone.status().code(), Status::kNotFound) << gone.status();
+  EXPECT_FALSE(SharedMemory::Domain().empty());
+}
+
+// A child process allocates a region and writes a pattern; the parent maps
+// it from the reference alone (as a server maps a worker's memory), checks
+// the bytes and writes its answer, which the child checks. Every wait is
+// bounded (poll with a timeout, a child that exits on its own).
+TEST(SharedMemory, AnotherProcessMapsARegion) {
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const size_t kBytes = 1 << 20;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    StatusOr<SArray<char>> r = SharedMemory::Get().Allocate(kBytes);
+    if (!r.ok()) _exit(2);
+    for (size_t i = 0; i < kBytes; ++i) (*r)[i] = static_cast<char>(i % 251);
+    pb::SharedRef ref;
+    SharedMemory::Get().Find(r->data(), kBytes, &ref);
+    std::string wire = ref.SerializeAsString();
+    if (write(to_parent[1], wire.data(), wire.size()) !=
+        static_cast<ssize_t>(wire.size())) {
+      _exit(3);
+    }
+    pollfd p{to_child[0], POLLIN, 0};
+    char done = 0;
+    if (poll(&p, 1, 10000) != 1 || read(to_child[0], &done, 1) != 1) _exit(4);
+    _exit((*r)[0] == 'P' && (*r)[kBytes - 1] == 'Q' ? 0 : 5);
+  }
+  pollfd p{to_parent[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the child sent no reference";
+  char buf[256];
+  ssize_t n = read(to_parent[0], buf, sizeof(buf));
+  pb::SharedRef ref;
+  ASSERT_TRUE(ref.ParseFromArray(buf, static_cast<int>(n)));
+  EXPECT_EQ(ref.pid(), child);
+  StatusOr<SArray<char>> mapped = SharedMemory::Get().Resolve(ref, kBytes);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  size_t wrong = 0;
+  for (size_t i = 0; i < kBytes; ++i) {
+    wrong += (*mapped)[i] != static_cast<char>(i % 251);
+  }
+  EXPECT_EQ(wrong, 0u);
+  (*mapped)[0] = 'P';
+  (*mapped)[kBytes - 1] = 'Q';
+  ASSERT_EQ(write(to_child[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // A process that does not exist (pid 0 is never a process's).
+  pb::SharedRef nobody = ref;
+  nobody.set_pid(0);
+  StatusOr<SArray<char>> none = SharedMemory::Get().Resolve(nobody, 16);
+  EXPECT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("cannot map shared region"),
+            std::string::npos)
+      << none.status();
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) {
+    close(fd);
+  }
+}
+
+TEST(Codec, SharedReferencesAreResolvedOrRefused) {
+  SArray<char> region = SharedMemory::Get().Allocate(4096).value();
+  SArray<float> vals = SArray<float>(region).segment(0, 256);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+  auto message = [&](int frame, bool empty_wire) {
+    Message msg = SampleMessage();
+    msg.data[1] = SArray<char>(vals);
+    std::string header = EncodeHeader(&msg);
+    pb::SharedRef* ref = msg.meta.add_shared();
+    SharedMemory::Get().Find(vals.data(), 1024, ref);
+    ref->set_frame(frame);
+    msg.meta.SerializeToString(&header);
+    std::vector<SArray<char>> wire = msg.data;
+    if (empty_wire) wire[1] = SArray<char>();
+    return std::make_pair(header, wire);
+  };
+  auto [header, wire] = message(1, true);
+  StatusOr<Message> ok = Decode(header.data(), header.size(), wire);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->data[1].data(), reinterpret_cast<char*>(vals.data()));
+  for (auto [frame, empty] : {std::make_pair(5, true), std::make_pair(1, false),
+                              std::make_pair(-1, true)}) {
+    auto [h, w] = message(frame, empty);
+    StatusOr<Message> bad = Decode(h.data(), h.size(), w);
+    EXPECT_EQ(bad.status().code(), Status::kCorruption) << bad.status();
+    EXPECT_NE(bad.status().message().find("shared reference to frame"),
+              std::string::npos)
+        << bad.status();
+  }
 }
 
 TEST(RequestTracker, DoneWhenEveryTouchedServerAnswered) {

@@ -1,7 +1,8 @@
 // DenseShard on an in-process cluster (2 servers, 2 workers as threads):
 // exact weights after BSP, bounded delay and async runs, staleness within
 // tau, workers that stop at different steps, steps pushed in two key ranges
-// in different orders, overlapping ranges rejected, and the cmd encoding.
+// in different orders, gradients in shared memory that the shard only
+// borrows, overlapping ranges rejected, and the cmd encoding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "../core/cluster.h"
 #include "ps/dense_server.h"
 #include "ps/kv_app.h"
+#include "ps/shared_array.h"
 
 namespace ps {
 namespace {
@@ -195,6 +197,64 @@ TEST(DenseShard, BoundedWithTwoRangesStaysWithinTau) {
           << "step " << s << " float " << i << " got " << got;
     }
   }
+}
+
+// Gradients pushed from a ps::SharedArray reach the shard as borrowed
+// memory (KVMeta::vals_borrowed). Worker 0 runs a step ahead of the slow
+// worker 1 (bounded delay 1) and overwrites its gradients before the step
+// they belong to is applied, so the shard must have copied them: the final
+// weights are exact only if it did. Pulls land in the workers' shared
+// weights, written there by the server.
+TEST(DenseShard, BorrowedGradientsOfAWorkerAheadAreCopied) {
+  const DenseLayout layout{2048, 1024};  // 4 KiB keys: beyond inline frames
+  const int kRuns = 4;
+  Cluster cluster(1, 2);
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShard shard(
+      &server, layout, 0, 2, std::vector<float>(layout.total, 0.0f),
+      {Consistency::kBounded, 1, 2},
+      [](float* w, const float* g, size_t, size_t n, int num_grads, int, int) {
+        for (size_t i = 0; i < n; ++i) w[i] -= g[i] / num_grads;
+      });
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      Node* node = cluster.workers[r].get();
+      KVWorker<float> kv(node, 0, 0);
+      SArray<Key> keys(std::vector<Key>{0, 1});
+      SArray<float> grads = SharedArray<float>(layout.total);
+      SArray<float> weights = SharedArray<float>(layout.total);
+      const float* before = weights.data();
+      for (int step = 0; step < kRuns; ++step) {
+        std::fill(grads.begin(), grads.end(),
+                  (node->rank() + 1.0f) * (step + 1.0f));
+        int push =
+            kv.ZPush(keys, grads, {}, EncodeDenseCmd(DenseOp::kStep, step));
+        int pull = kv.ZPull(keys, &weights, nullptr,
+                            EncodeDenseCmd(DenseOp::kStep, step + 1));
+        EXPECT_TRUE(kv.Wait(push).ok());
+        EXPECT_TRUE(kv.Wait(pull).ok());
+        if (node->rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+      }
+      EXPECT_EQ(weights.data(), before);
+      EXPECT_GT(node->num_shared_frames_sent(), 0u);
+      EXPECT_GT(node->num_shared_frames_received(), 0u);
+      EXPECT_TRUE(kv.Wait(kv.Push({0}, {0.0f}, {},
+                                  EncodeDenseCmd(DenseOp::kDone, kRuns)))
+                      .ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+  ASSERT_TRUE(shard.WaitAllDone(std::chrono::seconds(10)));
+  EXPECT_EQ(shard.max_staleness(), 1) << "worker 0 never ran ahead";
+  EXPECT_EQ(shard.updates_applied(), kRuns);
+  // Each step's mean gradient is 1.5 * (step + 1): 1.5 * (1 + 2 + 3 + 4).
+  for (float w : shard.weights()) ASSERT_EQ(w, -15.0f);
+  EXPECT_EQ(shard.bad_requests(), 0);
+  EXPECT_TRUE(cluster.Finalize());
 }
 
 // Ranges of one step must not overlap unless equal: the overlapping push
