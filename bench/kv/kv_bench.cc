@@ -14,13 +14,26 @@
 // and answer pulls zero-copy from their shard, so the numbers measure the
 // framework's path, not an optimizer. A kAssign push is stored, so each
 // cell first assigns known values and checks what it pulls back.
+//
+// --shm_sizes adds a shared-memory comparison (chunk layout, after the other
+// cells): the same pushes and presized pulls from and into
+// ps::SharedArray<float> and from and into ordinary SArrays, in alternating
+// blocks of rounds so both see the same load. Since the servers never read a
+// plain push, a shared one moves no payload at all; "push_add" therefore also
+// times pushes the server adds into its shard, reading every pushed float.
+// The worker's shared-frame counters are printed and checked, so a run in
+// which the references were not taken aborts instead of reporting socket
+// numbers as shared ones.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -36,6 +49,9 @@ DEFINE_int32(rtt_rounds, 2000, "one-float Push+Wait round trips measured");
 DEFINE_bool(server_add, false,
             "servers add pushed values into their shard (kAdd) instead of "
             "only answering");
+DEFINE_string(shm_sizes, "",
+              "model sizes in floats (chunk layout) for the shared-memory "
+              "comparison, comma-separated; empty: none");
 
 namespace {
 
@@ -47,6 +63,13 @@ constexpr size_t kConvNetFloats = 1199882;
 constexpr ps::Key kKeyStride = ps::Key{1} << 24;  // keys of one cell
 constexpr int kWarmupRounds = 3;
 constexpr int kMinRounds = 5;
+// The shared-memory comparison's timed rounds per block of one memory, and
+// their bound however fast they get.
+constexpr int kBlockRounds = 5;
+constexpr size_t kMaxRounds = 100000;
+// Bench-private push command: the server adds the values into its shard
+// whatever --server_add says (kAdd, the default command, is only answered).
+constexpr int kBenchAdd = 100;
 
 // One model size in one key layout, with its own key range.
 struct Cell {
@@ -55,6 +78,7 @@ struct Cell {
   ps::Key first_key = 0;
   std::vector<int> lens;        // floats per key
   std::vector<size_t> offsets;  // of each key in the flat vector
+  bool shm = false;             // the shared-memory comparison's cell
 };
 
 std::vector<int> TensorLens(size_t floats) {
@@ -95,18 +119,33 @@ Cell MakeCell(size_t floats, const std::string& layout, std::vector<int> lens,
   return cell;
 }
 
-// Every cell, then (last) the one-float round-trip cell. Identical on every
-// node, so servers know the layout of what they are sent.
-std::vector<Cell> MakeCells() {
-  std::vector<Cell> cells;
-  std::stringstream sizes(FLAGS_sizes);
+std::vector<size_t> ParseSizes(const std::string& flag,
+                               const std::string& name) {
+  std::vector<size_t> out;
+  std::stringstream sizes(flag);
   for (std::string item; std::getline(sizes, item, ',');) {
     size_t floats = std::stoull(item);
-    if (floats < 8) LOG(FATAL) << "--sizes: " << floats << " is below 8";
+    if (floats < 8) LOG(FATAL) << name << ": " << floats << " is below 8";
+    out.push_back(floats);
+  }
+  return out;
+}
+
+// Every cell, then the shared-memory cells, then (last) the one-float
+// round-trip cell. Identical on every node, so servers know the layout of
+// what they are sent.
+std::vector<Cell> MakeCells() {
+  std::vector<Cell> cells;
+  for (size_t floats : ParseSizes(FLAGS_sizes, "--sizes")) {
     cells.push_back(
         MakeCell(floats, "tensor", TensorLens(floats), cells.size()));
     cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),
                              cells.size()));
+  }
+  for (size_t floats : ParseSizes(FLAGS_shm_sizes, "--shm_sizes")) {
+    cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),
+                             cells.size()));
+    cells.back().shm = true;
   }
   cells.push_back(MakeCell(1, "rtt", {1}, cells.size()));
   return cells;
@@ -139,7 +178,7 @@ class ShardHandler {
       float* dst = shards_[c].data() + begin;
       if (req.cmd == ps::kAssign) {
         std::copy(data.vals.begin(), data.vals.end(), dst);
-      } else if (FLAGS_server_add) {
+      } else if (FLAGS_server_add || req.cmd == kBenchAdd) {
         for (size_t i = 0; i < data.vals.size(); ++i) dst[i] += data.vals[i];
       }
     }
@@ -268,6 +307,146 @@ void RunCell(const Cell& cell, ps::KVWorker<float>* kv) {
   std::fflush(stdout);
 }
 
+// Shared frames the worker's node sent and received.
+struct Frames {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
+Frames CountFrames() {
+  const ps::Node* node = ps::DefaultNode();
+  return {node->num_shared_frames_sent(), node->num_shared_frames_received()};
+}
+
+// The times of one op in both memories and the shared frames each caused.
+struct Paired {
+  std::vector<double> ordinary, shared;
+  Frames ordinary_frames, shared_frames;
+};
+
+// Times `ordinary` and `shared` (one request + Wait each) in alternating
+// blocks of kBlockRounds, so both see the same load over the run; the one
+// going first swaps every block. Each block starts with an untimed round:
+// a 40 MB socket round leaves work behind (freeing the received message)
+// that would otherwise be charged to the first shared round after it. Then
+// blocks until --seconds, at most kMaxRounds. Counts the shared frames
+// around each timed call.
+Paired TimeAlternated(const std::function<void()>& ordinary,
+                      const std::function<void()>& shared) {
+  Paired out;
+  auto call = [](const std::function<void()>& op, std::vector<double>* times,
+                 Frames* frames) {
+    Frames before = CountFrames();
+    Clock::time_point t0 = Clock::now();
+    op();
+    Clock::time_point t1 = Clock::now();
+    Frames after = CountFrames();
+    if (times == nullptr) return;  // untimed, not counted
+    times->push_back(Seconds(t0, t1));
+    frames->sent += after.sent - before.sent;
+    frames->received += after.received - before.received;
+  };
+  auto block = [&](const std::function<void()>& op, std::vector<double>* times,
+                   Frames* frames) {
+    call(op, nullptr, nullptr);
+    for (int i = 0; i < kBlockRounds; ++i) call(op, times, frames);
+  };
+  for (int i = 0; i < kWarmupRounds; ++i) {
+    call(ordinary, nullptr, nullptr);
+    call(shared, nullptr, nullptr);
+  }
+  Clock::time_point start = Clock::now();
+  for (bool shared_first = false;
+       out.shared.size() < kMaxRounds &&
+       (out.shared.size() < static_cast<size_t>(kMinRounds) ||
+        Seconds(start, Clock::now()) < FLAGS_seconds);
+       shared_first = !shared_first) {
+    if (shared_first) block(shared, &out.shared, &out.shared_frames);
+    block(ordinary, &out.ordinary, &out.ordinary_frames);
+    if (!shared_first) block(shared, &out.shared, &out.shared_frames);
+  }
+  out.ordinary = Sorted(out.ordinary);
+  out.shared = Sorted(out.shared);
+  return out;
+}
+
+void PrintShared(const Cell& cell, const char* op, const char* memory,
+                 const std::vector<double>& s, const Frames& frames) {
+  double median = s[s.size() / 2];
+  std::printf(
+      "kv shm floats=%zu layout=%s keys=%zu memory=%s op=%s rounds=%zu "
+      "median_ms=%.4f mbps=%.1f frames_sent=%" PRIu64
+      " frames_received=%" PRIu64 "\n",
+      cell.floats, cell.layout.c_str(), cell.lens.size(), memory, op, s.size(),
+      median * 1e3, cell.floats * sizeof(float) / median / 1e6, frames.sent,
+      frames.received);
+}
+
+// Push, push_add and a presized pull, from and into ps::SharedArray<float>
+// and ordinary SArrays; prints one "kv shm" line per op and memory. Aborts
+// when the shared rounds sent or received no frame by reference, or the
+// ordinary ones did.
+void RunSharedCell(const Cell& cell, ps::KVWorker<float>* kv) {
+  ps::SArray<ps::Key> keys = UsePlacement(cell, kv, false);
+  ps::SArray<int> lens(cell.lens);
+  ps::SArray<float> vals(cell.floats);
+  ps::SArray<float> shared_vals = ps::SharedArray<float>(cell.floats);
+  for (size_t i = 0; i < cell.floats; ++i) {
+    vals[i] = static_cast<float>(i);
+    shared_vals[i] = static_cast<float>(i);
+  }
+  ps::SArray<float> into(cell.floats, -1.0f);
+  ps::SArray<float> shared_into = ps::SharedArray<float>(cell.floats);
+  std::fill(shared_into.begin(), shared_into.end(), -1.0f);
+  const float* shared_dst = shared_into.data();
+  using Op = std::function<void()>;
+  auto push = [&](const ps::SArray<float>& v, int cmd) -> Op {
+    return [&, v, cmd] {
+      CheckOk(kv->Wait(kv->ZPush(keys, v, lens, cmd)), "push");
+    };
+  };
+  auto pull_into = [&](ps::SArray<float>* dst) -> Op {
+    return [&, dst] { CheckOk(kv->Wait(kv->ZPull(keys, dst)), "pull_into"); };
+  };
+  ps::Barrier(0, ps::kWorkerGroup);
+  Paired pushed =
+      TimeAlternated(push(vals, ps::kAdd), push(shared_vals, ps::kAdd));
+  Paired added =
+      TimeAlternated(push(vals, kBenchAdd), push(shared_vals, kBenchAdd));
+  // Assigned from shared memory, so the pulls below also check that the
+  // server read the worker's values right where the worker wrote them.
+  CheckOk(kv->Wait(kv->ZPush(keys, shared_vals, lens, ps::kAssign)), "assign");
+  Paired pulled = TimeAlternated(pull_into(&into), pull_into(&shared_into));
+  CHECK_EQ(into.size(), cell.floats);
+  CHECK_EQ(shared_into.size(), cell.floats);
+  // ZPull fills a presized array in place; a fresh one would not be shared.
+  CHECK_EQ(shared_into.data(), shared_dst);
+  for (size_t i = 0; i < cell.floats; ++i) {
+    CHECK_EQ(into[i], static_cast<float>(i)) << "pulled value " << i;
+    CHECK_EQ(shared_into[i], static_cast<float>(i)) << "pulled value " << i;
+  }
+  for (auto [op, p] :
+       {std::make_pair("push", &pushed), std::make_pair("push_add", &added),
+        std::make_pair("pull_into", &pulled)}) {
+    PrintShared(cell, op, "ordinary", p->ordinary, p->ordinary_frames);
+    PrintShared(cell, op, "shared", p->shared, p->shared_frames);
+  }
+  std::fflush(stdout);
+  // A push's values go by reference; a pull's answer comes back as one.
+  for (const Paired* p : {&pushed, &added}) {
+    CHECK_GT(p->shared_frames.sent, 0u)
+        << cell.floats << " floats: no push from ps::SharedArray went by "
+        << "reference (is the server on another host or user?)";
+  }
+  CHECK_GT(pulled.shared_frames.received, 0u)
+      << cell.floats << " floats: no pull into ps::SharedArray was answered "
+      << "by reference";
+  for (const Paired* p : {&pushed, &added, &pulled}) {
+    CHECK_EQ(p->ordinary_frames.sent + p->ordinary_frames.received, 0u)
+        << "ordinary SArrays went by reference";
+  }
+}
+
 void RunRoundTrip(const Cell& cell, ps::KVWorker<float>* kv) {
   ps::SArray<ps::Key> keys = UsePlacement(cell, kv, false);
   ps::SArray<float> one(1, 1.0f);
@@ -302,7 +481,23 @@ int main(int argc, char** argv) {
   ps::Barrier(0, ps::kAllGroups);
   if (ps::IsWorker()) {
     ps::KVWorker<float> kv(0, 0);
-    for (size_t c = 0; c + 1 < cells.size(); ++c) RunCell(cells[c], &kv);
+    bool shared = false;
+    for (size_t c = 0; c + 1 < cells.size(); ++c) {
+      if (!cells[c].shm) {
+        RunCell(cells[c], &kv);
+      } else if (ps::DefaultNode()->config().shm) {
+        RunSharedCell(cells[c], &kv);
+        shared = true;
+      } else {
+        std::printf("kv shm floats=%zu skipped=PS_SHM=0\n", cells[c].floats);
+      }
+    }
+    if (shared) {  // The node's own counters, warm-up rounds included.
+      Frames total = CountFrames();
+      std::printf("kv shm_total frames_sent=%" PRIu64
+                  " frames_received=%" PRIu64 "\n",
+                  total.sent, total.received);
+    }
     RunRoundTrip(cells.back(), &kv);
   }
   ps::Finalize(0, true);

@@ -6,7 +6,9 @@ It runs raw_zmq_bench, then kv_bench through tracker/launch.py with 1 server
 + 1 worker and with 2 servers + 2 workers, and prints one table (ratios
 taken in this one run), the one-float round trip against raw REQ/REP (also
 measured in back-to-back pairs, whose median ratio is the bar), the
-2-server placement, and whether each bar holds. It prints; it never asserts.
+2-server placement, the 1+1 run's pushes and pulls from and into
+ps::SharedArray against ordinary SArrays, and whether each bar holds. It
+prints; it never asserts.
 """
 
 import argparse
@@ -27,6 +29,10 @@ RTT_BAR = 1.25  # times the raw REQ/REP round trip
 EVEN_BAR = 1.10  # largest server's bytes over the mean
 # kv_bench's ops: push, zero-copy pull (the one the bar judges), presized pull.
 OPS = ("push", "pull", "pull_into")
+# The 1+1 run also compares ps::SharedArray with ordinary SArrays at these
+# sizes (kv_bench --shm_sizes, chunk layout), with these ops and labels.
+SHM_SIZES = (MODEL, 10000000)
+SHM_OPS = {"push": "push", "push_add": "push+add", "pull_into": "pullin"}
 
 
 def fields(line):
@@ -56,12 +62,13 @@ def run_raw(build, seconds):
     return mbps, rtt
 
 
-def run_kv(build, servers, workers, seconds):
-    """{(floats, layout, op): [per-worker fields]}, rtt per worker, lines."""
+def run_kv(build, servers, workers, seconds, extra=()):
+    """{(floats, layout, op): [per-worker fields]}, rtt per worker, lines,
+    shared-memory fields."""
     proc = run([sys.executable, LAUNCH, "-s", str(servers), "-w", str(workers),
                 "--timeout", "150", "--", build / "bench/kv/kv_bench",
-                f"--seconds={seconds}"], 170)
-    cells, rtts, placement = {}, [], []
+                f"--seconds={seconds}", *extra], 170)
+    cells, rtts, placement, shm = {}, [], [], []
     for line in proc.stdout.splitlines():
         m = re.match(r"\[worker (\d+)\] kv (\w+) (.*)", line)
         if not m:
@@ -73,9 +80,11 @@ def run_kv(build, servers, workers, seconds):
             cells.setdefault(key, []).append(f)
         elif kind == "rtt":
             rtts.append((int(m.group(1)), fields(rest)))
+        elif kind in ("shm", "shm_total"):
+            shm.append((int(m.group(1)), {"kind": kind, **fields(rest)}))
         else:
             placement.append((kind, rest))
-    return proc.returncode, cells, sorted(rtts), placement
+    return proc.returncode, cells, sorted(rtts), placement, shm
 
 
 def rtt_pairs(build, pairs):
@@ -130,6 +139,64 @@ def table(raw, results):
 def aggregate(res, floats, layout, op):
     cell = res["cells"].get((floats, layout, op), [])
     return sum(float(f["mbps"]) for f in cell) if cell else None
+
+
+def shared_memory(raw, res):
+    """Prints the 1+1 run's ps::SharedArray rows against ordinary SArrays."""
+    print("\n== Shared memory between co-located processes (ps::SharedArray)")
+    rows = (res or {}).get("shm", [])
+    skipped = [f for _, f in rows if "skipped" in f]
+    if skipped:
+        print(f"skipped: {skipped[0]['skipped']}")
+        return
+    cells = {(int(f["floats"]), f["op"], f["memory"]): f
+             for _, f in rows if f["kind"] == "shm"}
+    totals = [(rank, f) for rank, f in rows if f["kind"] == "shm_total"]
+    head = ("size", "op", "ordinary ms", "shared ms", "ordinary MB/s",
+            "shared MB/s", "raw MB/s", "ordinary/raw", "shared/raw",
+            "shared/ordinary", "frames/round")
+    table_rows = []
+    for floats in SHM_SIZES:
+        for op, label in SHM_OPS.items():
+            if not all((floats, op, m) in cells
+                       for m in ("ordinary", "shared")):
+                continue
+            o = cells[(floats, op, "ordinary")]
+            h = cells[(floats, op, "shared")]
+            om, hm = float(o["mbps"]), float(h["mbps"])
+            r = raw.get(floats)
+            # A push's values go by reference, a pull's answer comes back so.
+            way = "sent" if op.startswith("push") else "received"
+            frames = int(h[f"frames_{way}"])
+            rounds = int(h["rounds"])
+            ratios = [f"{v / r:.2f}" if r else "-" for v in (om, hm)]
+            table_rows.append((
+                LABELS.get(floats, str(floats)), label,
+                f"{float(o['median_ms']):.3f}", f"{float(h['median_ms']):.3f}",
+                f"{om:.0f}", f"{hm:.0f}", f"{r:.0f}" if r else "-", *ratios,
+                f"{hm / om:.2f}", f"{frames / rounds:.2f}"))
+    if not table_rows:
+        print("no data (the 1+1 kv_bench run failed; its output is above)")
+        return
+    widths = [max(len(str(r[i])) for r in table_rows + [head])
+              for i in range(len(head))]
+    for r in [head] + table_rows:
+        print("  ".join(str(v).rjust(n) for v, n in zip(r, widths)))
+    print("(1+1, chunk layout; values pushed from and pulled into "
+          "ps::SharedArray<float> vs ordinary SArrays, in alternating "
+          "blocks of 5 rounds; ms: median of a Push+Wait / Pull+Wait; push: "
+          "the server does not read the values, so a shared push moves no "
+          "payload and "
+          "its MB/s is bytes over a reference's round trip; push+add: the "
+          "server adds them into its shard; pullin: ZPull into a presized "
+          "array, which a shared answer fills with one memcpy on the "
+          "server; frames/round: data frames the worker sent (push) or "
+          "received (pull) by reference per shared round, none in the "
+          "ordinary rounds; kv_bench aborts otherwise)")
+    for rank, f in totals:
+        print(f"worker {rank} Node::num_shared_frames_sent() "
+              f"{f['frames_sent']}, num_shared_frames_received() "
+              f"{f['frames_received']} (whole run, warm-up included)")
 
 
 def bars(raw, pairs, results):
@@ -199,11 +266,14 @@ def main():
     pairs = rtt_pairs(build, args.rtt_pairs)
     results, failed = {}, False
     for servers, workers in CONFIGS:
-        rc, cells, rtts, placement = run_kv(build, servers, workers,
-                                            args.seconds)
+        extra = []
+        if (servers, workers) == (1, 1):
+            extra.append(f"--shm_sizes={','.join(map(str, SHM_SIZES))}")
+        rc, cells, rtts, placement, shm = run_kv(build, servers, workers,
+                                                 args.seconds, extra)
         failed |= rc != 0
         results[(servers, workers)] = {"cells": cells, "rtts": rtts,
-                                       "placement": placement}
+                                       "placement": placement, "shm": shm}
 
     print("\n== Push+Wait / Pull+Wait against raw zero-copy ZeroMQ")
     table(raw, results)
@@ -224,6 +294,7 @@ def main():
     print("\n== One-float round trip, raw and ours 1+1 alternated (us)")
     for i, (r, o) in enumerate(pairs):
         print(f"pair {i}: raw {r:7.1f}  ours {o:7.1f}  ratio {o / r:.2f}")
+    shared_memory(raw, results.get((1, 1)))
     bars(raw, pairs, results)
     if failed:
         print("\nrun.py: a kv_bench run failed (its output is above); its "

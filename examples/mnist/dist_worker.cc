@@ -64,11 +64,13 @@ class LocalExchange : public Exchange {
 // Pushes grads() and pulls into params() through SArrays that wrap the
 // Net's buffers (no-op deleters: the Net owns them and outlives this); they
 // are shared memory, so a server on this host reads and writes them in place.
-// The keys are cut in two ranges: the early ones (chunks wholly at or after the
-// fc1.weight offset, 98% of the bytes) go out from within the backward pass
-// (StartEarly) while the conv layers' backward still runs, when `overlap`;
-// the late ones (the conv tensors and the chunk straddling the boundary)
-// after it.
+// The keys are cut in two parts: the early ones (chunks wholly at or after
+// the fc1.weight offset, 98% of the bytes) go out from within the backward
+// pass (StartEarly) while the conv layers' backward still runs, when
+// `overlap`; the late ones (the conv tensors and the chunk straddling the
+// boundary) after it. Each part is cut further at server boundaries, so that
+// every pull has one server and a known place for its answer (which a
+// co-located server writes there directly).
 class PsExchange : public Exchange {
  public:
   PsExchange(const TrainOptions& options, ps::model::Net* net, bool overlap)
@@ -83,7 +85,10 @@ class PsExchange : public Exchange {
     for (int s = 0; s < ps::NumServers(); ++s) {
       ps::Key begin, end;
       ServerKeys(*placement, layout_, s, &begin, &end);
-      if (begin < end) first_keys_.push_back(begin);
+      if (begin < end) {
+        first_keys_.push_back(begin);
+        server_ends_.push_back(end);
+      }
     }
     auto keep = [](float*) {};
     params_ = ps::SArray<float>(net->params(), net->num_params(), keep);
@@ -91,8 +96,8 @@ class PsExchange : public Exchange {
     const size_t boundary = net->tensors()[ps::model::kFc1Weight].offset;
     const size_t first_early = std::min(
         (boundary + layout_.chunk - 1) / layout_.chunk, layout_.num_keys());
-    early_ = MakeRange(first_early, layout_.num_keys());
-    late_ = MakeRange(0, first_early);
+    early_ = MakeRanges(first_early, layout_.num_keys());
+    late_ = MakeRanges(0, first_early);
   }
 
   // Weights for step 0: the servers' (equal to our own initialisation).
@@ -102,11 +107,11 @@ class PsExchange : public Exchange {
   }
   void StartEarly(int step, int lr_period, size_t first_float) override {
     // The early keys' grads are final and their params free to overwrite.
-    CHECK_LE(first_float, early_.first_float);
+    if (!early_.empty()) CHECK_LE(first_float, early_[0].first_float);
     if (overlap_) Send(&early_, step, lr_period);
   }
   void Start(int step, int lr_period) override {
-    if (!early_.sent) Send(&early_, step, lr_period);
+    Send(&early_, step, lr_period);  // the pieces not sent yet
     Send(&late_, step, lr_period);
   }
   ps::Status Finish() override {
@@ -134,34 +139,48 @@ class PsExchange : public Exchange {
     int push_ts = 0, pull_ts = 0;
   };
 
-  KeyRange MakeRange(size_t begin, size_t end) const {
-    KeyRange r;
-    const bool any = begin < end;
-    r.first_float = any ? layout_.offset(begin) : layout_.total;
-    const size_t end_float =
-        any ? layout_.offset(end - 1) + layout_.length(end - 1) : layout_.total;
-    r.keys = keys_.segment(begin, end);
-    r.lens = lens_.segment(begin, end);
-    r.grads = grads_.segment(r.first_float, end_float);
-    r.params = params_.segment(r.first_float, end_float);
-    return r;
+  // Keys [begin, end) cut at the servers' boundaries (non-empty pieces).
+  std::vector<KeyRange> MakeRanges(size_t begin, size_t end) const {
+    std::vector<KeyRange> ranges;
+    size_t server_begin = 0;
+    for (ps::Key server_end : server_ends_) {
+      const size_t b = std::max(begin, server_begin);
+      const size_t e = std::min<size_t>(end, server_end);
+      server_begin = server_end;
+      if (b >= e) continue;
+      KeyRange r;
+      r.first_float = layout_.offset(b);
+      const size_t end_float = layout_.offset(e - 1) + layout_.length(e - 1);
+      r.keys = keys_.segment(b, e);
+      r.lens = lens_.segment(b, e);
+      r.grads = grads_.segment(r.first_float, end_float);
+      r.params = params_.segment(r.first_float, end_float);
+      ranges.push_back(r);
+    }
+    return ranges;
   }
-  void Send(KeyRange* r, int step, int lr_period) {
-    if (r->keys.empty()) return;
-    r->push_ts =
-        kv_.ZPush(r->keys, r->grads, r->lens,
-                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
-    r->pull_ts =
-        kv_.ZPull(r->keys, &r->params, nullptr,
-                  ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
-    r->sent = true;
+  void Send(std::vector<KeyRange>* ranges, int step, int lr_period) {
+    for (KeyRange& r : *ranges) {
+      if (r.sent) continue;
+      r.push_ts =
+          kv_.ZPush(r.keys, r.grads, r.lens,
+                    ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
+      r.pull_ts = kv_.ZPull(
+          r.keys, &r.params, nullptr,
+          ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
+      r.sent = true;
+    }
   }
-  ps::Status Wait(KeyRange* r) {
-    if (!r->sent) return ps::Status::OK();
-    r->sent = false;
-    ps::Status push = kv_.Wait(r->push_ts);
-    ps::Status pull = kv_.Wait(r->pull_ts);
-    return push.ok() ? pull : push;
+  ps::Status Wait(std::vector<KeyRange>* ranges) {
+    ps::Status first;
+    for (KeyRange& r : *ranges) {
+      if (!r.sent) continue;
+      r.sent = false;
+      ps::Status push = kv_.Wait(r.push_ts);
+      ps::Status pull = kv_.Wait(r.pull_ts);
+      if (first.ok()) first = push.ok() ? pull : push;
+    }
+    return first;
   }
 
   ps::KVWorker<float> kv_;
@@ -170,8 +189,9 @@ class PsExchange : public Exchange {
   ps::SArray<ps::Key> keys_;
   ps::SArray<int> lens_;
   std::vector<ps::Key> first_keys_;
+  std::vector<ps::Key> server_ends_;  // each server's end key, ascending
   ps::SArray<float> params_, grads_;
-  KeyRange early_, late_;
+  std::vector<KeyRange> early_, late_;
 };
 
 struct Summary {
