@@ -35,6 +35,14 @@ SHM_SIZES = (MODEL, 10000000)
 SHM_OPS = {"push": "push", "push_add": "push+add", "pull_into": "pullin"}
 
 
+def print_table(head, rows):
+    """Prints head and rows as right-aligned columns."""
+    widths = [max(len(str(r[i])) for r in rows + [head])
+              for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(v).rjust(n) for v, n in zip(r, widths)))
+
+
 def fields(line):
     return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
 
@@ -125,10 +133,7 @@ def table(raw, results):
                              f"{s}+{w}", *(f"{v:.3f}" for v in ms),
                              *(f"{v:.0f}" for v in mb), f"{r:.0f}",
                              *(f"{v / r:.2f}" for v in mb)))
-    widths = [max(len(str(r[i])) for r in rows + [head])
-              for i in range(len(head))]
-    for r in [head] + rows:
-        print("  ".join(str(v).rjust(n) for v, n in zip(r, widths)))
+    print_table(head, rows)
     print("(ms: median of a Push+Wait / Pull+Wait, mean over workers; MB/s: "
           "1e6 payload bytes/s, summed over workers; pull: ZPull into an "
           "empty SArray, zero-copy when one server answers; pullin: ZPull "
@@ -178,10 +183,7 @@ def shared_memory(raw, res):
     if not table_rows:
         print("no data (the 1+1 kv_bench run failed; its output is above)")
         return
-    widths = [max(len(str(r[i])) for r in table_rows + [head])
-              for i in range(len(head))]
-    for r in [head] + table_rows:
-        print("  ".join(str(v).rjust(n) for v, n in zip(r, widths)))
+    print_table(head, table_rows)
     print("(1+1, chunk layout; values pushed from and pulled into "
           "ps::SharedArray<float> vs ordinary SArrays, in alternating "
           "blocks of 5 rounds; ms: median of a Push+Wait / Pull+Wait; push: "
