@@ -30,8 +30,10 @@ struct PullState {
   SArray<Key> keys;         // the request's keys
   std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
   // Non-empty: server s's answer goes to sink.direct + place[s], as it
-  // comes, while it is place[s + 1] - place[s] bytes. Known when the values
-  // per key are uniform, or when one server holds every key.
+  // comes, while it is place[s + 1] - place[s] bytes. Certain when one
+  // server holds every key; otherwise guessed from the sizes (the values per
+  // key taken as uniform when they divide evenly), and an answer of another
+  // size sets `misplaced`.
   std::vector<size_t> place;
   bool misplaced = false;  // an answer broke that: assemble at the end
   std::map<int, RawKVPairs> answers;  // by server rank (all kept, zero-copy)
@@ -90,8 +92,12 @@ class KVWorkerCore::Impl {
   const int val_type_;
   const size_t val_size_;
   RequestTracker tracker_;
-  std::mutex mu_;  // guards pulls_ and dead_
+  std::mutex mu_;  // guards pulls_, sent_ and dead_
   std::map<int, std::shared_ptr<PullState>> pulls_;
+  // Each request's keys/values/lens until every server answered: a frame
+  // sent as a shared-memory reference holds no reference of its own, and the
+  // caller may drop its arrays right after the call.
+  std::map<int, RawKVPairs> sent_;
   std::map<int, Status> dead_;  // node id -> why
 };
 
@@ -119,9 +125,10 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   }
   // The tracker entry and the pull state exist before any answer can come.
   int ts = tracker_.Start(servers, std::move(callback));
-  if (state) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    pulls_[ts] = state;
+    if (state) pulls_[ts] = state;
+    if (!servers.empty()) sent_[ts] = kvs;
   }
   if (servers.empty() && state) FinishRequest(ts, state);
   SendSlices(ts, push, pull, cmd, slices, state.get());
@@ -258,6 +265,10 @@ Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
 
 void KVWorkerCore::Impl::FinishRequest(
     int ts, const std::shared_ptr<PullState>& state) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.erase(ts);
+  }
   Status st;
   if (state) st = AssemblePull(state.get());
   tracker_.Finish(ts, st);
@@ -271,6 +282,19 @@ Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
     return Status::OK();
   }
   if (Adopt(state)) return Status::OK();
+  // A co-located server may have written its answer into the destination at
+  // a place guessed from the sizes (ReplyInto), where another answer
+  // belongs: take such answers out of the way first.
+  const char* begin = state->sink.direct;
+  const char* end = begin + state->sink.direct_bytes;
+  for (auto& [rank, a] : state->answers) {
+    if (begin != nullptr && a.vals.data() < end &&
+        a.vals.data() + a.vals.size() > begin) {
+      SArray<char> copy;
+      copy.CopyFrom(a.vals);
+      a.vals = copy;
+    }
+  }
   size_t total = 0, keys = 0;
   for (const auto& [rank, a] : state->answers) {
     total += a.vals.size();
@@ -314,6 +338,7 @@ Status KVWorkerCore::Impl::Wait(int ts) {
       state = it->second;
       pulls_.erase(it);
     }
+    sent_.erase(ts);
   }
   if (state) {
     std::lock_guard<std::mutex> lock(state->mu);  // waits out a running copy

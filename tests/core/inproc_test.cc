@@ -363,6 +363,47 @@ TEST(InProc, PresizedPullWithUnevenLens) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// The same into shared memory, with values large enough to go by reference:
+// server 1's answer (200 floats) fits the place guessed from the sizes (200
+// a key) and is written there in place, though it belongs after server 0's
+// 300; the worker must move it out of the way before assembling.
+TEST(InProc, PresizedSharedPullWithUnevenLens) {
+  Cluster c(3, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  SArray<Key> keys(std::vector<Key>{0, 30000, 60000});  // servers 0, 1, 2
+  SArray<int> lens(std::vector<int>{300, 200, 100});
+  SArray<float> vals = SharedArray<float>(600);
+  std::iota(vals.begin(), vals.end(), 1.0f);
+  ASSERT_TRUE(kv.Wait(kv.ZPush(keys, vals, lens)).ok());
+  SArray<float> out = SharedArray<float>(600);
+  ASSERT_TRUE(kv.Wait(kv.ZPull(keys, &out)).ok());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.end()),
+            std::vector<float>(vals.begin(), vals.end()));
+  EXPECT_EQ(c.workers[0]->num_shared_frames_received(), 1u)
+      << "server 1 wrote its answer in place";
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A push's values sent by reference stay alive until the servers answered,
+// though the caller kept no copy of the array.
+TEST(InProc, SharedPushOfATemporaryArray) {
+  Cluster c(1, 1, [](Config* cfg) { cfg->request_timeout_ms = 10000; });
+  ASSERT_TRUE(c.Start());
+  std::vector<KVServerDefaultHandle<float>> handles;
+  Servers servers = StartDefaultServers(&c, &handles);
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  SArray<Key> keys(std::vector<Key>{7});
+  int ts = kv.ZPush(keys, SharedArray<float>(1000));
+  ASSERT_TRUE(kv.Wait(ts).ok());
+  EXPECT_EQ(c.workers[0]->num_shared_frames_sent(), 1u);
+  ASSERT_EQ(handles[0].store[7].size(), 1000u);
+  EXPECT_EQ(handles[0].store[7][999], 0.0f);
+  EXPECT_TRUE(c.Finalize());
+}
+
 TEST(InProc, UnsortedKeysAreAnError) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.Start());
