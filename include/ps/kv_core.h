@@ -36,10 +36,10 @@ struct KVMeta {
   int customer_id = 0;  // the worker's customer
   int app_id = 0;
   int priority = 0;
-  // The values are the worker's own memory (a ps::SharedArray it pushed from
-  // this host), not a received frame: valid only until the request is
-  // answered, and never to be written. A handler that keeps them longer
-  // copies them.
+  // Some of the request's arrays (usually the values) are the worker's own
+  // memory (a ps::SharedArray it pushed from this host), not received
+  // frames: valid only until the request is answered, and never to be
+  // written. A handler that keeps them longer copies them.
   bool vals_borrowed = false;
   // Internal (set by the transport): where in the worker's shared memory
   // the answer to a pull goes; Response writes it there when it fits.

@@ -6,8 +6,13 @@
 // pulled answer straight into the worker's array, one memcpy instead of
 // two copies through loopback TCP and the kernel (docs/architecture.md).
 // To anyone else it is an ordinary SArray. Meant for a few large, long-lived
-// buffers (each is a memfd and a mapping); where shared memory cannot be
-// had it is an ordinary array, with one warning.
+// buffers (each is a memfd and a mapping, and a server keeps its mapping of
+// a worker's array until it exits); where shared memory cannot be had it is
+// an ordinary array, with one warning. A pull is written in place when each
+// server's share of the destination is known: one server per pull, or the
+// same number of values per key. A pull whose Wait gave up (a timeout, a
+// failed peer) may still be written by a late answer: do not reuse its
+// destination for other data.
 #ifndef PS_SHARED_ARRAY_H_
 #define PS_SHARED_ARRAY_H_
 

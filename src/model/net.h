@@ -23,7 +23,8 @@
 namespace ps {
 namespace model {
 
-// Where a Net keeps params() and grads(): n floats, 64-byte aligned, that
+// Where a Net keeps params() and grads(): n floats (the default heap
+// buffers are 64-byte aligned, ps::SharedArray's are page-aligned) that
 // stay valid while the returned pointer lives (e.g. ps::SharedArray's, so
 // that co-located servers read the gradients and write the weights in place).
 using FloatAllocator = std::function<std::shared_ptr<float>(size_t n)>;

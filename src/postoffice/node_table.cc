@@ -22,6 +22,7 @@ NodeInfo FromProto(const pb::NodeInfo& p) {
   n.port = p.port();
   n.requested_rank = p.requested_rank();
   n.shm_domain = p.shm_domain();
+  n.shm_probe = p.shm_probe();
   return n;
 }
 
@@ -33,6 +34,7 @@ void ToProto(const NodeInfo& n, pb::NodeInfo* p) {
   p->set_port(n.port);
   p->set_requested_rank(n.requested_rank);
   p->set_shm_domain(n.shm_domain);
+  *p->mutable_shm_probe() = n.shm_probe;
 }
 
 const NodeInfo* NodeTable::Find(int id) const {

@@ -22,6 +22,7 @@ struct NodeInfo {
   int port = 0;
   int requested_rank = -1;  // PS_RANK, or -1
   std::string shm_domain;   // empty: takes no shared-memory frames
+  pb::SharedRef shm_probe;  // a page of its shared memory (van/shm.h)
 
   std::string Address() const {
     return "tcp://" + host + ":" + std::to_string(port);

@@ -36,8 +36,13 @@ Status Postoffice::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     my_id_ = kSchedulerId;
     my_rank_ = 0;
-    table_.Add(NodeInfo{Role::kScheduler, kSchedulerId, 0, config_.node_host,
-                        port(), -1, ""});
+    NodeInfo me;
+    me.role = Role::kScheduler;
+    me.id = kSchedulerId;
+    me.rank = 0;
+    me.host = config_.node_host;
+    me.port = port();
+    table_.Add(me);
   }
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();
@@ -126,7 +131,8 @@ void Postoffice::OnMessage(Message&& msg) {
     bool known = sender != my_id_ && table_.Find(sender) != nullptr;
     if (!scheduler_add && !from_scheduler && !known) {
       // A peer may learn the node table (and send) before we do.
-      if (!ready_ && cmd == pb::EMPTY && early_.size() < kMaxEarlyMessages) {
+      if (!ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
+          early_.size() < kMaxEarlyMessages) {
         early_.push_back(std::move(msg));
         return;
       }
@@ -180,6 +186,23 @@ void Postoffice::OnControl(Message&& msg) {
     case pb::NODE_FAILED:
       OnNodeFailed(msg);
       return;
+    case pb::SHM_READY: {
+      // The sender tried to map our probe; no error: it can read our
+      // shared memory.
+      bool expected;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        expected = shm_pending_.erase(msg.meta.sender()) > 0;
+        if (expected && ctrl.error().empty()) {
+          van_.SendReferencesTo(msg.meta.sender());
+        }
+        cv_.notify_all();
+      }
+      if (!expected) {
+        CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+      }
+      return;
+    }
     default:
       CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
   }

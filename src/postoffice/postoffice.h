@@ -101,6 +101,10 @@ class Postoffice {
   Status StartMember();
   // SharedMemory::Domain() when PS_SHM allows shared memory, else "".
   std::string MyShmDomain() const;
+  // Maps the probe page of `peer` (of our domain); if that works, we accept
+  // its references (Van::AcceptReferencesFrom) and return "", else why not
+  // (logged). The caller tells the peer (SHM_READY with that error).
+  std::string ProbeSharedMemory(const NodeInfo& peer);
   void SchedulerOnAddNode(const Message& msg);
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table
@@ -151,6 +155,8 @@ class Postoffice {
   std::map<int, uint64_t> barrier_released_;  // by group: releases seen
   std::map<int, Status> barrier_status_;      // by group: last release
   Status peer_failure_;
+  SArray<char> shm_probe_;     // a page peers map to check they can (van/shm.h)
+  std::set<int> shm_pending_;  // peers of our domain yet to send SHM_READY
   std::function<void(const Status&)> peer_failure_handler_;
   bool stop_monitor_ = false;
   std::thread monitor_;

@@ -6,6 +6,8 @@
 //   <- ACK                            (all arrived) AssignRanks
 //   <- ADD_NODE response (table)      ... to every member
 //   connect to the peers it talks to
+//   map the shm_probe of each peer of its domain, SHM_READY to it (with
+//   the reason if that failed); Start returns when all such peers answered
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -61,8 +63,23 @@ Status Postoffice::StartMember() {
   PS_RETURN_IF_ERROR(
       van_.Connect(kSchedulerId, config_.root_uri, config_.root_port));
   Message hello = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
-  NodeInfo me{config_.role, 0, -1, config_.node_host, port(), config_.rank,
-              MyShmDomain()};
+  NodeInfo me;
+  me.role = config_.role;
+  me.host = config_.node_host;
+  me.port = port();
+  me.requested_rank = config_.rank;
+  me.shm_domain = MyShmDomain();
+  if (!me.shm_domain.empty()) {
+    StatusOr<SArray<char>> probe = SharedMemory::Get().Allocate(1);
+    if (probe.ok()) {
+      shm_probe_ = std::move(probe).value();
+      SharedMemory::Get().Find(shm_probe_.data(), 1, &me.shm_probe);
+    } else {
+      LOG(WARNING) << "no shared memory (" << probe.status().message()
+                   << "): everything goes through the socket";
+      me.shm_domain.clear();
+    }
+  }
   ToProto(me, hello.meta.mutable_control()->add_node());
   PS_RETURN_IF_ERROR(Send(&hello));
   std::unique_lock<std::mutex> lock(mu_);
@@ -84,7 +101,20 @@ Status Postoffice::StartMember() {
                            std::to_string(config_.rendezvous_timeout_ms) +
                            " ms (PS_RENDEZVOUS_TIMEOUT_MS)");
   }
-  return start_error_;
+  if (!start_error_.ok()) return start_error_;
+  // Peers of our domain say whether they mapped our probe (SHM_READY), so
+  // that from the first request on we know where references may go. Without
+  // an answer we only lose the shortcut: everything still goes by socket.
+  deadline =
+      Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
+  if (!cv_.wait_until(lock, deadline, [&] { return shm_pending_.empty(); })) {
+    std::string missing;
+    for (int id : shm_pending_) missing += " " + table_.Describe(id);
+    LOG(WARNING) << "no shared-memory answer from" << missing
+                 << "; sending to them through the socket";
+    shm_pending_.clear();
+  }
+  return Status::OK();
 }
 
 void Postoffice::SchedulerOnAddNode(const Message& msg) {
@@ -179,6 +209,8 @@ std::vector<Message> Postoffice::CompleteRendezvousLocked(
 void Postoffice::MemberOnNodeTable(const Message& msg) {
   const pb::Control& ctrl = msg.meta.control();
   std::vector<Message> early;
+  // Peers of our domain, and why we cannot map their memory ("" if we can).
+  std::vector<std::pair<int, std::string>> probed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ready_) {
@@ -204,13 +236,15 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     int peers = config_.role == Role::kWorker ? kServerGroup : kWorkerGroup;
     for (int id : table.Ids(peers)) {
       const NodeInfo* n = table.Find(id);
-      const bool shared =
-          !n->shm_domain.empty() && n->shm_domain == MyShmDomain();
-      Status st = van_.Connect(id, n->host, n->port, shared);
+      Status st = van_.Connect(id, n->host, n->port);
       if (!st.ok()) {
         start_error_ = st;
         cv_.notify_all();
         return;
+      }
+      if (!n->shm_domain.empty() && n->shm_domain == MyShmDomain()) {
+        shm_pending_.insert(id);
+        probed.emplace_back(id, ProbeSharedMemory(*n));
       }
     }
     my_id_ = me->id;
@@ -220,7 +254,27 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     early.swap(early_);
     cv_.notify_all();
   }
+  for (const auto& [id, why] : probed) {
+    Message ready = ControlMessage(pb::SHM_READY, id, false);
+    ready.meta.mutable_control()->set_error(why);
+    Status st = Send(&ready);
+    if (!st.ok()) {
+      LOG(WARNING) << "SHM_READY to " << DescribeNode(id) << ": " << st;
+    }
+  }
   for (Message& m : early) OnMessage(std::move(m));
+}
+
+std::string Postoffice::ProbeSharedMemory(const NodeInfo& peer) {
+  StatusOr<SArray<char>> page = SharedMemory::Get().Resolve(peer.shm_probe, 1);
+  if (!page.ok()) {
+    LOG(WARNING) << "cannot map the shared memory of " << peer.Describe()
+                 << " (" << page.status().message()
+                 << "); it sends to this node through the socket";
+    return page.status().message();
+  }
+  van_.AcceptReferencesFrom(peer.id, peer.shm_probe.pid());
+  return "";
 }
 
 }  // namespace ps

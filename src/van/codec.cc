@@ -1,6 +1,8 @@
 // Message codec: header serialisation and validating decode.
 #include "van/codec.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -88,10 +90,24 @@ Status CheckFrames(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
 }
 
 // Puts the bytes of every frame sent as a reference (Meta.shared) in place of
-// its empty wire frame.
-Status ResolveShared(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
+// its empty wire frame, after checking that the sender may name that memory
+// (see Decode); checks Meta.reply_into the same way.
+Status ResolveShared(const pb::Meta& meta, std::vector<SArray<char>>* frames,
+                     const std::function<int(int)>& shared_pid) {
+  if (meta.shared_size() == 0 && !meta.has_reply_into()) return Status::OK();
+  const int peer = shared_pid ? shared_pid(meta.sender()) : 0;
+  if (meta.has_reply_into() && (peer == 0 || meta.reply_into().pid() != peer)) {
+    return Status::Corruption("a pull destination in memory of pid " +
+                              std::to_string(meta.reply_into().pid()) +
+                              " that the sender may not name");
+  }
   std::vector<bool> seen(frames->size());
   for (const pb::SharedRef& ref : meta.shared()) {
+    if (peer == 0 || (ref.pid() != peer && ref.pid() != getpid())) {
+      return Status::Corruption("a shared reference to memory of pid " +
+                                std::to_string(ref.pid()) +
+                                " that the sender may not name");
+    }
     const int i = ref.frame();
     if (i < 0 || static_cast<size_t>(i) >= frames->size() ||
         i >= meta.data_size_size() || seen[i] || !(*frames)[i].empty()) {
@@ -114,7 +130,8 @@ Status ResolveShared(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
 }  // namespace
 
 StatusOr<Message> Decode(const char* header, size_t header_size,
-                         std::vector<SArray<char>> frames) {
+                         std::vector<SArray<char>> frames,
+                         const std::function<int(int sender)>& shared_pid) {
   Message msg;
   if (header_size > static_cast<size_t>(INT32_MAX) ||
       !msg.meta.ParseFromArray(header, static_cast<int>(header_size))) {
@@ -125,7 +142,7 @@ StatusOr<Message> Decode(const char* header, size_t header_size,
     return Status::Corruption("unknown control command " +
                               std::to_string(msg.meta.control().cmd()));
   }
-  PS_RETURN_IF_ERROR(ResolveShared(msg.meta, &frames));
+  PS_RETURN_IF_ERROR(ResolveShared(msg.meta, &frames, shared_pid));
   PS_RETURN_IF_ERROR(CheckFrames(msg.meta, &frames));
   msg.data = std::move(frames);
   return msg;

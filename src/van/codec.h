@@ -5,6 +5,7 @@
 #define PS_SRC_VAN_CODEC_H_
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,13 @@ std::string EncodeHeader(Message* msg);
 // header lists in `shared` is replaced by the bytes its reference names
 // (van/shm.h). Errors: unparsable header, unknown command or data type, frame
 // count or size different from the header's, a size not a multiple of the
-// element size, a shared reference that is malformed or cannot be mapped.
-StatusOr<Message> Decode(const char* header, size_t header_size,
-                         std::vector<SArray<char>> frames);
+// element size, a shared reference that is malformed, not allowed or cannot
+// be mapped. `shared_pid(sender)` says whose memory node `sender` may name:
+// the pid of that process (its own memory) or, as well, of this one; 0 or no
+// function: none (references and Meta.reply_into are refused).
+StatusOr<Message> Decode(
+    const char* header, size_t header_size, std::vector<SArray<char>> frames,
+    const std::function<int(int sender)>& shared_pid = nullptr);
 
 }  // namespace ps
 

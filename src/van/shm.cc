@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "ps/shared_array.h"
 
@@ -26,8 +28,14 @@ size_t PageRound(size_t bytes) {
 
 // The memfd name of region `serial` of process `pid`; /proc/<pid>/fd/<fd>
 // links to "/memfd:<name> (deleted)".
-std::string RegionName(int pid, uint64_t serial) {
-  return "ps-" + std::to_string(pid) + "-" + std::to_string(serial);
+std::string RegionName(int pid, uint64_t nonce, uint64_t serial) {
+  return "ps-" + std::to_string(pid) + "-" + std::to_string(nonce) + "-" +
+         std::to_string(serial);
+}
+
+uint64_t RandomNonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
 // Unmaps and closes one region (ours or theirs).
@@ -41,6 +49,8 @@ struct Unmap {
 };
 
 }  // namespace
+
+SharedMemory::SharedMemory() : nonce_(RandomNonce()) {}
 
 SharedMemory& SharedMemory::Get() {
   static SharedMemory* registry = new SharedMemory();  // never destroyed
@@ -68,7 +78,7 @@ StatusOr<SArray<char>> SharedMemory::Allocate(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     serial = next_serial_++;
   }
-  const std::string name = RegionName(getpid(), serial);
+  const std::string name = RegionName(getpid(), nonce_, serial);
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
   if (fd < 0)
     return Status::Unavailable("memfd_create " + name + ": " + Errno());
@@ -93,11 +103,12 @@ StatusOr<SArray<char>> SharedMemory::Allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Region& r = by_address_[key];
   r.pid = getpid();
+  r.nonce = nonce_;
   r.serial = serial;
   r.fd = fd;
   r.bytes = size;
   r.memory = array.ptr();
-  by_name_[{r.pid, serial}] = key;
+  by_name_[{r.pid, r.nonce, serial}] = key;
   return array;
 }
 
@@ -105,7 +116,7 @@ void SharedMemory::Forget(uintptr_t base) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_address_.find(base);
   if (it == by_address_.end()) return;
-  by_name_.erase({it->second.pid, it->second.serial});
+  by_name_.erase({it->second.pid, it->second.nonce, it->second.serial});
   by_address_.erase(it);
 }
 
@@ -119,6 +130,7 @@ bool SharedMemory::Find(const void* data, size_t bytes,
   const Region& r = it->second;
   if (p + bytes > it->first + r.bytes) return false;
   ref->set_pid(r.pid);
+  ref->set_nonce(r.nonce);
   ref->set_region(r.serial);
   ref->set_fd(r.fd);
   ref->set_region_bytes(r.bytes);
@@ -136,18 +148,21 @@ StatusOr<std::shared_ptr<char>> SharedMemory::Map(
     const pb::SharedRef& ref) const {
   const std::string path =
       "/proc/" + std::to_string(ref.pid()) + "/fd/" + std::to_string(ref.fd());
-  // The fd must still be that region (fd numbers are reused).
-  char link[256];
-  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
-  if (n < 0) return Status::Unavailable(path + ": " + Errno());
-  const std::string target(link, static_cast<size_t>(n));
-  const std::string want = "/memfd:" + RegionName(ref.pid(), ref.region());
-  if (target.compare(0, want.size(), want) != 0 ||
-      (target.size() > want.size() && target[want.size()] != ' ')) {
-    return Status::NotFound(path + " is " + target + ", not " + want);
-  }
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::Unavailable(path + ": " + Errno());
+  // What we opened must be that region (fd numbers are reused): ask our own
+  // descriptor, so that nothing can change between the check and the map.
+  char link[256];
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = readlink(self.c_str(), link, sizeof(link) - 1);
+  const std::string target(link, static_cast<size_t>(std::max<ssize_t>(n, 0)));
+  const std::string want =
+      "/memfd:" + RegionName(ref.pid(), ref.nonce(), ref.region());
+  if (target.compare(0, want.size(), want) != 0 ||
+      (target.size() > want.size() && target[want.size()] != ' ')) {
+    close(fd);
+    return Status::NotFound(path + " is " + target + ", not " + want);
+  }
   struct stat st;
   if (fstat(fd, &st) != 0 ||
       static_cast<uint64_t>(st.st_size) != ref.region_bytes()) {
@@ -175,7 +190,7 @@ StatusOr<SArray<char>> SharedMemory::Resolve(const pb::SharedRef& ref,
   std::shared_ptr<char> base;  // released outside the lock (see Forget)
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = by_name_.find({ref.pid(), ref.region()});
+    auto it = by_name_.find({ref.pid(), ref.nonce(), ref.region()});
     if (it != by_name_.end()) {
       const Region& r = by_address_.at(it->second);
       base = r.pid == getpid() ? r.memory.lock() : r.kept;
@@ -196,11 +211,12 @@ StatusOr<SArray<char>> SharedMemory::Resolve(const pb::SharedRef& ref,
     base = std::move(mapped).value();
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, fresh] =
-        by_name_.emplace(std::make_pair(ref.pid(), ref.region()),
+        by_name_.emplace(Name(ref.pid(), ref.nonce(), ref.region()),
                          reinterpret_cast<uintptr_t>(base.get()));
     if (fresh) {
       Region& r = by_address_[it->second];
       r.pid = ref.pid();
+      r.nonce = ref.nonce();
       r.serial = ref.region();
       r.fd = ref.fd();
       r.bytes = ref.region_bytes();

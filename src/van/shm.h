@@ -6,11 +6,16 @@
 // name its destination in the worker's shared memory (Meta.reply_into); the
 // server then writes its answer there with one memcpy.
 //
-// A region is a memfd (memfd_create) mapped MAP_SHARED and kept open; another
-// process maps it by opening /proc/<pid>/fd/<fd>, which works for processes
-// of the same user in the same pid namespace on the same boot: the domain
-// (Domain()) two nodes compare at rendezvous. Nothing is left in /dev/shm
-// when a process dies: the kernel frees a memfd with its last mapping.
+// A region is a memfd (memfd_create) mapped MAP_SHARED and kept open, named
+// "ps-<pid>-<nonce>-<serial>" (nonce: random per process); another process
+// maps it by opening /proc/<pid>/fd/<fd> and checking the name, which works
+// for processes of the same user in the same pid namespace on the same boot
+// (the domain, Domain()) unless something forbids it (a non-dumpable
+// process, /proc mounted hidepid, a security module). So that such a pair
+// never stalls, nodes of one domain probe each other at rendezvous (a page
+// each, NodeInfo.shm_probe) and send references only to peers that mapped
+// theirs. Nothing is left in /dev/shm when a process dies: the kernel frees
+// a memfd with its last mapping.
 //
 // Lifetime: a reference is valid while the sender keeps the bytes unchanged,
 // which the KV layer's contracts give (a push's values until Wait returns;
@@ -28,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "meta.pb.h"
@@ -46,7 +52,8 @@ class SharedMemory {
   static const std::string& Domain();
 
   // A new zero-filled region of `bytes` (at least one page); the region is
-  // unmapped and closed when the last copy of the array goes.
+  // unmapped and closed when the last copy of the array goes (a process
+  // that mapped it keeps its mapping, and so the memory, until it exits).
   StatusOr<SArray<char>> Allocate(size_t bytes);
 
   // Whether [data, data + bytes) lies within one region of this process or
@@ -63,8 +70,11 @@ class SharedMemory {
   size_t num_mapped() const;
 
  private:
+  // (pid, nonce, serial): a region's name, unique even across a reused pid.
+  using Name = std::tuple<int, uint64_t, uint64_t>;
   struct Region {
     int pid = 0;
+    uint64_t nonce = 0;
     uint64_t serial = 0;
     int fd = -1;  // in process `pid`
     size_t bytes = 0;
@@ -72,14 +82,15 @@ class SharedMemory {
     std::shared_ptr<char> kept;  // theirs: our mapping, kept for good
   };
 
-  SharedMemory() = default;
+  SharedMemory();
   void Forget(uintptr_t base);
   StatusOr<std::shared_ptr<char>> Map(const pb::SharedRef& ref) const;
   static std::string Describe(const pb::SharedRef& ref);
 
   mutable std::mutex mu_;
-  std::map<uintptr_t, Region> by_address_;                 // by base address
-  std::map<std::pair<int, uint64_t>, uintptr_t> by_name_;  // (pid, serial)
+  std::map<uintptr_t, Region> by_address_;  // by base address
+  std::map<Name, uintptr_t> by_name_;
+  const uint64_t nonce_;  // random, per process
   uint64_t next_serial_ = 1;
 };
 

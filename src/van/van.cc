@@ -52,7 +52,6 @@ struct Van::Peer {
   std::mutex mu;  // serialises use of `socket` across threads
   void* socket = nullptr;
   std::string address;
-  bool shared = false;  // frames in shared memory go as references
   ~Peer() {
     if (socket != nullptr) zmq_close(socket);
   }
@@ -135,10 +134,9 @@ void Van::Stop(int linger_ms) {
   router_ = nullptr;
 }
 
-Status Van::Connect(int id, const std::string& host, int port, bool shared) {
+Status Van::Connect(int id, const std::string& host, int port) {
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
-  peer->shared = shared;
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
   if (peer->socket == nullptr) return Status::Internal(ZmqError());
   SetIntOption(peer->socket, ZMQ_SNDHWM, 0);
@@ -167,6 +165,18 @@ void Van::Rekey(int old_id, int new_id) {
 void Van::Disconnect(int id) {
   std::lock_guard<std::mutex> lock(peers_mu_);
   peers_.erase(id);
+  send_references_.erase(id);
+  accept_pid_.erase(id);
+}
+
+void Van::SendReferencesTo(int id) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  send_references_.insert(id);
+}
+
+void Van::AcceptReferencesFrom(int id, int pid) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  accept_pid_[id] = pid;
 }
 
 bool Van::IsConnected(int id) const { return FindPeer(id) != nullptr; }
@@ -178,7 +188,14 @@ std::shared_ptr<Van::Peer> Van::FindPeer(int id) const {
 }
 
 Status Van::Send(Message* msg) {
-  std::shared_ptr<Peer> peer = FindPeer(msg->meta.recver());
+  std::shared_ptr<Peer> peer;
+  bool references = false;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    auto it = peers_.find(msg->meta.recver());
+    if (it != peers_.end()) peer = it->second;
+    references = send_references_.count(msg->meta.recver()) > 0;
+  }
   if (peer == nullptr) {
     return Status::Unavailable("no connection to node id " +
                                std::to_string(msg->meta.recver()));
@@ -186,7 +203,7 @@ Status Van::Send(Message* msg) {
   size_t n = msg->data.size();
   std::vector<bool> by_ref(n);
   msg->meta.clear_shared();
-  if (peer->shared) {
+  if (references) {
     for (size_t i = 0; i < n; ++i) {
       const SArray<char>& frame = msg->data[i];
       pb::SharedRef ref;
@@ -277,8 +294,13 @@ bool Van::ReceiveOne() {
     frames.emplace_back(data, size, [holder](char*) {});
   }
   zmq_msg_t* header = &parts[1]->msg;
-  StatusOr<Message> msg = Decode(static_cast<const char*>(zmq_msg_data(header)),
-                                 zmq_msg_size(header), std::move(frames));
+  StatusOr<Message> msg =
+      Decode(static_cast<const char*>(zmq_msg_data(header)),
+             zmq_msg_size(header), std::move(frames), [this](int sender) {
+               std::lock_guard<std::mutex> lock(peers_mu_);
+               auto it = accept_pid_.find(sender);
+               return it == accept_pid_.end() ? 0 : it->second;
+             });
   if (!msg.ok()) {
     CountDropped(from, msg.status().message());
     return true;

@@ -14,10 +14,13 @@
 // frames are received into heap-held zmq_msg_t's whose deleter closes them, and
 // the SArrays handed up point into the frame's data.
 //
-// Shared memory: to a peer connected with `shared` (same domain, van/shm.h),
-// a data frame that lies in shared memory (ps::SharedArray, or a mapping of
-// the peer's) goes as a reference in the header and an empty frame; the
-// receiving codec maps it. A pull's reply_into travels only to such peers.
+// Shared memory (van/shm.h): to a peer that mapped our probe
+// (SendReferencesTo), a data frame that lies in shared memory
+// (ps::SharedArray, or a mapping of the peer's) goes as a reference in the
+// header and an empty frame, and a pull's reply_into goes along; to others
+// the bytes go and reply_into is dropped. References are accepted only from
+// peers whose probe we mapped (AcceptReferencesFrom), naming their memory or
+// ours; any other is a malformed message.
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
@@ -29,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ps/status.h"
 #include "van/message.h"
@@ -59,10 +63,13 @@ class Van {
   // messages get up to `linger_ms` to leave. Idempotent.
   void Stop(int linger_ms);
 
-  // Opens (or replaces) the DEALER to node `id` at tcp://host:port;
-  // `shared`: the peer can map our shared memory and we its.
-  Status Connect(int id, const std::string& host, int port,
-                 bool shared = false);
+  // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
+  Status Connect(int id, const std::string& host, int port);
+  // Node `id` can map our shared memory: send it references.
+  void SendReferencesTo(int id);
+  // We can map the shared memory of node `id`, process `pid`: resolve the
+  // references it sends.
+  void AcceptReferencesFrom(int id, int pid);
   // Moves the connection known as `old_id` to `new_id`.
   void Rekey(int old_id, int new_id);
   void Disconnect(int id);
@@ -94,8 +101,10 @@ class Van {
   std::thread receiver_;
   bool stopped_ = false;
 
-  mutable std::mutex peers_mu_;  // guards peers_ (not the sockets in it)
+  mutable std::mutex peers_mu_;  // guards the three below (not the sockets)
   std::unordered_map<int, std::shared_ptr<Peer>> peers_;
+  std::unordered_set<int> send_references_;  // node ids
+  std::unordered_map<int, int> accept_pid_;  // node id -> its pid
 
   std::atomic<uint64_t> num_dropped_{0};
   std::atomic<uint64_t> num_shared_sent_{0};

@@ -244,10 +244,15 @@ TEST(InProc, ZeroCopyPullIntoPreallocatedArray) {
 // shared-memory references (same process here: the same domain), and the
 // servers' answers are written straight into the worker's array: sums
 // exact, the destination not moved, and the counters show the path taken.
-// With PS_SHM off the same job goes through the socket.
-void SharedArrayRoundTrip(bool shm) {
-  SCOPED_TRACE(shm ? "PS_SHM=1" : "PS_SHM=0");
-  Cluster c(2, 2, [shm](Config* cfg) { cfg->shm = shm; });
+// With PS_SHM off on either side the same job goes through the socket.
+void SharedArrayRoundTrip(bool server_shm, bool worker_shm) {
+  SCOPED_TRACE("servers PS_SHM=" + std::to_string(server_shm) +
+               ", workers PS_SHM=" + std::to_string(worker_shm));
+  const bool shm = server_shm && worker_shm;
+  Cluster c(2, 2, [=](Config* cfg) {
+    if (cfg->role == Role::kServer) cfg->shm = server_shm;
+    if (cfg->role == Role::kWorker) cfg->shm = worker_shm;
+  });
   ASSERT_TRUE(c.Start());
   std::vector<KVServerDefaultHandle<float>> handles;
   Servers servers = StartDefaultServers(&c, &handles);
@@ -287,9 +292,13 @@ void SharedArrayRoundTrip(bool shm) {
   EXPECT_TRUE(c.Finalize());
 }
 
-TEST(InProc, SharedArraysTravelByReference) { SharedArrayRoundTrip(true); }
+TEST(InProc, SharedArraysTravelByReference) {
+  SharedArrayRoundTrip(true, true);
+}
 TEST(InProc, SharedArraysGoThroughTheSocketWithShmOff) {
-  SharedArrayRoundTrip(false);
+  SharedArrayRoundTrip(false, false);
+  SharedArrayRoundTrip(true, false);
+  SharedArrayRoundTrip(false, true);
 }
 
 // True when `a` owns a buffer SArray allocated itself (resize), false when

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -456,19 +457,44 @@ TEST(Codec, SharedReferencesAreResolvedOrRefused) {
     if (empty_wire) wire[1] = SArray<char>();
     return std::make_pair(header, wire);
   };
+  // The sender (id 0 here) is a peer whose memory we accept: this process.
+  auto accepted = [](int) { return static_cast<int>(getpid()); };
   auto [header, wire] = message(1, true);
-  StatusOr<Message> ok = Decode(header.data(), header.size(), wire);
+  StatusOr<Message> ok = Decode(header.data(), header.size(), wire, accepted);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->data[1].data(), reinterpret_cast<char*>(vals.data()));
   for (auto [frame, empty] : {std::make_pair(5, true), std::make_pair(1, false),
                               std::make_pair(-1, true)}) {
     auto [h, w] = message(frame, empty);
-    StatusOr<Message> bad = Decode(h.data(), h.size(), w);
+    StatusOr<Message> bad = Decode(h.data(), h.size(), w, accepted);
     EXPECT_EQ(bad.status().code(), Status::kCorruption) << bad.status();
     EXPECT_NE(bad.status().message().find("shared reference to frame"),
               std::string::npos)
         << bad.status();
   }
+  // From a sender whose memory we do not accept (no probe mapped), or naming
+  // a third process, a reference is refused before anything is mapped.
+  for (const auto& policy : std::vector<std::function<int(int)>>{
+           nullptr, [](int) { return 0; }, [](int) { return 1; }}) {
+    pb::Meta meta;
+    ASSERT_TRUE(meta.ParseFromString(header));
+    meta.mutable_shared(0)->set_pid(policy ? 424242 : getpid());
+    std::string h = meta.SerializeAsString();
+    StatusOr<Message> bad = Decode(h.data(), h.size(), wire, policy);
+    EXPECT_EQ(bad.status().code(), Status::kCorruption) << bad.status();
+    EXPECT_NE(bad.status().message().find("may not name"), std::string::npos)
+        << bad.status();
+  }
+  // A pull destination must be the sender's own memory.
+  pb::Meta meta;
+  ASSERT_TRUE(meta.ParseFromString(header));
+  meta.clear_shared();
+  meta.mutable_reply_into()->set_pid(getpid() + 1);
+  std::string h = meta.SerializeAsString();
+  std::vector<SArray<char>> plain = SampleMessage().data;
+  StatusOr<Message> bad = Decode(h.data(), h.size(), plain, accepted);
+  EXPECT_NE(bad.status().message().find("pull destination"), std::string::npos)
+      << bad.status();
 }
 
 TEST(RequestTracker, DoneWhenEveryTouchedServerAnswered) {
