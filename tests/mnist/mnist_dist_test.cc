@@ -84,16 +84,19 @@ double FinalAccuracy(const Result& r) {
   return std::regex_search(r.out, m, re) ? std::stod(m[1]) : -1.0;
 }
 
-// Server lines "server R done: ... N updates applied, max staleness M".
+// Server lines "server R done: ... N updates applied, max staleness M, B bad
+// requests, C weight copies, S/R frames sent/received by shared memory".
 struct ServerReport {
   int updates = -1, staleness = -1, bad = -1;
+  long shared_received = -1;
 };
 std::vector<ServerReport> ServerReports(const Result& r) {
   std::vector<ServerReport> v;
   std::regex re(
-      R"(server \d+ done: consistency \w+ max_delay \d+: (\d+) updates applied, max staleness (\d+), (\d+) bad requests)");
+      R"(server \d+ done: consistency \w+ max_delay \d+: (\d+) updates applied, max staleness (\d+), (\d+) bad requests, \d+ weight copies, \d+/(\d+) frames)");
   for (const auto& m : FindAll(r.out, re)) {
-    v.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3])});
+    v.push_back(
+        {std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stol(m[4])});
   }
   return v;
 }
@@ -170,14 +173,26 @@ TEST(MnistDist, BspEqualsSingleProcessTraining) {
   const auto& views = ps::model::ConvNetTensors();
   std::vector<float> init(ps::model::TotalCount(views));
   ps::model::InitParams(views, 1, init.data());
-  // Both ways of exchanging: fc keys during the backward pass, or all after.
-  for (const char* overlap : {"on", "off"}) {
-    SCOPED_TRACE(std::string("--overlap ") + overlap);
-    Result two = Launch(2, 2,
-                        common + " --overlap " + overlap +
-                            " --batch_size 16 --dump_weights " + dist);
+  // Both ways of exchanging: fc keys during the backward pass, or all after;
+  // gradients and weights through shared memory (the default on one host),
+  // or through the socket.
+  for (const char* how :
+       {"--overlap on", "--overlap off", "--overlap off --ps_shm 0"}) {
+    SCOPED_TRACE(how);
+    const bool shm = std::string(how).find("ps_shm") == std::string::npos;
+    Result two = Launch(
+        2, 2, common + " " + how + " --batch_size 16 --dump_weights " + dist);
     ASSERT_EQ(two.rc, 0) << two.out;
-    for (const auto& s : ServerReports(two)) EXPECT_EQ(s.updates, 20);
+    std::vector<ServerReport> reports = ServerReports(two);
+    ASSERT_EQ(reports.size(), 2u) << two.out;
+    for (const auto& s : reports) {
+      EXPECT_EQ(s.updates, 20);
+      if (shm) {
+        EXPECT_GE(s.shared_received, 2 * 20) << "both workers' pushes";
+      } else {
+        EXPECT_EQ(s.shared_received, 0);
+      }
+    }
     std::vector<float> a = ReadFloats(local), b = ReadFloats(dist);
     ASSERT_EQ(a.size(), init.size());
     ASSERT_EQ(b.size(), init.size());
