@@ -92,12 +92,8 @@ class KVWorkerCore::Impl {
   const int val_type_;
   const size_t val_size_;
   RequestTracker tracker_;
-  std::mutex mu_;  // guards pulls_, sent_ and dead_
+  std::mutex mu_;  // guards pulls_ and dead_
   std::map<int, std::shared_ptr<PullState>> pulls_;
-  // Each request's keys/values/lens until every server answered: a frame
-  // sent as a shared-memory reference holds no reference of its own, and the
-  // caller may drop its arrays right after the call.
-  std::map<int, RawKVPairs> sent_;
   std::map<int, Status> dead_;  // node id -> why
 };
 
@@ -124,11 +120,15 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     }
   }
   // The tracker entry and the pull state exist before any answer can come.
-  int ts = tracker_.Start(servers, std::move(callback));
-  {
+  // The entry's callback also holds the request's arrays until every server
+  // answered (or failed): a frame sent as a shared-memory reference holds no
+  // reference of its own, and the caller may drop its arrays at once.
+  int ts = tracker_.Start(servers, [kvs, callback = std::move(callback)] {
+    if (callback) callback();
+  });
+  if (state) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state) pulls_[ts] = state;
-    if (!servers.empty()) sent_[ts] = kvs;
+    pulls_[ts] = state;
   }
   if (servers.empty() && state) FinishRequest(ts, state);
   SendSlices(ts, push, pull, cmd, slices, state.get());
@@ -265,10 +265,6 @@ Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
 
 void KVWorkerCore::Impl::FinishRequest(
     int ts, const std::shared_ptr<PullState>& state) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    sent_.erase(ts);
-  }
   Status st;
   if (state) st = AssemblePull(state.get());
   tracker_.Finish(ts, st);
@@ -338,7 +334,6 @@ Status KVWorkerCore::Impl::Wait(int ts) {
       state = it->second;
       pulls_.erase(it);
     }
-    sent_.erase(ts);
   }
   if (state) {
     std::lock_guard<std::mutex> lock(state->mu);  // waits out a running copy

@@ -246,11 +246,4 @@ SArray<char> AllocateSharedBytes(size_t bytes) {
 
 }  // namespace detail
 
-size_t SharedMemory::num_mapped() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [base, r] : by_address_) n += r.kept != nullptr;
-  return n;
-}
-
 }  // namespace ps

@@ -66,9 +66,6 @@ class SharedMemory {
   // denied).
   StatusOr<SArray<char>> Resolve(const pb::SharedRef& ref, size_t bytes);
 
-  // Regions of other processes mapped so far.
-  size_t num_mapped() const;
-
  private:
   // (pid, nonce, serial): a region's name, unique even across a reused pid.
   using Name = std::tuple<int, uint64_t, uint64_t>;

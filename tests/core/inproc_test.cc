@@ -17,23 +17,28 @@
 namespace ps {
 namespace {
 
-using Servers = std::vector<std::unique_ptr<KVServer<float>>>;
-
-// Every server runs KVServerDefaultHandle<float> (app 0).
-Servers StartDefaultServers(Cluster* c,
-                            std::vector<KVServerDefaultHandle<float>>* h) {
-  Servers out;
-  h->resize(c->servers.size());
-  for (size_t i = 0; i < c->servers.size(); ++i) {
-    out.push_back(std::make_unique<KVServer<float>>(c->servers[i].get(), 0));
-    auto* handle = &(*h)[i];
-    out.back()->set_request_handle(
-        [handle](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
-          (*handle)(m, d, s);
-        });
+// A cluster whose servers answer with KVServerDefaultHandle<float> (app 0)
+// once started, as most tests here want.
+struct DefaultJob : Cluster {
+  using Cluster::Cluster;
+  // Starts the nodes, then the servers' handles.
+  bool Start() {
+    if (!Cluster::Start()) return false;
+    handles.resize(servers.size());
+    for (size_t i = 0; i < servers.size(); ++i) {
+      kv_servers.push_back(
+          std::make_unique<KVServer<float>>(servers[i].get(), 0));
+      auto* handle = &handles[i];
+      kv_servers.back()->set_request_handle(
+          [handle](const KVMeta& m, const KVPairs<float>& d,
+                   KVServer<float>* s) { (*handle)(m, d, s); });
+    }
+    return true;
   }
-  return out;
-}
+
+  std::vector<KVServerDefaultHandle<float>> handles;  // by server index
+  std::vector<std::unique_ptr<KVServer<float>>> kv_servers;
+};
 
 TEST(InProc, RanksIdsAndGroups) {
   Cluster c(2, 3);
@@ -117,10 +122,8 @@ TEST(InProc, BarrierOfEveryGroup) {
 // of its keys, and each worker pulls exactly the total.
 TEST(InProc, PushSumsAndPullReturnsThem) {
   const int kS = 3, kW = 4;
-  Cluster c(kS, kW);
+  DefaultJob c(kS, kW);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   std::vector<Key> keys = {1, 7, 300, 20000, 40000, 65535, 1000000};
   const int k = 3;
   std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
@@ -146,7 +149,7 @@ TEST(InProc, PushSumsAndPullReturnsThem) {
   size_t held = 0;
   for (int s = 0; s < kS; ++s) {
     int rank = c.servers[s]->rank();
-    for (auto& [key, v] : handles[s].store) {
+    for (auto& [key, v] : c.handles[s].store) {
       EXPECT_EQ(p.ServerOf(key), rank);
       size_t i = std::find(keys.begin(), keys.end(), key) - keys.begin();
       ASSERT_EQ(v.size(), static_cast<size_t>(k));
@@ -159,10 +162,8 @@ TEST(InProc, PushSumsAndPullReturnsThem) {
 }
 
 TEST(InProc, VariableLengthValuesAndByBytesPlacement) {
-  Cluster c(2, 2);
+  DefaultJob c(2, 2);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   std::vector<Key> keys = {0, 1, 2, 3};
   std::vector<int> lens = {1, 5, 2, 4};
   StatusOr<Placement> p =
@@ -190,10 +191,8 @@ TEST(InProc, VariableLengthValuesAndByBytesPlacement) {
 }
 
 TEST(InProc, ConcurrentThreadsOfOneWorker) {
-  Cluster c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   const int kThreads = 4, kRounds = 50;
   std::vector<std::thread> threads;
@@ -217,10 +216,8 @@ TEST(InProc, ConcurrentThreadsOfOneWorker) {
 }
 
 TEST(InProc, ZeroCopyPullIntoPreallocatedArray) {
-  Cluster c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   SArray<Key> keys(std::vector<Key>{5, 50000});
   SArray<float> vals(std::vector<float>{1, 2, 3, 4});
@@ -249,13 +246,11 @@ void SharedArrayRoundTrip(bool server_shm, bool worker_shm) {
   SCOPED_TRACE("servers PS_SHM=" + std::to_string(server_shm) +
                ", workers PS_SHM=" + std::to_string(worker_shm));
   const bool shm = server_shm && worker_shm;
-  Cluster c(2, 2, [=](Config* cfg) {
+  DefaultJob c(2, 2, [=](Config* cfg) {
     if (cfg->role == Role::kServer) cfg->shm = server_shm;
     if (cfg->role == Role::kWorker) cfg->shm = worker_shm;
   });
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   const size_t kPerKey = 1000;  // 4000-byte values: beyond inline frames
   SArray<Key> keys(std::vector<Key>{3, 9, 40000, 65000});
   std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
@@ -311,10 +306,8 @@ bool OwnsAllocatedBuffer(const SArray<float>& a) {
 // (no copy); several servers' answers are assembled; a presized SArray is
 // filled in place. Answers of 16 KiB or more arrive in frames of their own.
 TEST(InProc, ZeroCopyPullAdoptsALoneServersAnswer) {
-  Cluster c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   const size_t k = 4096;                            // floats per key
   SArray<Key> keys(std::vector<Key>{5, 6, 50000});  // servers 0, 0, 1
@@ -358,10 +351,8 @@ TEST(InProc, ZeroCopyPullAdoptsALoneServersAnswer) {
 // A presized destination whose size divides evenly by the key count,
 // while the values per key are not uniform: assembled, not misplaced.
 TEST(InProc, PresizedPullWithUnevenLens) {
-  Cluster c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   std::vector<Key> keys = {0, 1, 40000, 40001};  // servers 0, 0, 1, 1
   std::vector<float> vals = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -377,10 +368,8 @@ TEST(InProc, PresizedPullWithUnevenLens) {
 // a key) and is written there in place, though it belongs after server 0's
 // 300; the worker must move it out of the way before assembling.
 TEST(InProc, PresizedSharedPullWithUnevenLens) {
-  Cluster c(3, 1);
+  DefaultJob c(3, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   SArray<Key> keys(std::vector<Key>{0, 30000, 60000});  // servers 0, 1, 2
   SArray<int> lens(std::vector<int>{300, 200, 100});
@@ -399,17 +388,15 @@ TEST(InProc, PresizedSharedPullWithUnevenLens) {
 // A push's values sent by reference stay alive until the servers answered,
 // though the caller kept no copy of the array.
 TEST(InProc, SharedPushOfATemporaryArray) {
-  Cluster c(1, 1, [](Config* cfg) { cfg->request_timeout_ms = 10000; });
+  DefaultJob c(1, 1, [](Config* cfg) { cfg->request_timeout_ms = 10000; });
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   SArray<Key> keys(std::vector<Key>{7});
   int ts = kv.ZPush(keys, SharedArray<float>(1000));
   ASSERT_TRUE(kv.Wait(ts).ok());
   EXPECT_EQ(c.workers[0]->num_shared_frames_sent(), 1u);
-  ASSERT_EQ(handles[0].store[7].size(), 1000u);
-  EXPECT_EQ(handles[0].store[7][999], 0.0f);
+  ASSERT_EQ(c.handles[0].store[7].size(), 1000u);
+  EXPECT_EQ(c.handles[0].store[7][999], 0.0f);
   EXPECT_TRUE(c.Finalize());
 }
 
@@ -425,10 +412,8 @@ TEST(InProc, UnsortedKeysAreAnError) {
 
 // Garbage from a raw DEALER is counted and dropped; the server keeps serving.
 TEST(InProc, MalformedMessagesAreCountedAndDropped) {
-  Cluster c(1, 1);
+  DefaultJob c(1, 1);
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   Node* server = c.servers[0].get();
   void* ctx = zmq_ctx_new();
   void* raw = zmq_socket(ctx, ZMQ_DEALER);
@@ -504,15 +489,13 @@ TEST(InProc, RendezvousTimeoutNamesWhoIsMissing) {
 }
 
 TEST(InProc, DeadServerFailsWaitAndBarrier) {
-  Cluster c(2, 1, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600; });
+  DefaultJob c(2, 1, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600; });
   ASSERT_TRUE(c.Start());
-  std::vector<KVServerDefaultHandle<float>> handles;
-  Servers servers = StartDefaultServers(&c, &handles);
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   ASSERT_TRUE(kv.Wait(kv.Push({1, 50000}, {1.0f, 1.0f})).ok());
   Node* victim = c.servers[1].get();
   int dead_rank = victim->rank();
-  servers.pop_back();
+  c.kv_servers.pop_back();
   victim->postoffice()->Abandon();  // gone without a word, like a crash
   Key key = dead_rank == 0 ? 1 : 50000;
   std::vector<float> out;
