@@ -28,6 +28,16 @@
 //   PS_SHM                   1: shared arrays (ps/shared_array.h) go to
 //                            nodes of this host and user by
 //                            reference; 0: always by socket      (1)
+//   PS_KEY_FILE              the job's CurveZMQ secret key (Z85, first
+//                            line of the file): every socket
+//                            authenticates and encrypts with it, and
+//                            a peer without it is refused at connect;
+//                            unset: plain TCP, no authentication  (unset)
+//   PS_MAX_MESSAGE_BYTES     a larger frame from the network is
+//                            refused before it is buffered, and its
+//                            sender disconnected                  (1 GiB)
+//   DMLC_PS_WATER_MARK       messages queued per peer and direction
+//                            (ZeroMQ high-water marks)            (1000)
 //
 // Flags (gflags, defined by the library), one per variable:
 //   --ps_role DMLC_ROLE                   --ps_rank PS_RANK
@@ -40,6 +50,8 @@
 //   --ps_port DMLC_PORT                   --ps_max_key PS_MAX_KEY
 //   --ps_port_range PS_PORT_RANGE         --ps_verbose PS_VERBOSE
 //   --ps_wait_spin_us PS_WAIT_SPIN_US     --ps_shm PS_SHM
+//   --ps_key_file PS_KEY_FILE             --ps_max_message_bytes
+//   --ps_water_mark DMLC_PS_WATER_MARK
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -82,6 +94,12 @@ struct Config {
   Key max_key = 65536;
   int verbose = 0;
   bool shm = true;
+  // CurveZMQ: the job's secret key in Z85 (40 characters) as read from
+  // key_file; empty: no encryption or authentication. Never logged.
+  std::string key_file;
+  std::string secret_key;
+  int64_t max_message_bytes = int64_t{1} << 30;
+  int water_mark = 1000;
 
   // Reads the process environment. Errors name the variable and the value.
   static StatusOr<Config> FromEnv();

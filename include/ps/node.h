@@ -52,6 +52,8 @@ class Node {
   Status Finalize(bool do_barrier = true);
   // Stops heartbeats, tells the scheduler it leaves, closes sockets, joins
   // threads. Idempotent; never blocks longer than the configured timeouts.
+  // Without a Finalize() first, the scheduler takes the departure for a
+  // failure of this node and tells the others at once (NODE_FAILED).
   void Stop();
 
   const Config& config() const;
@@ -66,8 +68,12 @@ class Node {
   // "server 1 (tcp://127.0.0.1:40123)" for any known id.
   std::string DescribeNode(int id) const;
 
-  // Messages received and dropped as malformed or unexpected.
+  // Messages received and dropped as malformed or unexpected, or because
+  // their header named a sender other than the connection's node.
   uint64_t num_dropped_messages() const;
+  // Connections refused in the CurveZMQ handshake: peers without the
+  // job's key (PS_KEY_FILE). Always 0 without a key.
+  uint64_t num_refused_connections() const;
   // Data frames (e.g. a push's values) this node sent and received as
   // shared-memory references instead of bytes (ps/shared_array.h).
   uint64_t num_shared_frames_sent() const;

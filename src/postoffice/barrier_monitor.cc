@@ -36,9 +36,10 @@ Status Postoffice::Barrier(int group) {
   lock.lock();
   // The scheduler enforces barrier_timeout_ms and names who is missing; the
   // extra connect timeout covers its answer travelling back.
-  auto deadline =
-      Clock::now() + std::chrono::milliseconds(config_.barrier_timeout_ms +
-                                               config_.connect_timeout_ms);
+  // In 64 bits: both may be INT_MAX.
+  const int64_t wait_ms =
+      int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
+  auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
   bool released = cv_.wait_until(lock, deadline, [&] {
     return barrier_released_[group] > seen || dead_.count(kSchedulerId) > 0;
   });
@@ -47,9 +48,7 @@ Status Postoffice::Barrier(int group) {
     return Status::Timeout("barrier of " + GroupName(group) +
                            " got no answer from the scheduler at " +
                            config_.SchedulerAddress() + " within " +
-                           std::to_string(config_.barrier_timeout_ms +
-                                          config_.connect_timeout_ms) +
-                           " ms");
+                           std::to_string(wait_ms) + " ms");
   }
   return peer_failure_;
 }
@@ -131,6 +130,7 @@ void Postoffice::MonitorLoop() {
   int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
   std::unique_lock<std::mutex> lock(mu_);
   scheduler_seen_ = Clock::now();
+  Clock::time_point last_tick = scheduler_seen_;
   while (!stop_monitor_) {
     if (tick == 0) {
       cv_.wait(lock, [&] { return stop_monitor_; });
@@ -140,6 +140,16 @@ void Postoffice::MonitorLoop() {
                  [&] { return stop_monitor_; });
     if (stop_monitor_) break;
     auto now = Clock::now();
+    if (interval > 0 && MsSince(last_tick, now) > config_.heartbeat_timeout_ms) {
+      // This node itself was stopped (SIGSTOP, a debugger) or starved of
+      // CPU: the silence it sees is its own, so it blames nobody for it.
+      LOG(WARNING) << table_.Describe(my_id_) << " was stalled for "
+                   << MsSince(last_tick, now)
+                   << " ms; not counting that silence against its peers";
+      scheduler_seen_ = now;
+      for (auto& [id, seen] : last_seen_) seen = now;
+    }
+    last_tick = now;
     std::vector<Message> outbox;
     std::vector<int> newly_dead;
     if (IsScheduler()) {
@@ -159,7 +169,11 @@ void Postoffice::MonitorLoop() {
     }
     lock.unlock();
     SendAll(&outbox);
-    if (!newly_dead.empty()) DeclareDead(newly_dead);
+    if (!newly_dead.empty()) {
+      DeclareDead(newly_dead, "no heartbeat for more than " +
+                                  std::to_string(config_.heartbeat_timeout_ms) +
+                                  " ms (PS_HEARTBEAT_TIMEOUT_MS)");
+    }
     lock.lock();
   }
 }
@@ -189,14 +203,13 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(Clock::time_point now) {
   return outbox;
 }
 
-void Postoffice::DeclareDead(const std::vector<int>& ids) {
+void Postoffice::DeclareDead(const std::vector<int>& ids,
+                             const std::string& why) {
   for (int id : ids) {
-    std::string why = "no heartbeat for more than " +
-                      std::to_string(config_.heartbeat_timeout_ms) +
-                      " ms (PS_HEARTBEAT_TIMEOUT_MS)";
     std::vector<Message> outbox;
     if (IsScheduler()) {
       std::lock_guard<std::mutex> lock(mu_);
+      if (dead_.count(id) > 0 || table_.Find(id) == nullptr) continue;
       for (const auto& [other, node] : table_.nodes()) {
         if (other == id || other == my_id_ || dead_.count(other) > 0 ||
             departed_.count(other) > 0) {

@@ -7,8 +7,12 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
+#include <zmq.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 extern char** environ;
@@ -41,6 +45,10 @@ DEFINE_int64(ps_max_key, -1, "overrides PS_MAX_KEY");
 DEFINE_int32(ps_verbose, -1, "overrides PS_VERBOSE: 0, 1 or 2");
 DEFINE_int32(ps_shm, -1,
              "overrides PS_SHM: 1 shared memory to local nodes, 0 never");
+DEFINE_string(ps_key_file, "",
+              "overrides PS_KEY_FILE: the job's CurveZMQ secret key file");
+DEFINE_int64(ps_max_message_bytes, -1, "overrides PS_MAX_MESSAGE_BYTES");
+DEFINE_int32(ps_water_mark, -1, "overrides DMLC_PS_WATER_MARK");
 
 namespace ps {
 
@@ -102,6 +110,10 @@ void ApplyFlags(Settings* s) {
   Override("PS_MAX_KEY", "ps_max_key", FLAGS_ps_max_key, s);
   Override("PS_VERBOSE", "ps_verbose", FLAGS_ps_verbose, s);
   Override("PS_SHM", "ps_shm", FLAGS_ps_shm, s);
+  Override("PS_KEY_FILE", "ps_key_file", FLAGS_ps_key_file, s);
+  Override("PS_MAX_MESSAGE_BYTES", "ps_max_message_bytes",
+           FLAGS_ps_max_message_bytes, s);
+  Override("DMLC_PS_WATER_MARK", "ps_water_mark", FLAGS_ps_water_mark, s);
 }
 
 // Looks a setting up by its variable name; nullptr when unset.
@@ -248,6 +260,32 @@ Status ReadTimeouts(const Lookup& env, Config* c) {
   return Status::OK();
 }
 
+// The job's key: the first line of PS_KEY_FILE, a Z85 CurveZMQ secret key.
+Status ReadKeyFile(const Lookup& env, Config* c) {
+  const Setting* v = env("PS_KEY_FILE");
+  if (v == nullptr || v->value.empty()) return Status::OK();
+  std::string name = v->source + "='" + v->value + "'";
+  std::ifstream in(v->value);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return Status::InvalidArgument(name + ": cannot read the key file: " +
+                                   std::strerror(errno));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) {
+    line.pop_back();
+  }
+  uint8_t key[32];
+  if (line.size() != 40 || zmq_z85_decode(key, line.c_str()) == nullptr) {
+    return Status::InvalidArgument(
+        name + " does not hold a CurveZMQ secret key (its first line must be "
+               "40 Z85 characters; make one with tracker/launch.py "
+               "--make-key FILE)");
+  }
+  c->key_file = v->value;
+  c->secret_key = line;
+  return Status::OK();
+}
+
 StatusOr<Config> Parse(const Lookup& env) {
   Config c;
   PS_RETURN_IF_ERROR(ReadRole(env, &c));
@@ -270,6 +308,13 @@ StatusOr<Config> Parse(const Lookup& env) {
   int shm = 1;
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_SHM", false, 0, 1, "0 or 1", &shm));
   c.shm = shm == 1;
+  PS_RETURN_IF_ERROR(ReadKeyFile(env, &c));
+  if (const Setting* v = env("PS_MAX_MESSAGE_BYTES")) {
+    PS_RETURN_IF_ERROR(ParseInt(v->source, v->value, 4096, INT64_MAX,
+                                "an integer >= 4096", &c.max_message_bytes));
+  }
+  PS_RETURN_IF_ERROR(ReadInt(env, "DMLC_PS_WATER_MARK", false, 1, kIntMax,
+                             kPositive, &c.water_mark));
   if (const Setting* v = env("PS_MAX_KEY")) {
     int64_t max_key = 0;
     PS_RETURN_IF_ERROR(
@@ -344,7 +389,9 @@ std::string Config::ToString() const {
      << " heartbeat_timeout_ms=" << heartbeat_timeout_ms
      << " request_timeout_ms=" << request_timeout_ms
      << " wait_spin_us=" << wait_spin_us << " max_key=" << max_key
-     << " shm=" << shm;
+     << " shm=" << shm << " key_file=" << (key_file.empty() ? "-" : key_file)
+     << " max_message_bytes=" << max_message_bytes
+     << " water_mark=" << water_mark;
   return os.str();
 }
 

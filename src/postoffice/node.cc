@@ -40,6 +40,9 @@ std::string Node::DescribeNode(int id) const {
 uint64_t Node::num_dropped_messages() const {
   return postoffice_->num_dropped();
 }
+uint64_t Node::num_refused_connections() const {
+  return postoffice_->num_refused();
+}
 uint64_t Node::num_shared_frames_sent() const {
   return postoffice_->van().num_shared_sent();
 }

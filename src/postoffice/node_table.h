@@ -27,6 +27,9 @@ struct NodeInfo {
   std::string Address() const {
     return "tcp://" + host + ":" + std::to_string(port);
   }
+  // The routing id of this node's connections ("host:port", see
+  // Van::set_identity): what a message from it must arrive on.
+  std::string Identity() const { return host + ":" + std::to_string(port); }
   // "server 1 (tcp://127.0.0.1:4000)"
   std::string Describe() const;
 };

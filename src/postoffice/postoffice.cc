@@ -13,9 +13,25 @@ namespace {
 constexpr size_t kMaxEarlyMessages = 10000;
 constexpr int kLingerMs = 1000;
 
+VanOptions VanOptionsOf(const Config& c) {
+  VanOptions o;
+  o.secret_key = c.secret_key;
+  o.max_message_bytes = c.max_message_bytes;
+  o.water_mark = c.water_mark;
+  // A peer that takes nothing for this long is as good as dead.
+  o.send_timeout_ms = std::max(c.heartbeat_timeout_ms, c.connect_timeout_ms);
+  return o;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
-Postoffice::Postoffice(const Config& config) : config_(config) {}
+Postoffice::Postoffice(const Config& config)
+    : config_(config), van_(VanOptionsOf(config)) {}
 
 Postoffice::~Postoffice() { Stop(); }
 
@@ -124,30 +140,72 @@ void Postoffice::OnMessage(Message&& msg) {
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
+  std::vector<Message> outbox;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A registering node has no id yet: SchedulerOnAddNode checks that it
+    // registers the address its connection is named after.
     bool scheduler_add = IsScheduler() && cmd == pb::ADD_NODE;
-    bool from_scheduler = !IsScheduler() && sender == kSchedulerId;
-    bool known = sender != my_id_ && table_.Find(sender) != nullptr;
-    if (!scheduler_add && !from_scheduler && !known) {
+    if (!scheduler_add && !SenderIsProvenLocked(msg)) {
       // A peer may learn the node table (and send) before we do.
       if (!ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
-          early_.size() < kMaxEarlyMessages) {
+          table_.Find(sender) == nullptr && early_.size() < kMaxEarlyMessages) {
         early_.push_back(std::move(msg));
-        return;
       }
-      van_.CountDropped("node id " + std::to_string(sender),
-                        "unknown sender of " + DebugString(msg));
       return;
     }
-    if (IsScheduler() && known) last_seen_[sender] = Clock::now();
-    if (from_scheduler) scheduler_seen_ = Clock::now();
+    if (IsScheduler() && !scheduler_add) {
+      last_seen_[sender] = Clock::now();
+      if (dead_.count(sender) > 0 && cmd == pb::HEARTBEAT) {
+        // It was frozen and came back: tell it, so that it names itself.
+        Message msg_dead = ControlMessage(pb::NODE_FAILED, sender, false);
+        ToProto(*table_.Find(sender),
+                msg_dead.meta.mutable_control()->add_node());
+        msg_dead.meta.mutable_control()->set_error(
+            "the scheduler declared it dead earlier");
+        outbox.push_back(std::move(msg_dead));
+      }
+    }
+    if (!IsScheduler() && sender == kSchedulerId) scheduler_seen_ = Clock::now();
+  }
+  if (!outbox.empty()) {
+    SendAll(&outbox);
+    return;
   }
   if (cmd == pb::EMPTY) {
     DispatchData(std::move(msg));
   } else {
     OnControl(std::move(msg));
   }
+}
+
+bool Postoffice::SenderIsProvenLocked(const Message& msg) {
+  int sender = msg.meta.sender();
+  const NodeInfo* claimed = sender == my_id_ ? nullptr : table_.Find(sender);
+  std::string connection = Van::DescribeConnection(msg.from, msg.peer_address);
+  if (claimed != nullptr) {
+    if (claimed->Identity() == msg.from) return true;
+    van_.CountDropped(connection, "it claims to be " + claimed->Describe() +
+                                      " in " + DebugString(msg));
+    return false;
+  }
+  if (!IsScheduler() && !ready_ && sender == kSchedulerId) {
+    // Before the node table we know the scheduler by its port only.
+    if (EndsWith(msg.from, ":" + std::to_string(config_.root_port))) {
+      return true;
+    }
+    van_.CountDropped(connection, "it claims to be the scheduler at " +
+                                      config_.SchedulerAddress() + " in " +
+                                      DebugString(msg));
+    return false;
+  }
+  pb::Command cmd = msg.meta.control().cmd();
+  bool may_be_early = !ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
+                      early_.size() < kMaxEarlyMessages;
+  if (!may_be_early) {
+    van_.CountDropped(connection, "unknown sender of " + DebugString(msg));
+  }
+  return false;
 }
 
 void Postoffice::OnControl(Message&& msg) {
@@ -178,6 +236,10 @@ void Postoffice::OnControl(Message&& msg) {
       }
       return;
     case pb::TERMINATE: {
+      if (IsScheduler() && !ctrl.error().empty()) {
+        DeclareDead({msg.meta.sender()}, ctrl.error());
+        return;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (IsScheduler()) departed_.insert(msg.meta.sender());
       cv_.notify_all();
@@ -316,6 +378,10 @@ void Postoffice::UnregisterCustomer(bool requests, int app_id,
 Status Postoffice::Finalize(bool do_barrier) {
   Status st;
   if (do_barrier && started_ && ready_) st = Barrier(kAllGroups);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finalized_ = true;
+  }
   if (IsScheduler() && st.ok()) {
     // Stay until every member said it leaves, so none sends into the void.
     std::unique_lock<std::mutex> lock(mu_);
@@ -339,16 +405,25 @@ void Postoffice::Stop() {
   if (stopped_) return;
   stopped_ = true;
   bool say_goodbye = false;
+  bool clean = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
                   dead_.count(kSchedulerId) == 0;
+    clean = finalized_;
     cv_.notify_all();
   }
   if (monitor_.joinable()) monitor_.join();
   if (say_goodbye) {
+    // Only Finalize is a clean departure: a node stopped without it (its
+    // process exited early, e.g. after an error) is a failure, reported at
+    // once rather than after the heartbeat timeout.
     Message bye = ControlMessage(pb::TERMINATE, kSchedulerId, true);
+    if (!clean) {
+      bye.meta.mutable_control()->set_error(
+          "it stopped without Finalize (its process exited or failed)");
+    }
     Send(&bye);
   }
   van_.Stop(say_goodbye ? kLingerMs : 0);

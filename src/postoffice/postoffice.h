@@ -58,6 +58,7 @@ class Postoffice {
   std::vector<int> GetNodeIds(int group) const;
   std::string DescribeNode(int id) const;
   uint64_t num_dropped() const { return van_.num_dropped(); }
+  uint64_t num_refused() const { return van_.num_refused(); }
   const Van& van() const { return van_; }
   Status peer_failure() const;
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
@@ -120,7 +121,12 @@ class Postoffice {
   // Monitor thread and failures.
   void MonitorLoop();
   std::vector<Message> SchedulerCheckLocked(Clock::time_point now);
-  void DeclareDead(const std::vector<int>& ids);
+  // Tells every other member (scheduler) and this node's customers that
+  // each of `ids` is dead, for `why`.
+  void DeclareDead(const std::vector<int>& ids, const std::string& why);
+  // Whether msg came on the connection of the node its header names (or,
+  // before the node table, of the scheduler); else counts and drops it.
+  bool SenderIsProvenLocked(const Message& msg);
   void OnPeerFailure(int id, const Status& why);
   void SendAll(std::vector<Message>* outbox);
   Message ControlMessage(pb::Command cmd, int recver, bool request) const;
@@ -132,6 +138,7 @@ class Postoffice {
   bool started_ = false;
   bool stopped_ = false;
   bool abandoned_ = false;
+  bool finalized_ = false;  // guarded by mu_: Stop() after Finalize()
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

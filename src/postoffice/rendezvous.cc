@@ -10,6 +10,7 @@
 //   the reason if that failed); Start returns when all such peers answered
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "postoffice/postoffice.h"
@@ -48,11 +49,41 @@ std::string Postoffice::RendezvousShortfallLocked() const {
     addresses += std::string(addresses.empty() ? "" : ", ") + RoleName(n.role) +
                  " at " + n.Address();
   }
+  // Who is missing: by rank where every arrival of the role asked for one
+  // (the tracker sets PS_RANK), else by count.
+  std::string missing;
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    int want =
+        role == Role::kServer ? config_.num_servers : config_.num_workers;
+    std::set<int> ranks;
+    int unranked = 0;
+    for (const NodeInfo& n : arrivals_) {
+      if (n.role != role) continue;
+      if (n.requested_rank >= 0) {
+        ranks.insert(n.requested_rank);
+      } else {
+        ++unranked;
+      }
+    }
+    int absent = want - static_cast<int>(ranks.size()) - unranked;
+    if (absent <= 0) continue;
+    if (unranked == 0) {
+      for (int r = 0; r < want; ++r) {
+        if (ranks.count(r) > 0) continue;
+        missing += (missing.empty() ? "" : ", ") + std::string(RoleName(role)) +
+                   " " + std::to_string(r);
+      }
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(absent) + " " +
+                 RoleName(role) + (absent > 1 ? "s" : "");
+    }
+  }
   return std::to_string(servers) + " of " +
          std::to_string(config_.num_servers) + " servers and " +
          std::to_string(workers) + " of " +
          std::to_string(config_.num_workers) + " workers arrived" +
-         (addresses.empty() ? "" : " (" + addresses + ")");
+         (addresses.empty() ? "" : " (" + addresses + ")") +
+         (missing.empty() ? "" : "; missing: " + missing);
 }
 
 std::string Postoffice::MyShmDomain() const {
@@ -81,19 +112,24 @@ Status Postoffice::StartMember() {
     }
   }
   ToProto(me, hello.meta.mutable_control()->add_node());
+  hello.meta.mutable_control()->set_num_servers(config_.num_servers);
+  hello.meta.mutable_control()->set_num_workers(config_.num_workers);
   PS_RETURN_IF_ERROR(Send(&hello));
   std::unique_lock<std::mutex> lock(mu_);
   auto connect_deadline =
       Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
   if (!cv_.wait_until(lock, connect_deadline, [&] { return acked_; })) {
-    return Status::Unavailable("scheduler at " + config_.SchedulerAddress() +
-                               " did not answer within " +
-                               std::to_string(config_.connect_timeout_ms) +
-                               " ms (PS_CONNECT_TIMEOUT_MS)");
+    return Status::Unavailable(
+        "scheduler at " + config_.SchedulerAddress() + " did not answer within " +
+        std::to_string(config_.connect_timeout_ms) +
+        " ms (PS_CONNECT_TIMEOUT_MS): is it running there" +
+        (config_.secret_key.empty()
+             ? ", and does it run without PS_KEY_FILE too?"
+             : ", and does it use the same PS_KEY_FILE?"));
   }
-  auto deadline =
-      Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms +
-                                               config_.connect_timeout_ms);
+  auto deadline = Clock::now() + std::chrono::milliseconds(
+                                     int64_t{config_.rendezvous_timeout_ms} +
+                                     config_.connect_timeout_ms);
   if (!cv_.wait_until(lock, deadline,
                       [&] { return ready_ || !start_error_.ok(); })) {
     return Status::Timeout("no node table from the scheduler at " +
@@ -125,6 +161,13 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
     return;
   }
   NodeInfo node = FromProto(ctrl.node(0));
+  if (msg.from != node.Identity()) {
+    // Its connection would not be the one we answer and later hear it on.
+    van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
+                      "it registers as " + node.Address() +
+                          ", not the address its connection is named after");
+    return;
+  }
   std::vector<Message> outbox;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -143,7 +186,18 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
                       [&](const NodeInfo& n) { return n.role == node.role; }));
     int want =
         node.role == Role::kServer ? config_.num_servers : config_.num_workers;
-    if (ready_ || have >= want) {
+    if (ctrl.num_servers() != config_.num_servers ||
+        ctrl.num_workers() != config_.num_workers) {
+      st = Status::InvalidArgument(
+          std::string("the ") + RoleName(node.role) + " at " + node.Address() +
+          " was started for DMLC_NUM_SERVER=" +
+          std::to_string(ctrl.num_servers()) +
+          " DMLC_NUM_WORKER=" + std::to_string(ctrl.num_workers()) +
+          ", the scheduler for DMLC_NUM_SERVER=" +
+          std::to_string(config_.num_servers) +
+          " DMLC_NUM_WORKER=" + std::to_string(config_.num_workers) +
+          ": refused");
+    } else if (ready_ || have >= want) {
       st = Status::InvalidArgument(
           std::string("one ") + RoleName(node.role) +
           " too many: " + node.Address() + " registered after all " +

@@ -15,6 +15,12 @@ struct Message {
   pb::Meta meta;
   // data[i] has element type meta.data_type(i); the codec fills data_size.
   std::vector<SArray<char>> data;
+  // Set by the van on receipt: the routing id of the connection the message
+  // came on (the peer's "host:port", fixed at rendezvous; see van.h) and
+  // the peer's IP address. What a peer claims in meta.sender is checked
+  // against `from`, never believed on its own.
+  std::string from;
+  std::string peer_address;
 
   // Appends a frame of element type `type` (pb::DataType).
   void AddData(const SArray<char>& frame, pb::DataType type) {

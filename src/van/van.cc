@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -46,6 +48,30 @@ void SetIntOption(void* socket, int option, int value) {
       << ZmqError();
 }
 
+void SetStringOption(void* socket, int option, const std::string& value) {
+  CHECK_EQ(zmq_setsockopt(socket, option, value.data(), value.size()), 0)
+      << ZmqError();
+}
+
+// ZeroMQ's ZAP endpoint (RFC 27): one per context, so one per Van.
+constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
+constexpr char kZapDomain[] = "ps";
+constexpr int kHandshakeFailures = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+// Drop reports: at most this many lines per window; the rest are counted.
+constexpr int kReportsPerWindow = 5;
+constexpr auto kReportWindow = std::chrono::seconds(10);
+// A message has a header and at most a few data frames (keys, values,
+// lens); anything with more parts is malformed, and its extra parts are
+// read and discarded rather than kept.
+constexpr size_t kMaxParts = 16;
+
+std::string FrameString(zmq_msg_t* msg) {
+  return std::string(static_cast<const char*>(zmq_msg_data(msg)),
+                     zmq_msg_size(msg));
+}
+
 }  // namespace
 
 struct Van::Peer {
@@ -57,7 +83,37 @@ struct Van::Peer {
   }
 };
 
-Van::Van() : context_(zmq_ctx_new()) { CHECK(context_ != nullptr); }
+Van::Van(const VanOptions& options)
+    : options_(options), context_(zmq_ctx_new()) {
+  CHECK(context_ != nullptr);
+  if (!options_.secret_key.empty()) {
+    char pub[41];
+    CHECK_EQ(zmq_curve_public(pub, options_.secret_key.c_str()), 0)
+        << "not a CurveZMQ secret key: " << ZmqError();
+    public_key_ = pub;
+  }
+}
+
+std::string Van::DescribeConnection(const std::string& routing_id,
+                                    const std::string& address) {
+  bool printable = !routing_id.empty() && routing_id.size() <= 64 &&
+                   std::all_of(routing_id.begin(), routing_id.end(),
+                               [](char c) { return c >= 0x21 && c < 0x7f; });
+  std::string name;
+  if (printable) {
+    name = "'" + routing_id + "'";
+  } else {
+    static const char kHex[] = "0123456789abcdef";
+    name = "0x";
+    for (size_t i = 0; i < routing_id.size() && i < 16; ++i) {
+      unsigned char c = static_cast<unsigned char>(routing_id[i]);
+      name += kHex[c >> 4];
+      name += kHex[c & 15];
+    }
+    if (routing_id.size() > 16) name += "...";
+  }
+  return "connection " + name + (address.empty() ? "" : " from " + address);
+}
 
 Van::~Van() {
   Stop(0);
@@ -69,8 +125,20 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   CHECK(router_ == nullptr) << "Bind() twice";
   router_ = zmq_socket(context_, ZMQ_ROUTER);
   CHECK(router_ != nullptr) << ZmqError();
-  SetIntOption(router_, ZMQ_RCVHWM, 0);
+  SetIntOption(router_, ZMQ_RCVHWM, options_.water_mark);
   SetIntOption(router_, ZMQ_LINGER, 0);
+  int64_t max_bytes = options_.max_message_bytes;
+  CHECK_EQ(zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes,
+                          sizeof(max_bytes)),
+           0)
+      << ZmqError();
+  if (!options_.secret_key.empty()) {
+    // The ZAP handler must exist before the first handshake.
+    if (!auth_.joinable()) StartAuth();
+    SetIntOption(router_, ZMQ_CURVE_SERVER, 1);
+    SetStringOption(router_, ZMQ_CURVE_SECRETKEY, options_.secret_key);
+    SetStringOption(router_, ZMQ_ZAP_DOMAIN, kZapDomain);
+  }
   std::string iface = IsNumericIPv4(host) ? host : "*";
   std::vector<int> candidates;
   if (port != 0 || range_lo == 0) {
@@ -126,6 +194,7 @@ void Van::Stop(int linger_ms) {
     peers_.clear();  // sockets close once in-flight sends drop their refs
   }
   zmq_ctx_shutdown(context_);  // wakes the receive thread with ETERM
+  if (auth_.joinable()) auth_.join();
   if (receiver_.joinable()) {
     receiver_.join();
   } else if (router_ != nullptr) {
@@ -139,8 +208,16 @@ Status Van::Connect(int id, const std::string& host, int port) {
   peer->address = "tcp://" + host + ":" + std::to_string(port);
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
   if (peer->socket == nullptr) return Status::Internal(ZmqError());
-  SetIntOption(peer->socket, ZMQ_SNDHWM, 0);
+  SetIntOption(peer->socket, ZMQ_SNDHWM, options_.water_mark);
+  SetIntOption(peer->socket, ZMQ_SNDTIMEO, options_.send_timeout_ms);
   SetIntOption(peer->socket, ZMQ_LINGER, 0);
+  if (!options_.secret_key.empty()) {
+    // Every node holds the job's key pair: the server key is the job's
+    // public key, and the ZAP handler there admits only that client key.
+    SetStringOption(peer->socket, ZMQ_CURVE_SERVERKEY, public_key_);
+    SetStringOption(peer->socket, ZMQ_CURVE_PUBLICKEY, public_key_);
+    SetStringOption(peer->socket, ZMQ_CURVE_SECRETKEY, options_.secret_key);
+  }
   if (!identity_.empty()) {
     zmq_setsockopt(peer->socket, ZMQ_ROUTING_ID, identity_.data(),
                    identity_.size());
@@ -222,6 +299,13 @@ Status Van::Send(Message* msg) {
   std::lock_guard<std::mutex> lock(peer->mu);
   int flags = n > 0 ? ZMQ_SNDMORE : 0;
   if (zmq_send(peer->socket, header.data(), header.size(), flags) < 0) {
+    if (zmq_errno() == EAGAIN) {
+      return Status::Unavailable(
+          "send to " + peer->address + ": its queue stayed full (" +
+          std::to_string(options_.water_mark) +
+          " messages, DMLC_PS_WATER_MARK) for " +
+          std::to_string(options_.send_timeout_ms) + " ms");
+    }
     return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
   }
   for (size_t i = 0; i < n; ++i) {
@@ -253,7 +337,125 @@ Status Van::Send(Message* msg) {
 
 void Van::CountDropped(const std::string& from, const std::string& why) {
   num_dropped_.fetch_add(1);
-  LOG(WARNING) << "dropped a message from " << from << ": " << why;
+  Report("dropped a message from " + from + ": " + why);
+}
+
+void Van::Report(const std::string& line) {
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(report_mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - report_window_ >= kReportWindow) {
+      if (suppressed_ > 0) {
+        text = "(" + std::to_string(suppressed_) +
+               " more such reports in the last window were not shown) ";
+      }
+      report_window_ = now;
+      reported_in_window_ = 0;
+      suppressed_ = 0;
+    }
+    if (reported_in_window_ >= kReportsPerWindow) {
+      ++suppressed_;
+      return;
+    }
+    ++reported_in_window_;
+  }
+  text += line;
+  // A peer's bytes must not reach a terminal as they are.
+  for (char& c : text) {
+    if (c < 0x20 || c == 0x7f) c = '?';
+  }
+  LOG(WARNING) << text;
+  // Where glog would put warnings only in its files, say it on stderr too:
+  // that is where the person running the job looks.
+  if (!FLAGS_logtostderr && !FLAGS_alsologtostderr &&
+      FLAGS_stderrthreshold > google::GLOG_WARNING) {
+    std::fprintf(stderr, "ps: %s\n", text.c_str());
+  }
+}
+
+void Van::StartAuth() {
+  void* zap = zmq_socket(context_, ZMQ_REP);
+  CHECK(zap != nullptr) << ZmqError();
+  CHECK_EQ(zmq_bind(zap, kZapEndpoint), 0) << ZmqError();
+  std::string monitor_endpoint =
+      "inproc://ps-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  CHECK_EQ(zmq_socket_monitor(router_, monitor_endpoint.c_str(),
+                              kHandshakeFailures),
+           0)
+      << ZmqError();
+  void* monitor = zmq_socket(context_, ZMQ_PAIR);
+  CHECK(monitor != nullptr) << ZmqError();
+  CHECK_EQ(zmq_connect(monitor, monitor_endpoint.c_str()), 0) << ZmqError();
+  auth_ = std::thread([this, zap, monitor] {
+    pthread_setname_np(pthread_self(), "ps-van-auth");
+    AuthLoop(zap, monitor);
+  });
+}
+
+void Van::AuthLoop(void* zap, void* monitor) {
+  zmq_pollitem_t items[] = {{zap, 0, ZMQ_POLLIN, 0},
+                            {monitor, 0, ZMQ_POLLIN, 0}};
+  while (true) {
+    if (zmq_poll(items, 2, -1) < 0) {
+      if (zmq_errno() == EINTR) continue;
+      break;  // ETERM: the van stops
+    }
+    if (items[0].revents & ZMQ_POLLIN) AnswerZap(zap);
+    if (items[1].revents & ZMQ_POLLIN) {
+      // A monitor event: frame 1 is (uint16 event, uint32 value), frame 2
+      // the endpoint.
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      bool failed = false;
+      if (zmq_msg_recv(&part, monitor, 0) >= 6) {
+        uint16_t event;
+        std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
+        failed = (event & kHandshakeFailures) != 0;
+      }
+      while (zmq_msg_more(&part)) {
+        if (zmq_msg_recv(&part, monitor, 0) < 0) break;
+      }
+      zmq_msg_close(&part);
+      if (failed) num_refused_.fetch_add(1);
+    }
+  }
+  zmq_close(zap);
+  zmq_close(monitor);
+}
+
+void Van::AnswerZap(void* zap) {
+  // Request (RFC 27): version, request id, domain, address, routing id,
+  // mechanism, credentials...
+  std::vector<std::string> req;
+  zmq_msg_t part;
+  zmq_msg_init(&part);
+  do {
+    if (zmq_msg_recv(&part, zap, 0) < 0) {
+      zmq_msg_close(&part);
+      return;
+    }
+    if (req.size() < 8) req.push_back(FrameString(&part));
+  } while (zmq_msg_more(&part));
+  zmq_msg_close(&part);
+  bool ok = req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE" &&
+            req[6].size() == 32;
+  if (ok) {
+    char key[41];
+    zmq_z85_encode(key, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
+    ok = public_key_ == key;
+  }
+  if (!ok) {
+    Report("refused a " + DescribeConnection(req.size() > 4 ? req[4] : "",
+                                              req.size() > 3 ? req[3] : "") +
+           ": it does not hold this job's key (PS_KEY_FILE)");
+  }
+  const std::string reply[] = {"1.0", req.size() > 1 ? req[1] : "",
+                               ok ? "200" : "400",
+                               ok ? "OK" : "not this job's key", "", ""};
+  for (size_t i = 0; i < 6; ++i) {
+    zmq_send(zap, reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
+  }
 }
 
 void Van::ReceiveLoop() {
@@ -264,7 +466,12 @@ void Van::ReceiveLoop() {
 
 bool Van::ReceiveOne() {
   // Frame 0: the sender's routing id (ROUTER), then the header, then data.
+  // Each frame is at most max_message_bytes (ZeroMQ refuses larger ones);
+  // parts beyond kMaxParts and bytes beyond max_message_bytes are read and
+  // let go at once, never kept.
   std::vector<std::shared_ptr<RecvFrame>> parts;
+  size_t extra_parts = 0;
+  int64_t bytes = 0;
   while (true) {
     auto part = std::make_shared<RecvFrame>();
     if (zmq_msg_recv(&part->msg, router_, 0) < 0) {
@@ -274,16 +481,29 @@ bool Van::ReceiveOne() {
       return true;
     }
     bool more = zmq_msg_more(&part->msg) != 0;
-    parts.push_back(std::move(part));
+    bytes += static_cast<int64_t>(zmq_msg_size(&part->msg));
+    if (parts.size() < kMaxParts && bytes <= options_.max_message_bytes) {
+      parts.push_back(std::move(part));
+    } else {
+      ++extra_parts;
+    }
     if (!more) break;
   }
-  const zmq_msg_t* id_msg = &parts[0]->msg;
-  std::string from(
-      static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(id_msg))),
-      zmq_msg_size(const_cast<zmq_msg_t*>(id_msg)));
-  if (from.empty() || from[0] == '\0') from = "an unnamed peer";
+  std::string from = FrameString(&parts[0]->msg);
+  std::string address;
+  if (parts.size() >= 2) {
+    const char* a = zmq_msg_gets(&parts[1]->msg, "Peer-Address");
+    if (a != nullptr) address = a;
+  }
+  if (extra_parts > 0) {
+    CountDropped(DescribeConnection(from, address),
+                 "more than " + std::to_string(kMaxParts - 1) +
+                     " frames or " + std::to_string(options_.max_message_bytes) +
+                     " bytes (PS_MAX_MESSAGE_BYTES) in one message");
+    return true;
+  }
   if (parts.size() < 2) {
-    CountDropped(from, "no header frame");
+    CountDropped(DescribeConnection(from, address), "no header frame");
     return true;
   }
   std::vector<SArray<char>> frames;
@@ -302,9 +522,11 @@ bool Van::ReceiveOne() {
                return it == accept_pid_.end() ? 0 : it->second;
              });
   if (!msg.ok()) {
-    CountDropped(from, msg.status().message());
+    CountDropped(DescribeConnection(from, address), msg.status().message());
     return true;
   }
+  msg->from = std::move(from);
+  msg->peer_address = std::move(address);
   num_shared_received_.fetch_add(msg->meta.shared_size());
   handler_(std::move(msg).value());
   return true;

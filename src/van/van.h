@@ -21,10 +21,23 @@
 // the bytes go and reply_into is dropped. References are accepted only from
 // peers whose probe we mapped (AcceptReferencesFrom), naming their memory or
 // ours; any other is a malformed message.
+//
+// Trust (docs/architecture.md, "Who sent it"): every message is handed up
+// with the routing id of the connection it came on (Message::from); the
+// postoffice checks the header's sender against it. With a job key
+// (VanOptions::secret_key) every socket speaks CurveZMQ: the ROUTER is a
+// CURVE server whose ZAP handler (thread "ps-van-auth") admits only peers
+// that prove they hold the same key, so a stranger's connection is refused
+// in the handshake, before any of its bytes are read; the DEALERs are CURVE
+// clients. Limits: a frame over max_message_bytes is refused by ZeroMQ
+// before it is buffered (the peer is disconnected); at most water_mark
+// messages queue per peer and direction; drops are counted and reported
+// at a bounded rate.
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,12 +52,20 @@
 
 namespace ps {
 
+struct VanOptions {
+  std::string secret_key;  // Z85 CurveZMQ secret key; empty: plain TCP
+  int64_t max_message_bytes = int64_t{1} << 30;
+  int water_mark = 1000;
+  // A send to a peer whose queue is full fails after this long (-1: waits).
+  int send_timeout_ms = -1;
+};
+
 class Van {
  public:
   // Receives each well-formed message; runs on the receive thread.
   using Handler = std::function<void(Message&& msg)>;
 
-  Van();
+  explicit Van(const VanOptions& options = VanOptions());
   ~Van();  // Stop()s
   Van(const Van&) = delete;
   Van& operator=(const Van&) = delete;
@@ -78,9 +99,16 @@ class Van {
   // Sends msg to msg->meta.recver(); fills the header's data sizes.
   Status Send(Message* msg);
 
-  // Counts and logs (WARNING) a dropped message from `from`.
+  // Counts and reports (WARNING, on stderr, at most a few lines every
+  // 10 s) a dropped message from `from`.
   void CountDropped(const std::string& from, const std::string& why);
   uint64_t num_dropped() const { return num_dropped_.load(); }
+  // Connections refused in the CurveZMQ handshake (wrong or no key).
+  uint64_t num_refused() const { return num_refused_.load(); }
+  // "connection '127.0.0.1:4000' from 127.0.0.1", or the id in hex when it
+  // is not printable: names a peer by what the connection proves.
+  static std::string DescribeConnection(const std::string& routing_id,
+                                        const std::string& address);
   // Data frames sent and received as shared-memory references.
   uint64_t num_shared_sent() const { return num_shared_sent_.load(); }
   uint64_t num_shared_received() const { return num_shared_received_.load(); }
@@ -91,10 +119,21 @@ class Van {
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
+  // CurveZMQ: binds the ZAP endpoint and the ROUTER's monitor, starts the
+  // auth thread.
+  void StartAuth();
+  void AuthLoop(void* zap, void* monitor);
+  // Answers one ZAP request: admits the job's public key only.
+  void AnswerZap(void* zap);
+  // Prints `line` unless the rate limit says no (it then counts it).
+  void Report(const std::string& line);
   std::shared_ptr<Peer> FindPeer(int id) const;
 
+  const VanOptions options_;
+  std::string public_key_;  // Z85, derived from options_.secret_key
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
+  std::thread auth_;        // "ps-van-auth", with a key only
   int port_ = 0;
   std::string identity_;
   Handler handler_;
@@ -107,6 +146,11 @@ class Van {
   std::unordered_map<int, int> accept_pid_;  // node id -> its pid
 
   std::atomic<uint64_t> num_dropped_{0};
+  std::atomic<uint64_t> num_refused_{0};
+  std::mutex report_mu_;  // guards the three below
+  std::chrono::steady_clock::time_point report_window_;
+  int reported_in_window_ = 0;
+  uint64_t suppressed_ = 0;
   std::atomic<uint64_t> num_shared_sent_{0};
   std::atomic<uint64_t> num_shared_received_{0};
 };

@@ -17,6 +17,9 @@ namespace ps {
 namespace {
 
 constexpr int kReceiveTimeoutMs = 5000;
+// The job's shape, as every member registers it.
+constexpr int kNumServers = 2;
+constexpr int kNumWorkers = 1;
 // A member that got everything it should waits this long for a stray extra.
 constexpr int kQuietMs = 200;
 
@@ -38,6 +41,9 @@ class FakeMember {
     if (bound_) {
       std::string ep(endpoint);
       port_ = std::stoi(ep.substr(ep.rfind(':') + 1));
+      // A member's connections are named after its address.
+      std::string identity = "127.0.0.1:" + std::to_string(port_);
+      zmq_setsockopt(dealer_, ZMQ_ROUTING_ID, identity.data(), identity.size());
     }
     std::string scheduler = "tcp://127.0.0.1:" + std::to_string(scheduler_port);
     connected_ = zmq_connect(dealer_, scheduler.c_str()) == 0;
@@ -61,6 +67,8 @@ class FakeMember {
     me->set_host("127.0.0.1");
     me->set_port(port_);
     me->set_requested_rank(requested_rank);
+    meta.mutable_control()->set_num_servers(kNumServers);
+    meta.mutable_control()->set_num_workers(kNumWorkers);
     std::string header = meta.SerializeAsString();
     return zmq_send(dealer_, header.data(), header.size(), 0) ==
            static_cast<int>(header.size());
@@ -144,7 +152,7 @@ void RegisterInOrderAndCheck(void* context, int scheduler_port) {
 // its node table; an ACK sent to whichever node ends the table would reach
 // server 1 twice and server 0 never.
 TEST(Rendezvous, EachRegistrationIsAcknowledgedToItsOwnNode) {
-  Config sc = TestConfig(Role::kScheduler, 2, 1);
+  Config sc = TestConfig(Role::kScheduler, kNumServers, kNumWorkers);
   sc.heartbeat_interval_ms = 0;  // the fake members send none
   Node scheduler(sc);
   ASSERT_TRUE(scheduler.Bind().ok());
