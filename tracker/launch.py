@@ -9,6 +9,7 @@ rank; the first process to fail stops the others. Standard library only.
 import argparse
 import os
 import queue
+import re
 import secrets
 import shutil
 import signal
@@ -43,6 +44,17 @@ INSECURE_NOTE = "--insecure: traffic is neither authenticated nor encrypted"
 # How often the main loop wakes to notice a signal or the deadline.
 POLL_SECONDS = 0.05
 
+# What a node logs when it learns that a node failed; the scheduler logs it
+# too for a node that stopped without Finalize.
+DECLARED_DEAD = re.compile(
+    rb"\b(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) "
+    rb"was declared dead: (.*)")
+
+# After the first non-zero exit, how long to wait for a "declared dead"
+# line before naming the cause: healthy nodes that lost a frozen peer may
+# exit before the line that names it has been read.
+DEAD_REPORT_GRACE = 2.0
+
 DESCRIPTION = """\
 Launches a ps job on this machine: one scheduler, S servers and W workers,
 all running the same PROGRAM [ARGS...]. Each process learns its role from
@@ -66,10 +78,14 @@ its environment, which is the launcher's own plus:
 Every line a process writes to stdout or stderr is copied to the launcher's
 stdout or stderr with a prefix: "[scheduler] ", "[server 0] ", "[worker 1] ".
 The processes start in their own process groups. When one exits non-zero
-or is killed by a signal, the launcher stops the rest (SIGTERM to each
-group, SIGKILL after --grace seconds) and names the one that failed first
-on its last line. SIGINT, SIGTERM or SIGHUP to the launcher stops them
-likewise.
+or is killed by a signal, the launcher stops the rest (SIGCONT and SIGTERM
+to each group, SIGKILL after --grace seconds) and names the cause on its
+last line: the first process that a node's output reported as
+"<name> (tcp://...) was declared dead: <why>" (with the reason and the
+reporter; it may be a frozen process, still running until killed), waiting
+up to 2 s after the first non-zero exit for such a line; else the first
+process that exited non-zero. SIGINT, SIGTERM or SIGHUP to the launcher
+stops them likewise.
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
@@ -150,18 +166,21 @@ class OutputMux:
     def say(self, message):
         self.write(sys.stderr, f"launch: {message}\n".encode())
 
-    def start_reader(self, pipe, prefix, stream):
-        thread = threading.Thread(target=self._copy,
-                                  args=(pipe, prefix.encode(), stream),
-                                  daemon=True)
+    def start_reader(self, pipe, prefix, stream, on_line=None):
+        """Copies pipe to stream; on_line(line) sees each line first."""
+        thread = threading.Thread(
+            target=self._copy, args=(pipe, prefix.encode(), stream, on_line),
+            daemon=True)
         thread.start()
         return thread
 
-    def _copy(self, pipe, prefix, stream):
+    def _copy(self, pipe, prefix, stream, on_line):
         with pipe:
             for line in iter(pipe.readline, b""):
                 if not line.endswith(b"\n"):
                     line += b"\n"
+                if on_line is not None:
+                    on_line(line)
                 self.write(stream, prefix + line)
 
 
@@ -434,6 +453,10 @@ class Job:
         self.children = []
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
+        # (declared name, reason, reporting child) in the order read.
+        self._reports = []
+        self._reports_lock = threading.Lock()
+        self._reported = threading.Event()
 
     def start(self, port):
         plan = [("scheduler", None)]
@@ -454,9 +477,14 @@ class Job:
                 return False
             self.children.append(child)
             prefix = f"[{child.name}] "
+
+            def watch(line, reporter=child):
+                self._watch(reporter, line)
             child.readers = [
-                self.mux.start_reader(child.proc.stdout, prefix, sys.stdout),
-                self.mux.start_reader(child.proc.stderr, prefix, sys.stderr),
+                self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,
+                                      watch),
+                self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
+                                      watch),
             ]
             threading.Thread(target=self._reap, args=(child,),
                              daemon=True).start()
@@ -464,6 +492,32 @@ class Job:
 
     def _reap(self, child):
         self.exits.put((child, child.proc.wait()))
+
+    def _watch(self, reporter, line):
+        if b"was declared dead" not in line:  # Cheap test first.
+            return
+        match = DECLARED_DEAD.search(line.rstrip(b"\r\n"))
+        if match is None:
+            return
+        name = match.group(1).decode()
+        reason = match.group(2).decode(errors="replace").strip()
+        with self._reports_lock:
+            self._reports.append((name, reason, reporter))
+        self._reported.set()
+
+    def first_report(self):
+        """(declared name, reason, reporting child) read first, or None."""
+        with self._reports_lock:
+            return self._reports[0] if self._reports else None
+
+    def _await_report(self, deadline):
+        """Waits up to DEAD_REPORT_GRACE (and deadline) for a report."""
+        end = time.monotonic() + DEAD_REPORT_GRACE
+        if deadline is not None:
+            end = min(end, deadline)
+        while (not self._reported.is_set() and self.signal_received is None
+               and time.monotonic() < end):
+            self._reported.wait(POLL_SECONDS)
 
     def on_signal(self, signum, frame):
         self.signal_received = signum
@@ -482,6 +536,7 @@ class Job:
                 continue
             remaining -= 1
             if returncode != 0:
+                self._await_report(deadline)
                 return "failed", child, returncode
         return "done", None, None
 
@@ -489,7 +544,11 @@ class Job:
         return [c for c in self.children if c.proc.poll() is None]
 
     def stop(self, children):
-        """SIGTERM each group, SIGKILL after the grace; reaps the leaders."""
+        """SIGTERM each group, SIGKILL after the grace; reaps the leaders.
+
+        SIGCONT first: a stopped (SIGSTOP) process would not act on SIGTERM.
+        """
+        self._signal_groups(children, signal.SIGCONT)
         self._signal_groups(children, signal.SIGTERM)
         end = time.monotonic() + self.args.grace
         for child in children:
@@ -514,6 +573,31 @@ class Job:
         for child in self.children:
             for reader in child.readers:
                 reader.join(timeout=1.0)
+
+
+def describe_failure(job, failed, returncode, running):
+    """The cause of a failed job: who was declared dead, else who failed.
+
+    running: the processes that were still running when it was decided.
+    """
+    parts = []
+    named = [failed]
+    report = job.first_report()
+    if report is not None:
+        name, reason, reporter = report
+        dead = next((c for c in job.children if c.name == name), None)
+        who = name if dead is None else f"{name} (pid {dead.pid})"
+        parts.append(f"{who} was declared dead by {reporter.name}: {reason}")
+        named.append(dead)
+    if report is not None and named[1] is failed:
+        parts.append(f"it {describe_exit(returncode)}")
+    else:
+        parts.append(f"{failed.name} (pid {failed.pid}) "
+                     f"{describe_exit(returncode)}")
+    others = [c for c in running if c not in named]
+    parts.append(f"stopped the other {plural(len(others), 'process')}"
+                 if others else "no other process was running")
+    return "; ".join(parts)
 
 
 def run(args):
@@ -560,10 +644,7 @@ def run_job(args, job, port):
         mux.say(f"all {plural(total, 'process')} exited 0 in {elapsed:.1f} s")
         return EXIT_OK
     if outcome == "failed":
-        stopped = (f"stopped the other {plural(len(others), 'process')}"
-                   if others else "no other process was running")
-        mux.say(f"{failed.name} (pid {failed.pid}) {describe_exit(returncode)}"
-                f"; {stopped}")
+        mux.say(describe_failure(job, failed, returncode, others))
         return EXIT_FAILED
     names = ", ".join(f"{c.name} (pid {c.pid})" for c in others) or "none"
     if outcome == "timeout":

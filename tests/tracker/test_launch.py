@@ -43,6 +43,27 @@ def wait_for_pids(n):  # Until all n processes have written their pid.
             return
         time.sleep(0.01)
 
+def state(name):  # Of a process by its pid file: "R", "S", "T", ..., "gone".
+    with open(os.path.join(out, name + ".pid")) as f:
+        pid = f.read()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+def wait_until(test):
+    end = time.time() + 10
+    while not test() and time.time() < end:
+        time.sleep(0.01)
+
+def declare_dead(name, why):  # As the library logs it (glog).
+    print(f"E1123 11:22:33.444555  4242 postoffice.cc:123] {name} "
+          f"(tcp://127.0.0.1:40123) was declared dead: {why}",
+          file=sys.stderr, flush=True)
+
+HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
+
 if mode == "env":
     keys = ["DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
@@ -75,6 +96,34 @@ elif mode == "fail":
         sys.exit(3)
     if me == victim and how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+elif mode == "dead":
+    n, scenario = int(sys.argv[3]), sys.argv[4]
+    wait_for_pids(n)
+    if scenario in ("frozen", "frozen-late") and me == "server0":
+        os.kill(os.getpid(), signal.SIGSTOP)  # Frozen: no more heartbeats.
+    elif scenario == "frozen" and me == "worker0":
+        wait_until(lambda: state("server0") == "T")
+        declare_dead("server 0", HEARTBEAT)
+        sys.exit(1)
+    elif scenario == "frozen-late" and me == "worker0":
+        wait_until(lambda: state("server0") == "T")
+        sys.exit(1)  # Before the scheduler's report is read.
+    elif scenario == "frozen-late" and me == "scheduler":
+        wait_until(lambda: state("worker0") == "gone")
+        declare_dead("server 0", HEARTBEAT)
+    elif scenario == "finalize" and me == "worker1":
+        sys.exit(3)
+    elif scenario == "finalize" and me == "scheduler":
+        wait_until(lambda: state("worker1") == "gone")
+        declare_dead("worker 1", "it stopped without Finalize")
+    elif scenario == "decoy" and me == "worker0":
+        for line in ["server 0 was declared dead: no address",
+                     "myserver 0 (tcp://127.0.0.1:1) was declared dead: x",
+                     "server 0 (tcp://127.0.0.1:1) was declared dead",
+                     "server x (tcp://127.0.0.1:1) was declared dead: y"]:
+            print(line, file=sys.stderr, flush=True)
+        sys.exit(2)
     time.sleep(60)
 elif mode == "straggle":
     if me != "worker0":
@@ -324,6 +373,59 @@ class LaunchTest(LaunchCase):
                      "PS_RANK", "OMP_WAIT_POLICY", "124", "PS_KEY_FILE",
                      "--key-file", "--insecure", "--make-key"]:
             self.assertIn(word, result.stdout)
+
+
+class CulpritTest(LaunchCase):
+    """The cause named: who was declared dead, else the first to fail."""
+
+    HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
+
+    def launch_dead(self, scenario):
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--timeout", "8"], "dead", "4", scenario)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        return result, pid
+
+    def test_frozen_server_is_named_not_the_worker_that_reported_it(self):
+        result, pid = self.launch_dead("frozen")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {pid['server0']}) was declared dead by "
+            f"worker 0: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
+            "exited with code 1; stopped the other 2 processes")
+        self.assert_all_dead()  # The stopped server too.
+        self.assert_key_removed()
+
+    def test_report_read_after_the_first_exit_still_names_the_cause(self):
+        result, pid = self.launch_dead("frozen-late")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {pid['server0']}) was declared dead by "
+            f"scheduler: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
+            "exited with code 1; stopped the other 2 processes")
+        self.assert_all_dead()
+
+    def test_declared_dead_process_that_exited(self):
+        result, pid = self.launch_dead("finalize")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 1 (pid {pid['worker1']}) was declared dead by "
+            "scheduler: it stopped without Finalize; it exited with code 3; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_without_a_report_the_first_failure_is_named(self):
+        result, pid = self.launch_dead("decoy")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("[worker 0] myserver 0 (tcp://", result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 0 (pid {pid['worker0']}) exited with code 2; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
 
 
 class Z85Test(unittest.TestCase):
