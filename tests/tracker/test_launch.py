@@ -5,10 +5,12 @@ Each child is tests' own script (written to a temp dir) run as
 Every launch is bounded by a subprocess timeout.
 """
 
+import importlib.util
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,10 @@ from pathlib import Path
 LAUNCH = Path(__file__).resolve().parents[2] / "tracker" / "launch.py"
 RUN_TIMEOUT = 10  # Seconds; no launch below takes more than ~2.
 
+_spec = importlib.util.spec_from_file_location("launch", LAUNCH)
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
+
 CHILD = r'''
 import json, os, signal, subprocess, sys, time
 mode, out = sys.argv[1], sys.argv[2]
@@ -26,6 +32,9 @@ role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
 me = role if rank is None else f"{role}{rank}"
 with open(os.path.join(out, me + ".pid"), "w") as f:
     f.write(str(os.getpid()))
+if "PS_KEY_FILE" in os.environ:
+    with open(os.path.join(out, me + ".keyfile"), "w") as f:
+        f.write(os.environ["PS_KEY_FILE"])
 
 def wait_for_pids(n):  # Until all n processes have written their pid.
     end = time.time() + 10
@@ -34,11 +43,41 @@ def wait_for_pids(n):  # Until all n processes have written their pid.
             return
         time.sleep(0.01)
 
+def state(name):  # Of a process by its pid file: "R", "S", "T", ..., "gone".
+    with open(os.path.join(out, name + ".pid")) as f:
+        pid = f.read()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+def wait_until(test):
+    end = time.time() + 10
+    while not test() and time.time() < end:
+        time.sleep(0.01)
+
+def declare_dead(name, why):  # As the library logs it (glog).
+    print(f"E1123 11:22:33.444555  4242 postoffice.cc:123] {name} "
+          f"(tcp://127.0.0.1:40123) was declared dead: {why}",
+          file=sys.stderr, flush=True)
+
+HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
+
 if mode == "env":
     keys = ["DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
             "PS_RANK", "EXTRA", "INHERITED", "OMP_WAIT_POLICY"]
     print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+elif mode == "key":
+    path = os.environ.get("PS_KEY_FILE")
+    got = {"path": path}
+    if path is not None:
+        got["mode"] = os.stat(path).st_mode & 0o7777
+        got["dir_mode"] = os.stat(os.path.dirname(path)).st_mode & 0o7777
+        with open(path) as f:
+            got["key"] = f.readline().rstrip("\n")
+    print(json.dumps(got), flush=True)
 elif mode == "chatter":
     for i in range(200):
         print(f"{me} out {i} " + "x" * (i * 50), flush=True)
@@ -58,6 +97,34 @@ elif mode == "fail":
     if me == victim and how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)
+elif mode == "dead":
+    n, scenario = int(sys.argv[3]), sys.argv[4]
+    wait_for_pids(n)
+    if scenario in ("frozen", "frozen-late") and me == "server0":
+        os.kill(os.getpid(), signal.SIGSTOP)  # Frozen: no more heartbeats.
+    elif scenario == "frozen" and me == "worker0":
+        wait_until(lambda: state("server0") == "T")
+        declare_dead("server 0", HEARTBEAT)
+        sys.exit(1)
+    elif scenario == "frozen-late" and me == "worker0":
+        wait_until(lambda: state("server0") == "T")
+        sys.exit(1)  # Before the scheduler's report is read.
+    elif scenario == "frozen-late" and me == "scheduler":
+        wait_until(lambda: state("worker0") == "gone")
+        declare_dead("server 0", HEARTBEAT)
+    elif scenario == "finalize" and me == "worker1":
+        sys.exit(3)
+    elif scenario == "finalize" and me == "scheduler":
+        wait_until(lambda: state("worker1") == "gone")
+        declare_dead("worker 1", "it stopped without Finalize")
+    elif scenario == "decoy" and me == "worker0":
+        for line in ["server 0 was declared dead: no address",
+                     "myserver 0 (tcp://127.0.0.1:1) was declared dead: x",
+                     "server 0 (tcp://127.0.0.1:1) was declared dead",
+                     "server x (tcp://127.0.0.1:1) was declared dead: y"]:
+            print(line, file=sys.stderr, flush=True)
+        sys.exit(2)
+    time.sleep(60)
 elif mode == "straggle":
     if me != "worker0":
         time.sleep(60)
@@ -76,7 +143,8 @@ def alive(pid):
     return state not in ("Z", "X")
 
 
-class LaunchTest(unittest.TestCase):
+class LaunchCase(unittest.TestCase):
+    """A temp dir with the child script; launch() runs launch.py on it."""
 
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()
@@ -115,6 +183,24 @@ class LaunchTest(unittest.TestCase):
 
     def last_line(self, result):
         return result.stderr.rstrip("\n").split("\n")[-1]
+
+    def key_files_seen(self):
+        return {p.read_text() for p in self.pids.glob("*.keyfile")}
+
+    def assert_key_removed(self):
+        """Every process saw one key file, and its directory is gone."""
+        paths = self.key_files_seen()
+        self.assertEqual(len(paths), 1, paths)
+        self.assertFalse(os.path.exists(os.path.dirname(paths.pop())))
+
+    def key_outputs(self, result):
+        """{prefix: what the "key" child mode printed}."""
+        return {line.split("] ", 1)[0][1:]: json.loads(line.split("] ", 1)[1])
+                for line in result.stdout.splitlines()}
+
+
+
+class LaunchTest(LaunchCase):
 
     def test_environment_of_each_role(self):
         env = dict(os.environ, INHERITED="kept", PS_RANK="99")
@@ -192,6 +278,7 @@ class LaunchTest(unittest.TestCase):
             "stopped the other 4 processes")
         self.assertTrue((self.pids / "grandchild.pid").exists())
         self.assert_all_dead()
+        self.assert_key_removed()
 
     def test_child_killed_by_signal_is_named(self):
         result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5"],
@@ -217,6 +304,7 @@ class LaunchTest(unittest.TestCase):
             f"(pid {pid['scheduler']}), server 0 (pid {pid['server0']}), "
             f"worker 1 (pid {pid['worker1']})")
         self.assert_all_dead()
+        self.assert_key_removed()
 
     def test_sigterm_to_launcher_stops_children(self):
         cmd = [sys.executable, str(LAUNCH), "-s", "1", "-w", "1", "--grace",
@@ -234,6 +322,7 @@ class LaunchTest(unittest.TestCase):
         self.assertRegex(err.splitlines()[-1],
                          r"^launch: got SIGTERM; stopped 3 still running: ")
         self.assert_all_dead()
+        self.assert_key_removed()
 
     def test_usage_errors_exit_2(self):
         not_executable = self.dir / "plain.txt"
@@ -256,6 +345,12 @@ class LaunchTest(unittest.TestCase):
              "cannot set DMLC_ROLE"),
             (["-s", "1", "-w", "1", "--timeout", "0", "--", "true"],
              "--timeout"),
+            (["-s", "1", "-w", "1", "--env", "PS_KEY_FILE=x", "--", "true"],
+             "cannot set PS_KEY_FILE"),
+            (["-s", "1", "-w", "1", "--insecure", "--key-file", "k", "--",
+              "true"], "--key-file"),
+            (["--make-key", str(self.dir / "new.key"), "-s", "1"],
+             "--make-key"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):
@@ -275,8 +370,220 @@ class LaunchTest(unittest.TestCase):
                      "--env", "--grace", "--timeout", "DMLC_ROLE",
                      "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                      "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
-                     "PS_RANK", "OMP_WAIT_POLICY", "124"]:
+                     "PS_RANK", "OMP_WAIT_POLICY", "124", "PS_KEY_FILE",
+                     "--key-file", "--insecure", "--make-key"]:
             self.assertIn(word, result.stdout)
+
+
+class CulpritTest(LaunchCase):
+    """The cause named: who was declared dead, else the first to fail."""
+
+    HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
+
+    def launch_dead(self, scenario):
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--timeout", "8"], "dead", "4", scenario)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        return result, pid
+
+    def test_frozen_server_is_named_not_the_worker_that_reported_it(self):
+        result, pid = self.launch_dead("frozen")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {pid['server0']}) was declared dead by "
+            f"worker 0: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
+            "exited with code 1; stopped the other 2 processes")
+        self.assert_all_dead()  # The stopped server too.
+        self.assert_key_removed()
+
+    def test_report_read_after_the_first_exit_still_names_the_cause(self):
+        result, pid = self.launch_dead("frozen-late")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {pid['server0']}) was declared dead by "
+            f"scheduler: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
+            "exited with code 1; stopped the other 2 processes")
+        self.assert_all_dead()
+
+    def test_declared_dead_process_that_exited(self):
+        result, pid = self.launch_dead("finalize")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 1 (pid {pid['worker1']}) was declared dead by "
+            "scheduler: it stopped without Finalize; it exited with code 3; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_without_a_report_the_first_failure_is_named(self):
+        result, pid = self.launch_dead("decoy")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("[worker 0] myserver 0 (tcp://", result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 0 (pid {pid['worker0']}) exited with code 2; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
+
+class Z85Test(unittest.TestCase):
+
+    # ZeroMQ's RFC 32 test vector.
+    VECTOR = bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])
+
+    def test_rfc32_vector(self):
+        self.assertEqual(launch.z85_encode(self.VECTOR), "HelloWorld")
+        self.assertEqual(launch.z85_decode("HelloWorld"), self.VECTOR)
+
+    def test_round_trip_and_extremes(self):
+        for data in [b"", bytes(32), b"\xff" * 32, os.urandom(32)]:
+            text = launch.z85_encode(data)
+            self.assertEqual(len(text), len(data) * 5 // 4)
+            self.assertEqual(launch.z85_decode(text), data)
+        self.assertEqual(launch.z85_encode(b"\xff" * 4), "%nSc0")
+
+    def test_bad_input_is_refused(self):
+        with self.assertRaises(ValueError):
+            launch.z85_encode(b"abc")
+        for text, why in [("Hello", None), ("HelloWorl", "multiple of 5"),
+                          ("Hello Worl", "not a Z85 character"),
+                          ("HelloWorl~", "not a Z85 character"),
+                          ("%nSc1", "more than 32 bits"),
+                          ("#####", "more than 32 bits")]:
+            with self.subTest(text=text):
+                if why is None:
+                    launch.z85_decode(text)
+                    continue
+                with self.assertRaisesRegex(ValueError, why):
+                    launch.z85_decode(text)
+
+    def test_agrees_with_pyzmq(self):
+        try:
+            from zmq.utils import z85
+        except ImportError:
+            self.skipTest(f"pyzmq (python3-zmq) is not installed for "
+                          f"{sys.executable}")
+        for _ in range(100):
+            data = os.urandom(32)
+            self.assertEqual(launch.z85_encode(data).encode(),
+                             z85.encode(data))
+            self.assertEqual(launch.z85_decode(z85.encode(data).decode()),
+                             data)
+        self.assertEqual(z85.encode(self.VECTOR), b"HelloWorld")
+
+
+class KeyTest(LaunchCase):
+    """PS_KEY_FILE: a new key per job, --key-file, --insecure, --make-key."""
+
+    def assert_valid_key(self, key):
+        self.assertEqual(len(key), 40)
+        self.assertEqual(len(launch.z85_decode(key)), 32)
+
+    def test_each_job_gets_a_private_key_file(self):
+        env = dict(os.environ, PS_KEY_FILE="/inherited/is/replaced")
+        result = self.launch(["-s", "2", "-w", "2"], "key", env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        seen = self.key_outputs(result)
+        self.assertEqual(len(seen), 5)
+        self.assertEqual(len({json.dumps(g) for g in seen.values()}), 1,
+                         seen)  # The same file and key for all.
+        got = seen["scheduler"]
+        self.assertEqual(got["mode"], 0o600)
+        self.assertEqual(got["dir_mode"], 0o700)
+        self.assert_valid_key(got["key"])
+        self.assertFalse(os.path.exists(os.path.dirname(got["path"])))
+        self.assertNotIn("insecure", result.stderr)
+
+        again = self.key_outputs(self.launch(["-s", "0", "-w", "1"], "key"))
+        self.assertNotEqual(again["worker 0"]["key"], got["key"])
+        self.assertNotEqual(again["worker 0"]["path"], got["path"])
+
+    def test_insecure_passes_no_key(self):
+        env = dict(os.environ, PS_KEY_FILE="/inherited/is/removed")
+        result = self.launch(["-s", "1", "-w", "2", "--insecure"], "key",
+                             env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        seen = self.key_outputs(result)
+        self.assertEqual(len(seen), 4)
+        self.assertEqual(list(seen.values()), [{"path": None}] * 4)
+        notes = [line for line in result.stderr.splitlines()
+                 if "insecure" in line]
+        self.assertEqual(notes, ["launch: --insecure: traffic is neither "
+                                 "authenticated nor encrypted"])
+
+    def test_make_key_then_key_file(self):
+        path = self.dir / "job.key"
+        made = subprocess.run([sys.executable, str(LAUNCH), "--make-key",
+                               str(path)], capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o600)
+        content = path.read_text()
+        self.assertRegex(content, r"^\S{40}\n$")
+        self.assert_valid_key(content[:40])
+
+        again = subprocess.run([sys.executable, str(LAUNCH), "--make-key",
+                                str(path)], capture_output=True, text=True,
+                               timeout=RUN_TIMEOUT)
+        self.assertEqual(again.returncode, 2)
+        self.assertIn(str(path), again.stderr)
+        self.assertIn("exists", again.stderr)
+        self.assertEqual(path.read_text(), content)
+
+        result = self.launch(["-s", "1", "-w", "1", "--key-file", str(path)],
+                             "key")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        seen = self.key_outputs(result)
+        self.assertEqual(len(seen), 3)
+        for got in seen.values():
+            self.assertTrue(os.path.samefile(got["path"], path))
+            self.assertEqual(got["key"], content[:40])
+        self.assertTrue(path.exists())  # The user's file is kept.
+        self.assertNotIn("warning", result.stderr)
+
+    def test_key_file_open_to_others_is_used_with_a_warning(self):
+        path = self.dir / "open.key"
+        path.write_text(launch.z85_encode(os.urandom(32)) + "\n")
+        path.chmod(0o644)
+        result = self.launch(["-s", "0", "-w", "1", "--key-file", str(path)],
+                             "key")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"warning: --key-file '{path}'", result.stderr)
+        self.assertIn("0644", result.stderr)
+
+    def test_bad_key_files_are_usage_errors(self):
+        def key_file(name, content):
+            path = self.dir / name
+            path.write_bytes(content)
+            path.chmod(0o600)
+            return path
+        good = launch.z85_encode(bytes(range(32)))
+        cases = [
+            (self.dir / "missing.key", "not found"),
+            (self.dir, "not a file"),
+            (key_file("empty.key", b""), "0 characters"),
+            (key_file("short.key", good[:35].encode() + b"\n"),
+             "35 characters"),
+            (key_file("long.key", (good + "12345\n").encode()),
+             "45 characters"),
+            (key_file("char.key", ("~" + good[1:]).encode()),
+             "not a Z85 character"),
+            (key_file("big.key", ("#####" + good[5:]).encode()),
+             "more than 32 bits"),
+            (key_file("binary.key", b"\xff" * 40), "not ASCII"),
+        ]
+        for path, message in cases:
+            with self.subTest(path=path.name):
+                result = subprocess.run(
+                    [sys.executable, str(LAUNCH), "-s", "0", "-w", "1",
+                     "--key-file", str(path), "--", "true"],
+                    capture_output=True, text=True, timeout=RUN_TIMEOUT)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(f"--key-file '{path}'", result.stderr)
+                self.assertIn(message, result.stderr)
+                self.assertEqual(result.stdout, "")
 
 
 if __name__ == "__main__":
