@@ -112,6 +112,7 @@ std::string Van::DescribeConnection(const std::string& routing_id,
     }
     if (routing_id.size() > 16) name += "...";
   }
+  if (routing_id.empty()) name = "(no routing id)";
   return "connection " + name + (address.empty() ? "" : " from " + address);
 }
 

@@ -9,14 +9,26 @@
 //   threads      four threads of each worker push and pull their own keys
 //   kill-worker  worker 0 kills itself after its first push
 //   kill-server  server 0 kills itself on its first request
+//   freeze-server  server 0 stops itself (SIGSTOP) on its first request
+//   exit-worker  worker 1 exits 1 after its push, without Finalize
+//   odd-shape    worker 1 believes the job has one worker more
+//   hostile      as sum, but every node prints its port at start and each
+//                worker waits for the file $KV_JOB_GO before it pushes (an
+//                attacker acts meanwhile); at the end every node prints
+//                its drop and refusal counts and its peak memory
 // Workers exit 1 when a pulled value differs from the exact expectation.
 // The --ps_* flags (include/ps/config.h) are parsed and override the
 // environment.
 #include <gflags/gflags.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +95,35 @@ int RunSharedWorker(ps::KVWorker<float>* kv, const std::vector<ps::Key>& keys,
   return Verdict(out.data(), out.size(), n, out.data() == before);
 }
 
+// The peak resident memory of this process (VmHWM), in KiB.
+long PeakKb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// "ROLE RANK dropped D refused R peak_kb K", for the hostile test.
+void PrintCounters() {
+  const ps::Node* node = ps::DefaultNode();
+  std::printf("%s %d dropped %llu refused %llu peak_kb %ld\n",
+              ps::RoleName(node->role()), ps::MyRank(),
+              static_cast<unsigned long long>(node->num_dropped_messages()),
+              static_cast<unsigned long long>(node->num_refused_connections()),
+              PeakKb());
+  std::fflush(stdout);
+}
+
+// Waits (bounded) for the file $KV_JOB_GO.
+void WaitForGo() {
+  const char* go = std::getenv("KV_JOB_GO");
+  for (int i = 0; go != nullptr && i < 1200; ++i) {
+    if (access(go, F_OK) == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 int RunWorker(const std::string& mode) {
   bool varlen = mode == "varlen";
   ps::KVWorker<float> kv(0, 0);
@@ -115,12 +156,14 @@ int RunWorker(const std::string& mode) {
     return bad == 0 ? 0 : 1;
   }
   if (mode == "shared") return RunSharedWorker(&kv, keys, n);
+  if (mode == "hostile") WaitForGo();
   std::vector<float> vals(n);
   for (size_t i = 0; i < n; ++i) vals[i] = (rank + 1.0f) * (i + 1);
   if (!kv.Wait(kv.Push(keys, vals, varlen ? lens : std::vector<int>{})).ok()) {
     return 1;
   }
   if (mode == "kill-worker" && rank == 0) std::raise(SIGKILL);
+  if (mode == "exit-worker" && rank == 1) std::exit(1);
   ps::Barrier(ps::kWorkerGroup);
   std::vector<float> out;
   std::vector<int> out_lens;
@@ -137,19 +180,34 @@ int RunWorker(const std::string& mode) {
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::string mode = argc > 1 ? argv[1] : "sum";
+  const char* env_rank = std::getenv("PS_RANK");
+  const char* env_role = std::getenv("DMLC_ROLE");
+  if (mode == "odd-shape" && env_rank != nullptr && env_role != nullptr &&
+      std::string(env_role) == "worker" && std::string(env_rank) == "1") {
+    const char* w = std::getenv("DMLC_NUM_WORKER");
+    setenv("DMLC_NUM_WORKER", std::to_string(std::atoi(w) + 1).c_str(), 1);
+  }
   ps::Start(0, argv[0]);
+  if (mode == "hostile") {
+    std::printf("%s %d port %d\n", ps::RoleName(ps::DefaultNode()->role()),
+                ps::MyRank(), ps::DefaultNode()->port());
+    std::fflush(stdout);
+  }
   int rc = 0;
   if (ps::IsServer()) {
     ps::KVServer<float> server(0);
     ps::KVServerDefaultHandle<float> store;
     bool suicide = mode == "kill-server" && ps::MyRank() == 0;
+    bool freeze = mode == "freeze-server" && ps::MyRank() == 0;
     server.set_request_handle([&](const ps::KVMeta& m,
                                   const ps::KVPairs<float>& d,
                                   ps::KVServer<float>* s) {
       if (suicide) std::raise(SIGKILL);
+      if (freeze) std::raise(SIGSTOP);
       store(m, d, s);
     });
     ps::Finalize(0, true);
+    if (mode == "hostile") PrintCounters();
     double sum = 0;
     for (auto& [key, v] : store.store) {
       for (float x : v) sum += x;
@@ -160,5 +218,6 @@ int main(int argc, char** argv) {
   }
   if (ps::IsWorker()) rc = RunWorker(mode);
   if (rc == 0) ps::Finalize(0, true);
+  if (mode == "hostile" && !ps::IsServer()) PrintCounters();
   return rc;
 }
