@@ -1,0 +1,252 @@
+// Trust in the core, in-process: jobs under the job's CurveZMQ key, a node
+// with another key refused at connect, the job-shape check, who is missing
+// named by rank, a departure without Finalize reported at once, timeouts at
+// INT_MAX, and the configuration of keys and limits.
+#include <fcntl.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <climits>
+#include <map>
+#include <memory>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster.h"
+#include "gtest/gtest.h"
+#include "ps/kv_app.h"
+#include "van/van.h"
+
+namespace ps {
+namespace {
+
+// A fresh Z85 CurveZMQ secret key.
+std::string NewSecretKey() {
+  char pub[41], sec[41];
+  EXPECT_EQ(zmq_curve_keypair(pub, sec), 0);
+  return sec;
+}
+
+// Pushes (rank+1) from every worker and pulls the sum back on each.
+void ExpectExactSum(Cluster* c) {
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& node : c->servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(node.get(), 0));
+    servers.back()->set_request_handle(KVServerDefaultHandle<float>());
+  }
+  const std::vector<Key> keys = {1, 40000};
+  for (size_t w = 0; w < c->workers.size(); ++w) {
+    KVWorker<float> kv(c->workers[w].get(), 0, 0);
+    float v = static_cast<float>(c->workers[w]->rank() + 1);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {v, v})).ok());
+  }
+  std::vector<std::thread> barriers;
+  std::vector<Status> entered(c->workers.size());
+  for (size_t i = 0; i < c->workers.size(); ++i) {
+    barriers.emplace_back(
+        [&, i] { entered[i] = c->workers[i]->Barrier(kWorkerGroup); });
+  }
+  for (auto& t : barriers) t.join();
+  for (const Status& s : entered) ASSERT_TRUE(s.ok()) << s;
+  const float w = static_cast<float>(c->workers.size());
+  for (auto& n : c->workers) {
+    KVWorker<float> kv(n.get(), 0, 1);
+    std::vector<float> out;
+    ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+    EXPECT_EQ(out, (std::vector<float>{w * (w + 1) / 2, w * (w + 1) / 2}));
+  }
+  EXPECT_TRUE(c->Finalize());
+}
+
+TEST(Trust, JobUnderItsKeyGivesExactSums) {
+  std::string key = NewSecretKey();
+  Cluster c(2, 2, [&](Config* cfg) { cfg->secret_key = key; });
+  for (const Status& s : c.RunAll([](Node* n) { return n->Start(); })) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  ExpectExactSum(&c);
+  for (Node* n : c.All()) {
+    EXPECT_EQ(n->num_refused_connections(), 0u);
+    EXPECT_EQ(n->num_dropped_messages(), 0u);
+  }
+}
+
+TEST(Trust, NodeWithAnotherKeyIsRefusedAtConnect) {
+  std::string key = NewSecretKey();
+  Cluster c(1, 1, [&](Config* cfg) {
+    cfg->secret_key = key;
+    cfg->connect_timeout_ms = 1500;
+    cfg->rendezvous_timeout_ms = 1500;
+  });
+  Config stranger_config = c.workers[0]->config();
+  stranger_config.secret_key = NewSecretKey();
+  c.workers[0] = std::make_unique<Node>(stranger_config);
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  EXPECT_EQ(st[2].code(), Status::kUnavailable) << st[2];
+  EXPECT_NE(st[2].message().find("same PS_KEY_FILE"), std::string::npos)
+      << st[2];
+  // The scheduler never saw it register: one worker missing.
+  EXPECT_EQ(st[0].code(), Status::kTimeout) << st[0];
+  EXPECT_NE(st[0].message().find("missing: worker 0"), std::string::npos)
+      << st[0];
+  EXPECT_GE(c.scheduler->num_refused_connections(), 1u);
+}
+
+TEST(Trust, NodeWithoutAKeyIsRefusedAtConnect) {
+  std::string key = NewSecretKey();
+  Cluster c(1, 1, [&](Config* cfg) {
+    cfg->secret_key = key;
+    cfg->connect_timeout_ms = 1500;
+    cfg->rendezvous_timeout_ms = 1500;
+  });
+  Config plain = c.workers[0]->config();
+  plain.secret_key.clear();
+  c.workers[0] = std::make_unique<Node>(plain);
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  EXPECT_EQ(st[2].code(), Status::kUnavailable) << st[2];
+  EXPECT_EQ(st[0].code(), Status::kTimeout) << st[0];
+  EXPECT_GE(c.scheduler->num_refused_connections(), 1u);
+}
+
+TEST(Trust, NodeOfAnotherJobShapeIsRefusedNamingBothValues) {
+  Cluster c(1, 2, [](Config* cfg) { cfg->rendezvous_timeout_ms = 1500; });
+  Config odd = c.workers[1]->config();
+  odd.num_workers = 3;
+  c.workers[1] = std::make_unique<Node>(odd);
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  EXPECT_EQ(st[3].code(), Status::kInvalidArgument) << st[3];
+  EXPECT_NE(st[3].message().find(
+                "was started for DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=3, the "
+                "scheduler for DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2"),
+            std::string::npos)
+      << st[3];
+  EXPECT_EQ(st[0].code(), Status::kTimeout) << st[0];
+}
+
+TEST(Trust, RendezvousTimeoutNamesMissingRanks) {
+  Cluster c(2, 2, [](Config* cfg) { cfg->rendezvous_timeout_ms = 800; });
+  for (int r = 0; r < 2; ++r) {
+    Config s = c.servers[r]->config();
+    s.rank = r;
+    c.servers[r] = std::make_unique<Node>(s);
+    Config w = c.workers[r]->config();
+    w.rank = r;
+    c.workers[r] = std::make_unique<Node>(w);
+  }
+  c.servers.erase(c.servers.begin() + 1);  // server 1 never comes
+  c.workers.erase(c.workers.begin());      // nor does worker 0
+  std::vector<Status> st = c.RunAll([](Node* n) { return n->Start(); });
+  EXPECT_EQ(st[0].code(), Status::kTimeout);
+  EXPECT_NE(st[0].message().find("missing: server 1, worker 0"),
+            std::string::npos)
+      << st[0];
+}
+
+TEST(Trust, StopWithoutFinalizeIsReportedAtOnceNamingTheNode) {
+  // Heartbeats would take 10 minutes: only the departure report can tell.
+  Cluster c(1, 2, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600000; });
+  ASSERT_TRUE(c.Start());
+  std::string name = c.workers[1]->DescribeNode(c.workers[1]->id());
+  c.workers[1]->Stop();  // as a process that exits early would
+  Status st = c.servers[0]->Barrier(kServerGroup | kWorkerGroup);
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  Status failure = c.servers[0]->peer_failure();
+  EXPECT_NE(failure.message().find(name + " was declared dead: it stopped "
+                                          "without Finalize"),
+            std::string::npos)
+      << failure;
+  EXPECT_NE(c.workers[0]->peer_failure().message().find(name),
+            std::string::npos);
+}
+
+TEST(Trust, TimeoutsAtIntMaxDoNotOverflow) {
+  Cluster c(1, 1, [](Config* cfg) {
+    cfg->barrier_timeout_ms = INT_MAX;
+    cfg->connect_timeout_ms = INT_MAX;
+    cfg->rendezvous_timeout_ms = INT_MAX;
+  });
+  ASSERT_TRUE(c.Start());
+  for (const Status& s :
+       c.RunAll([](Node* n) { return n->Barrier(kAllGroups); })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (Node* n : c.All()) n->Stop();
+}
+
+TEST(Trust, ConnectionsAreNamedReadably) {
+  EXPECT_EQ(Van::DescribeConnection("127.0.0.1:4000", "127.0.0.1"),
+            "connection '127.0.0.1:4000' from 127.0.0.1");
+  EXPECT_EQ(Van::DescribeConnection(std::string("\0\x6b\x8b\x45\x67", 5), ""),
+            "connection 0x006b8b4567");
+  EXPECT_EQ(Van::DescribeConnection("", "10.0.0.2"),
+            "connection (no routing id) from 10.0.0.2");
+  EXPECT_EQ(Van::DescribeConnection(std::string(40, '\x01'), ""),
+            "connection 0x01010101010101010101010101010101...");
+}
+
+std::map<std::string, std::string> BaseEnv() {
+  return {{"DMLC_ROLE", "worker"},
+          {"DMLC_PS_ROOT_PORT", "9000"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_NUM_WORKER", "1"}};
+}
+
+TEST(Trust, KeyFileIsReadAndCheckedNamingTheFile) {
+  std::string dir = testing::TempDir();
+  std::string good = dir + "/trust_good.key", bad = dir + "/trust_bad.key";
+  std::string key = NewSecretKey();
+  FILE* f = std::fopen(good.c_str(), "w");
+  std::fprintf(f, "%s\n", key.c_str());
+  std::fclose(f);
+  f = std::fopen(bad.c_str(), "w");
+  std::fprintf(f, "not a key\n");
+  std::fclose(f);
+
+  auto env = BaseEnv();
+  env["PS_KEY_FILE"] = good;
+  StatusOr<Config> c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->secret_key, key);
+  EXPECT_EQ(c->ToString().find(key), std::string::npos) << "never printed";
+
+  env["PS_KEY_FILE"] = bad;
+  c = Config::FromEnv(env);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("PS_KEY_FILE='" + bad +
+                                      "' does not hold a CurveZMQ secret key"),
+            std::string::npos)
+      << c.status();
+
+  env["PS_KEY_FILE"] = dir + "/trust_missing.key";
+  c = Config::FromEnv(env);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("cannot read the key file"),
+            std::string::npos)
+      << c.status();
+}
+
+TEST(Trust, LimitsAreReadAndChecked) {
+  auto env = BaseEnv();
+  env["PS_MAX_MESSAGE_BYTES"] = "1048576";
+  env["DMLC_PS_WATER_MARK"] = "50";
+  StatusOr<Config> c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_message_bytes, 1048576);
+  EXPECT_EQ(c->water_mark, 50);
+  env["PS_MAX_MESSAGE_BYTES"] = "12";
+  c = Config::FromEnv(env);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("PS_MAX_MESSAGE_BYTES='12'"),
+            std::string::npos);
+  env["PS_MAX_MESSAGE_BYTES"] = "1048576";
+  env["DMLC_PS_WATER_MARK"] = "0";
+  c = Config::FromEnv(env);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("DMLC_PS_WATER_MARK='0'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ps
