@@ -35,15 +35,19 @@ int main(int, char** argv) {
     kv.SetPlacement(*placement);
     std::vector<float> w(layout.total), g(layout.total);
     const int steps = 50;
+    auto check = [](const ps::Status& st) {
+      if (!st.ok()) LOG(FATAL) << st;  // a dead server, a refused push...
+    };
     for (int step = 0; step < steps; ++step) {
       for (size_t i = 0; i < w.size(); ++i) g[i] = w[i] - 1.0f;  // your model
       using ps::DenseOp;
-      kv.Wait(kv.Push(keys, g, {}, ps::EncodeDenseCmd(DenseOp::kStep, step)));
-      kv.Wait(kv.Pull(keys, &w, nullptr,
-                      ps::EncodeDenseCmd(DenseOp::kStep, step + 1)));
+      check(kv.Wait(
+          kv.Push(keys, g, {}, ps::EncodeDenseCmd(DenseOp::kStep, step))));
+      check(kv.Wait(kv.Pull(keys, &w, nullptr,
+                            ps::EncodeDenseCmd(DenseOp::kStep, step + 1))));
     }
-    kv.Wait(kv.Push(keys, {0, 0, 0, 0}, {},
-                    ps::EncodeDenseCmd(ps::DenseOp::kDone, steps)));
+    check(kv.Wait(kv.Push(keys, {0, 0, 0, 0}, {},
+                          ps::EncodeDenseCmd(ps::DenseOp::kDone, steps))));
     std::printf("worker %d: w[0] = %.4f after %d steps (target 1)\n",
                 ps::MyRank(), w[0], steps);
   }

@@ -1,6 +1,9 @@
 // Status and StatusOr<T>: expected failures (bind, connect, timeout, lost
 // peer, bad config, bad input) as cheap values, in the style of leveldb.
 //
+// Both are [[nodiscard]]: a Status returned and dropped is a failure ignored,
+// which the compiler reports; ignore one on purpose with IgnoreError().
+//
 // Thread-safety: a Status is an immutable value once built; distinct objects
 // may be used from distinct threads, a shared one only for reading.
 #ifndef PS_STATUS_H_
@@ -15,7 +18,7 @@
 
 namespace ps {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum Code {
     kOk = 0,
@@ -64,6 +67,8 @@ class Status {
   }
 
   bool ok() const { return code_ == kOk; }
+  // Drops this status on purpose (where a failure needs no action).
+  void IgnoreError() const {}
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 
@@ -111,7 +116,7 @@ inline std::ostream& operator<<(std::ostream& os, const Status& s) {
 // Either a value of T or a non-OK Status. value() on an error is a bug and
 // aborts (CHECK) naming the status.
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   // Implicit on purpose, so a function returning StatusOr<T> can
   // `return value;` or `return Status::Timeout(...);`.

@@ -232,7 +232,8 @@ void Postoffice::OnControl(Message&& msg) {
     case pb::HEARTBEAT:
       if (IsScheduler() && msg.meta.request()) {
         Message reply = ControlMessage(pb::HEARTBEAT, msg.meta.sender(), false);
-        Send(&reply);
+        // A lost answer is what heartbeats are there to notice.
+        Send(&reply).IgnoreError();
       }
       return;
     case pb::TERMINATE: {
@@ -424,7 +425,8 @@ void Postoffice::Stop() {
       bye.meta.mutable_control()->set_error(
           "it stopped without Finalize (its process exited or failed)");
     }
-    Send(&bye);
+    Status st = Send(&bye);
+    if (!st.ok()) LOG(WARNING) << "could not tell the scheduler: " << st;
   }
   van_.Stop(say_goodbye ? kLingerMs : 0);
   std::vector<std::shared_ptr<Customer>> customers;
