@@ -7,8 +7,11 @@ It runs raw_zmq_bench, then kv_bench through tracker/launch.py with 1 server
 taken in this one run), the one-float round trip against raw REQ/REP (also
 measured in back-to-back pairs, whose median ratio is the bar), the
 2-server placement, the 1+1 run's pushes and pulls from and into
-ps::SharedArray against ordinary SArrays, and whether each bar holds. It
-prints; it never asserts.
+ps::SharedArray against ordinary SArrays, and whether each bar holds. These
+jobs run with --insecure (plain TCP), like raw ZeroMQ, so the ratios compare
+like with like. Last, the cost of encryption: 1+1 jobs with --insecure and
+with the launcher's default CurveZMQ key, alternated in back-to-back pairs
+(--only encryption runs just that section). It prints; it never asserts.
 """
 
 import argparse
@@ -33,6 +36,9 @@ OPS = ("push", "pull", "pull_into")
 # sizes (kv_bench --shm_sizes, chunk layout), with these ops and labels.
 SHM_SIZES = (MODEL, 10000000)
 SHM_OPS = {"push": "push", "push_add": "push+add", "pull_into": "pullin"}
+# The encryption section's sizes: ordinary SArrays, and ps::SharedArray.
+ENC_SIZES = (100000, MODEL, 10000000)
+ENC_SHM_SIZES = (MODEL, 10000000)
 
 
 def print_table(head, rows):
@@ -70,13 +76,15 @@ def run_raw(build, seconds):
     return mbps, rtt
 
 
-def run_kv(build, servers, workers, seconds, extra=()):
+def run_kv(build, servers, workers, seconds, extra=(), secure=False):
     """{(floats, layout, op): [per-worker fields]}, rtt per worker, lines,
-    shared-memory fields."""
+    shared-memory fields, and the workers' "kv security" fields. Plain TCP
+    (--insecure) unless secure: then the launcher's default job key."""
+    keys = [] if secure else ["--insecure"]
     proc = run([sys.executable, LAUNCH, "-s", str(servers), "-w", str(workers),
-                "--timeout", "150", "--", build / "bench/kv/kv_bench",
+                "--timeout", "150", *keys, "--", build / "bench/kv/kv_bench",
                 f"--seconds={seconds}", *extra], 170)
-    cells, rtts, placement, shm = {}, [], [], []
+    cells, rtts, placement, shm, security = {}, [], [], [], []
     for line in proc.stdout.splitlines():
         m = re.match(r"\[worker (\d+)\] kv (\w+) (.*)", line)
         if not m:
@@ -90,9 +98,11 @@ def run_kv(build, servers, workers, seconds, extra=()):
             rtts.append((int(m.group(1)), fields(rest)))
         elif kind in ("shm", "shm_total"):
             shm.append((int(m.group(1)), {"kind": kind, **fields(rest)}))
+        elif kind == "security":
+            security.append(fields(rest))
         else:
             placement.append((kind, rest))
-    return proc.returncode, cells, sorted(rtts), placement, shm
+    return proc.returncode, cells, sorted(rtts), placement, shm, security
 
 
 def rtt_pairs(build, pairs):
@@ -103,7 +113,8 @@ def rtt_pairs(build, pairs):
         raw = run([build / "bench/kv/raw_zmq_bench", "--bytes=4",
                    "--seconds=0.01", "--rtt_rounds=2000"], 60)
         ours = run([sys.executable, LAUNCH, "-s", "1", "-w", "1", "--timeout",
-                    "60", "--", build / "bench/kv/kv_bench", "--sizes=",
+                    "60", "--insecure", "--", build / "bench/kv/kv_bench",
+                    "--sizes=",
                     "--rtt_rounds=2000"], 80)
         r = [fields(l) for l in raw.stdout.splitlines()
              if l.startswith("raw rtt")]
@@ -247,6 +258,99 @@ def bars(raw, pairs, results):
                       f"{verdict(b >= a)}")
 
 
+def encryption(build, pairs, seconds):
+    """Runs 1+1 kv_bench jobs with --insecure and with the launcher's default
+    CurveZMQ key, alternated in back-to-back pairs (the first of each pair
+    swaps every pair), and prints each op's medians both ways with the ratio
+    of times, ordinary SArrays and ps::SharedArray, and the one-float round
+    trip. Returns whether a run failed."""
+    print(f"\n== Cost of encryption (CurveZMQ): 1+1, {pairs} pairs of runs, "
+          "--insecure vs the launcher's default job key", flush=True)
+    extra = [f"--sizes={','.join(map(str, ENC_SIZES))}",
+             f"--shm_sizes={','.join(map(str, ENC_SHM_SIZES))}"]
+    runs = {False: [], True: []}  # secure -> one dict per run
+    failed = False
+    for i in range(pairs):
+        for secure in ((False, True) if i % 2 == 0 else (True, False)):
+            rc, cells, rtts, _, shm, security = run_kv(build, 1, 1, seconds,
+                                                       extra, secure)
+            failed |= rc != 0
+            curve = {f.get("curve") for f in security}
+            if curve != {"1" if secure else "0"}:
+                print(f"run.py: a {'keyed' if secure else '--insecure'} job "
+                      f"reported curve={sorted(curve)}; its run is left out")
+                failed = True
+                continue
+            ms = {k: float(v[0]["median_ms"]) for k, v in cells.items()}
+            for _, f in shm:
+                if f["kind"] == "shm" and "skipped" not in f:
+                    ms[(int(f["floats"]), "shm", f["op"], f["memory"])] = \
+                        float(f["median_ms"])
+            if rtts:
+                ms["rtt"] = float(rtts[0][1]["median_us"])
+            runs[secure].append(ms)
+    n = min(len(runs[False]), len(runs[True]))
+    if n == 0:
+        print("no data (every run of a kind failed; the output is above)")
+        return failed
+
+    def row(key, floats, label):
+        plain = [r[key] for r in runs[False][:n] if key in r]
+        keyed = [r[key] for r in runs[True][:n] if key in r]
+        if len(plain) != n or len(keyed) != n:
+            return None
+        p, k = statistics.median(plain), statistics.median(keyed)
+        ratios = [b / a for a, b in zip(plain, keyed)]
+        mb = [f"{floats * 4 / (v * 1e-3) / 1e6:.0f}" if floats else "-"
+              for v in (p, k)]
+        return (*label, f"{p:.3f}", f"{k:.3f}", *mb,
+                f"{statistics.median(ratios):.2f}",
+                " ".join(f"{v:.2f}" for v in ratios))
+
+    head = ("size", "layout", "op", "plain ms", "curve ms", "plain MB/s",
+            "curve MB/s", "curve/plain", "per pair")
+    rows = []
+    for floats in ENC_SIZES:
+        for layout in ("tensor", "chunk"):
+            for op in OPS:
+                r = row((floats, layout, op), floats,
+                        (LABELS.get(floats, str(floats)), layout,
+                         {"pull_into": "pullin"}.get(op, op)))
+                if r:
+                    rows.append(r)
+    print_table(head, rows)
+    print(f"(1+1 kv_bench, {n} runs each way; ms: median over runs of each "
+          "run's median Push+Wait / Pull+Wait; MB/s: payload over that; "
+          "curve/plain: median over back-to-back pairs of keyed ms / "
+          "--insecure ms, > 1 is slower; per pair: each pair's ratio; ops "
+          "as in the first table)")
+    head = ("size", "op", "memory", "plain ms", "curve ms", "plain MB/s",
+            "curve MB/s", "curve/plain", "per pair")
+    rows = []
+    for floats in ENC_SHM_SIZES:
+        for op, label in SHM_OPS.items():
+            for memory in ("ordinary", "shared"):
+                r = row((floats, "shm", op, memory), floats,
+                        (LABELS.get(floats, str(floats)), label, memory))
+                if r:
+                    rows.append(r)
+    print()
+    if rows:
+        print_table(head, rows)
+        print("(the same runs' --shm_sizes rows, chunk layout: values in "
+              "ps::SharedArray (only a reference travels in the header) or "
+              "in ordinary SArrays, alternating blocks as in the shared-memory "
+              "section)")
+    else:
+        print("no shared-memory rows (PS_SHM=0, or the runs failed)")
+    r = row("rtt", 0, ("one-float Push+Wait round trip",))
+    if r:
+        print(f"\n{r[0]}: plain {float(r[1]):.1f} us, curve "
+              f"{float(r[2]):.1f} us, curve/plain "
+              f"{r[5]} (per pair {r[6]})")
+    return failed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build_dir", type=Path,
@@ -257,12 +361,20 @@ def main():
     parser.add_argument("--rtt_pairs", type=int, default=5,
                         help="raw/ours round-trip runs alternated for the "
                         "round-trip bar (default 5)")
+    parser.add_argument("--enc_pairs", type=int, default=3,
+                        help="--insecure/keyed 1+1 runs alternated for the "
+                        "cost of encryption (default 3; 0: skip it)")
+    parser.add_argument("--only", choices=("encryption",),
+                        help="run only this section")
     args = parser.parse_args()
     build = args.build_dir.resolve()
     for name in ("raw_zmq_bench", "kv_bench"):
         if not (build / "bench/kv" / name).is_file():
             sys.exit(f"run.py: {build}/bench/kv/{name} is missing; build it "
                      f"first (cmake --build {args.build_dir} --target {name})")
+
+    if args.only == "encryption":
+        return 1 if encryption(build, args.enc_pairs, args.seconds) else 0
 
     raw, raw_rtt = run_raw(build, args.seconds)
     pairs = rtt_pairs(build, args.rtt_pairs)
@@ -271,8 +383,8 @@ def main():
         extra = []
         if (servers, workers) == (1, 1):
             extra.append(f"--shm_sizes={','.join(map(str, SHM_SIZES))}")
-        rc, cells, rtts, placement, shm = run_kv(build, servers, workers,
-                                                 args.seconds, extra)
+        rc, cells, rtts, placement, shm, _ = run_kv(build, servers, workers,
+                                                    args.seconds, extra)
         failed |= rc != 0
         results[(servers, workers)] = {"cells": cells, "rtts": rtts,
                                        "placement": placement, "shm": shm}
@@ -298,6 +410,8 @@ def main():
         print(f"pair {i}: raw {r:7.1f}  ours {o:7.1f}  ratio {o / r:.2f}")
     shared_memory(raw, results.get((1, 1)))
     bars(raw, pairs, results)
+    if args.enc_pairs > 0:
+        failed |= encryption(build, args.enc_pairs, args.seconds)
     if failed:
         print("\nrun.py: a kv_bench run failed (its output is above); its "
               "rows are missing")
