@@ -160,6 +160,7 @@ void Postoffice::MonitorLoop() {
     lock.unlock();
     SendAll(&outbox);
     if (!newly_dead.empty()) DeclareDead(newly_dead);
+    ExpireHeldRequests(now);
     lock.lock();
   }
 }

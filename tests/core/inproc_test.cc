@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -518,6 +520,150 @@ TEST(InProc, DeadServerFailsWaitAndBarrier) {
               std::string::npos)
         << s;
   }
+}
+
+
+// A request whose values are of another type than the server's is answered
+// with an error naming both (not dropped), and the server keeps serving.
+TEST(InProc, WrongValueTypeIsAnErrorNamingBothTypes) {
+  DefaultJob c(1, 1, [](Config* cfg) { cfg->request_timeout_ms = 5000; });
+  ASSERT_TRUE(c.Start());
+  {
+    KVWorker<double> wrong(c.workers[0].get(), 0, 0);
+    Status st = wrong.Wait(wrong.Push({1, 2}, {1.0, 2.0}));
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("float"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("double"), std::string::npos) << st;
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  ASSERT_TRUE(kv.Wait(kv.Push({1, 2}, {1.0f, 2.0f})).ok());
+  std::vector<float> out;
+  ASSERT_TRUE(kv.Wait(kv.Pull({1, 2}, &out)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_GE(c.servers[0]->num_dropped_messages(), 1u);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A request for an app no KVServer of that server registers is held for a
+// while (the server may set its handle late), then refused.
+TEST(InProc, UnknownAppIsNotFoundAfterTheConnectTimeout) {
+  DefaultJob c(1, 1, [](Config* cfg) {
+    cfg->connect_timeout_ms = 300;
+    cfg->request_timeout_ms = 15000;
+  });
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), 7, 0);
+  Status st = kv.Wait(kv.Push({1}, {1.0f}));
+  EXPECT_EQ(st.code(), Status::kNotFound) << st;
+  EXPECT_NE(st.message().find("no KVServer for app 7 on server 0"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
+  // A server that registers late still gets the requests held till then.
+  KVWorker<float> late(c.workers[0].get(), 8, 0);
+  int ts = late.Push({1}, {2.0f});
+  KVServer<float> server(c.servers[0].get(), 8);
+  KVServerDefaultHandle<float> handle;
+  server.set_request_handle([&](const KVMeta& m, const KVPairs<float>& d,
+                                KVServer<float>* s) { handle(m, d, s); });
+  EXPECT_TRUE(late.Wait(ts).ok());
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A server may refuse a request (ResponseError); the worker's Wait returns
+// that error prefixed with the server's name.
+TEST(InProc, ServerRefusesARequest) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+          if (m.cmd == 1 && d.keys[0] < 1000) {
+            s->ResponseError(m, Status::Aborted("not today"));
+          } else {
+            KVPairs<float> res;
+            if (m.pull) {
+              res.keys = d.keys;
+              res.vals = SArray<float>(d.keys.size(), 1.0f);
+            }
+            s->Response(m, res);
+          }
+        });
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  std::vector<float> out;
+  Status st = kv.Wait(kv.Pull({1, 50000}, &out, nullptr, 1));
+  EXPECT_EQ(st.code(), Status::kAborted) << st;
+  EXPECT_NE(st.message().find("refused the request: not today"),
+            std::string::npos)
+      << st;
+  EXPECT_TRUE(kv.Wait(kv.Pull({1, 50000}, &out, nullptr, 0)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A request timeout names the silent servers by role and rank.
+TEST(InProc, RequestTimeoutNamesTheSilentServers) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->request_timeout_ms = 300; });
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  Status st = kv.Wait(kv.Push({1, 50000}, {1.0f, 1.0f}));
+  EXPECT_EQ(st.code(), Status::kTimeout) << st;
+  EXPECT_NE(st.message().find("from server 0 (tcp://"), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find(", server 1 (tcp://"), std::string::npos) << st;
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A worker destroyed while a peer failure is being delivered to the
+// workers of its node: its failure callback must not run on it. Worker A's
+// request callback (run by A's failure handling) holds the delivery until
+// worker B, next in line, is gone (the ASan build shows a use after free).
+TEST(InProc, WorkerDestroyedWhileAPeerFailureIsDelivered) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600; });
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  }
+  Node* w = c.workers[0].get();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_callback = false, b_gone = false;
+  KVWorker<float> a(w, 0, 0);
+  auto b = std::make_unique<KVWorker<float>>(w, 0, 1);
+  const Key dead_key = c.servers[1]->rank() == 0 ? 1 : 60000;
+  int ts = a.Push({dead_key}, {1.0f}, {}, 0, [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    in_callback = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return b_gone; });
+  });
+  servers.pop_back();
+  c.servers[1]->postoffice()->Abandon();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
+                            [&] { return in_callback; }));
+  }
+  b.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    b_gone = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(a.Wait(ts).code(), Status::kPeerFailed);
 }
 
 }  // namespace
