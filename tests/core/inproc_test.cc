@@ -13,6 +13,7 @@
 
 #include "cluster.h"
 #include "postoffice/postoffice.h"
+#include "ps/dense_server.h"
 #include "ps/kv_app.h"
 #include "ps/shared_array.h"
 
@@ -664,6 +665,69 @@ TEST(InProc, WorkerDestroyedWhileAPeerFailureIsDelivered) {
   }
   cv.notify_all();
   EXPECT_EQ(a.Wait(ts).code(), Status::kPeerFailed);
+}
+
+// Under ps::Node a worker that dies mid-job (BSP) must not hang the others:
+// the shard fails the surviving worker's pending pull with PeerFailed naming
+// the dead worker, and WaitAllDone gives up.
+TEST(InProc, DeadWorkerFailsDenseShardBspStepsInsteadOfHanging) {
+  Cluster cluster(1, 2, [](Config* cfg) {
+    cfg->heartbeat_interval_ms = 50;
+    cfg->heartbeat_timeout_ms = 600;
+    cfg->request_timeout_ms = 20000;
+  });
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShard shard(&server, DenseLayout{10, 4}, 0, 3,
+                   std::vector<float>(10, 0.0f),
+                   DenseShardOptions{Consistency::kBsp, 0, 2},
+                   [](float* w, const float* g, size_t, size_t len, int n, int,
+                      int) {
+                     for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
+                   });
+  std::unique_ptr<KVWorker<float>> kv[2];
+  for (int r = 0; r < 2; ++r) {
+    kv[r] = std::make_unique<KVWorker<float>>(cluster.workers[r].get(), 0, 0);
+  }
+  const std::vector<Key> keys = {0, 1, 2};
+  const std::vector<int> lens = {4, 4, 2};
+  const int kSteps = 3;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> w[2];
+    int ts[2][2];
+    for (int r = 0; r < 2; ++r) {
+      ts[r][0] = kv[r]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                             EncodeDenseCmd(DenseOp::kStep, step));
+      ts[r][1] = kv[r]->Pull(keys, &w[r], nullptr,
+                             EncodeDenseCmd(DenseOp::kStep, step + 1));
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int t : ts[r]) ASSERT_TRUE(kv[r]->Wait(t).ok());
+    }
+  }
+  Node* victim = cluster.workers[1].get();
+  const int dead_rank = victim->rank();
+  kv[1].reset();
+  victim->postoffice()->Abandon();
+  std::vector<float> w;
+  EXPECT_TRUE(kv[0]->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f),
+                                      lens, EncodeDenseCmd(DenseOp::kStep,
+                                                           kSteps)))
+                  .ok());
+  Status st = kv[0]->Wait(kv[0]->Pull(keys, &w, nullptr,
+                                      EncodeDenseCmd(DenseOp::kStep,
+                                                     kSteps + 1)));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("worker " + std::to_string(dead_rank)),
+            std::string::npos)
+      << st;
+  // Later steps fail at once.
+  st = kv[0]->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                               EncodeDenseCmd(DenseOp::kStep, kSteps + 1)));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_FALSE(shard.WaitAllDone(std::chrono::seconds(20)));
+  EXPECT_EQ(shard.failure().code(), Status::kPeerFailed);
+  EXPECT_EQ(shard.updates_applied(), kSteps);
 }
 
 }  // namespace
