@@ -135,6 +135,10 @@ class KVWorker {
 
   Status Wait(int timestamp) { return core_.Wait(timestamp); }
 
+  // Requests this worker still keeps: not yet waited for, or (with a
+  // callback) not yet done. For tests and leak checks.
+  size_t num_pending() const { return core_.num_pending(); }
+
   void SetPlacement(Placement placement) {
     core_.SetPlacement(std::move(placement));
   }

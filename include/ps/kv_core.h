@@ -129,6 +129,7 @@ class KVWorkerCore {
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   Status Wait(int timestamp);
+  size_t num_pending() const;
   void SetPlacement(Placement placement);
   const Placement& placement() const;
 

@@ -75,6 +75,7 @@ class KVWorkerCore::Impl {
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   Status Wait(int ts);
+  size_t num_pending() const { return tracker_.num_pending(); }
   Placement placement_;
 
  private:
@@ -140,6 +141,9 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   // arrays at once. With a callback the caller need not Wait: the entry is
   // forgotten once done, and the sink is not touched after the callback.
   const bool forget = callback != nullptr;
+  // Nothing to wait for: the (empty) answer is assembled before the entry
+  // is done at once.
+  if (servers.empty() && state) AssemblePull(state.get());
   std::weak_ptr<PullState> weak_state = state;
   int ts = tracker_.Start(
       servers,
@@ -151,7 +155,6 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
         if (callback) callback();
       },
       forget, state);
-  if (servers.empty() && state) FinishRequest(ts, state);
   SendSlices(ts, push, pull, cmd, slices, state.get());
   return ts;
 }
@@ -389,6 +392,7 @@ int KVWorkerCore::Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
                         std::move(callback));
 }
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+size_t KVWorkerCore::num_pending() const { return impl_->num_pending(); }
 void KVWorkerCore::SetPlacement(Placement placement) {
   CHECK(placement.valid());
   impl_->placement_ = std::move(placement);

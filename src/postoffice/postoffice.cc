@@ -232,7 +232,7 @@ void Postoffice::DispatchData(Message&& msg) {
   CustomerKey key{request, msg.meta.app_id(),
                   request ? -1 : msg.meta.customer_id()};
   const Clock::time_point now = Clock::now();
-  ExpireHeldRequests(now);
+  if (request) ExpireHeldRequests(now);
   std::shared_ptr<Customer> customer;
   {
     std::lock_guard<std::mutex> lock(customers_mu_);

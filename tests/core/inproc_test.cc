@@ -625,6 +625,40 @@ TEST(InProc, RequestTimeoutNamesTheSilentServers) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// Requests with a callback and no Wait leave nothing behind (neither the
+// tracker entry nor the pull state); Wait still works where it is called.
+TEST(InProc, CallbackRequestsWithoutWaitLeaveNothingBehind) {
+  DefaultJob c(2, 1);
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  const int kRequests = 2000;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    cv.notify_all();
+  };
+  std::vector<std::vector<float>> outs(kRequests / 2);
+  for (int i = 0; i < kRequests / 2; ++i) {
+    kv.Push({1, 50000}, {1.0f, 1.0f}, {}, 0, count);
+    kv.Pull({1, 50000}, &outs[i], nullptr, 0, count);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30),
+                            [&] { return done == kRequests; }));
+  }
+  EXPECT_EQ(kv.num_pending(), 0u);
+  std::vector<float> out;
+  int ts = kv.Pull({1, 50000}, &out, nullptr, 0, count);
+  EXPECT_TRUE(kv.Wait(ts).ok());
+  EXPECT_EQ(out, (std::vector<float>{1000.0f, 1000.0f}));
+  EXPECT_EQ(kv.num_pending(), 0u);
+  EXPECT_TRUE(c.Finalize());
+}
+
 // A worker destroyed while a peer failure is being delivered to the
 // workers of its node: its failure callback must not run on it. Worker A's
 // request callback (run by A's failure handling) holds the delivery until
