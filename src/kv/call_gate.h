@@ -29,8 +29,8 @@ class CallGate {
     fn();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      inside_.erase(
-          std::find(inside_.begin(), inside_.end(), std::this_thread::get_id()));
+      inside_.erase(std::find(inside_.begin(), inside_.end(),
+                              std::this_thread::get_id()));
     }
     cv_.notify_all();
     return true;

@@ -86,12 +86,9 @@ DenseShard::~DenseShard() { server_->clear_request_handle(); }
 
 bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(done_mu_);
-  return done_cv_.wait_for(lock, timeout,
-                           [this] {
-                             return num_done_ >= options_.num_workers ||
-                                    !failure_.ok();
-                           }) &&
-         num_done_ >= options_.num_workers;
+  return done_cv_.wait_for(lock, timeout, [this] {
+    return num_done_ >= options_.num_workers || !failure_.ok();
+  }) && num_done_ >= options_.num_workers;
 }
 
 Status DenseShard::failure() const {
@@ -108,7 +105,9 @@ void DenseShard::OnFailure(int id, const Status& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_steps_.count(id) > 0 || !failed_.ok()) return;
     failed_ = failed;
-    for (const PendingPull& p : pending_) server_->ResponseError(p.meta, failed);
+    for (const PendingPull& p : pending_) {
+      server_->ResponseError(p.meta, failed);
+    }
     refused = pending_.size();
     pending_.clear();
     {

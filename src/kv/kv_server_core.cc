@@ -18,9 +18,9 @@ namespace detail {
 namespace {
 
 const char* TypeName(int type) {
-  static const char* const kNames[] = {
-      "char",   "int8",   "uint8", "int16", "uint16", "int32",
-      "uint32", "int64", "uint64", "float", "double"};
+  static const char* const kNames[] = {"char",   "int8",  "uint8",  "int16",
+                                       "uint16", "int32", "uint32", "int64",
+                                       "uint64", "float", "double"};
   if (type < 0 || type > kTypeDouble) return "unknown";
   return kNames[type];
 }
@@ -78,8 +78,7 @@ class KVServerCore::Impl {
     if (!kvs.ok()) {
       post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
       Status why = Status::InvalidArgument(kvs.status().message());
-      if (m.push() && m.data_type_size() >= 2 &&
-          m.data_type(1) != val_type_) {
+      if (m.push() && m.data_type_size() >= 2 && m.data_type(1) != val_type_) {
         why = Status::InvalidArgument(
             std::string("server serves ") + TypeName(val_type_) +
             " values; the request has " + TypeName(m.data_type(1)));

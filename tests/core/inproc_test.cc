@@ -523,7 +523,6 @@ TEST(InProc, DeadServerFailsWaitAndBarrier) {
   }
 }
 
-
 // A request whose values are of another type than the server's is answered
 // with an error naming both (not dropped), and the server keeps serving.
 TEST(InProc, WrongValueTypeIsAnErrorNamingBothTypes) {
@@ -712,13 +711,12 @@ TEST(InProc, DeadWorkerFailsDenseShardBspStepsInsteadOfHanging) {
   });
   ASSERT_TRUE(cluster.Start());
   KVServer<float> server(cluster.servers[0].get(), 0);
-  DenseShard shard(&server, DenseLayout{10, 4}, 0, 3,
-                   std::vector<float>(10, 0.0f),
-                   DenseShardOptions{Consistency::kBsp, 0, 2},
-                   [](float* w, const float* g, size_t, size_t len, int n, int,
-                      int) {
-                     for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
-                   });
+  DenseShard shard(
+      &server, DenseLayout{10, 4}, 0, 3, std::vector<float>(10, 0.0f),
+      DenseShardOptions{Consistency::kBsp, 0, 2},
+      [](float* w, const float* g, size_t, size_t len, int n, int, int) {
+        for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
+      });
   std::unique_ptr<KVWorker<float>> kv[2];
   for (int r = 0; r < 2; ++r) {
     kv[r] = std::make_unique<KVWorker<float>>(cluster.workers[r].get(), 0, 0);
@@ -744,13 +742,12 @@ TEST(InProc, DeadWorkerFailsDenseShardBspStepsInsteadOfHanging) {
   kv[1].reset();
   victim->postoffice()->Abandon();
   std::vector<float> w;
-  EXPECT_TRUE(kv[0]->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f),
-                                      lens, EncodeDenseCmd(DenseOp::kStep,
-                                                           kSteps)))
+  EXPECT_TRUE(kv[0]
+                  ->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                                     EncodeDenseCmd(DenseOp::kStep, kSteps)))
                   .ok());
-  Status st = kv[0]->Wait(kv[0]->Pull(keys, &w, nullptr,
-                                      EncodeDenseCmd(DenseOp::kStep,
-                                                     kSteps + 1)));
+  Status st = kv[0]->Wait(kv[0]->Pull(
+      keys, &w, nullptr, EncodeDenseCmd(DenseOp::kStep, kSteps + 1)));
   EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
   EXPECT_NE(st.message().find("worker " + std::to_string(dead_rank)),
             std::string::npos)

@@ -550,7 +550,6 @@ TEST(RequestTracker, SpinningWaitSeesEarlyAndLateAnswers) {
   EXPECT_EQ(t.Wait(t.Start({8}, nullptr), 30).code(), Status::kTimeout);
 }
 
-
 // Two threads waiting on one timestamp both return (the status, or
 // "unknown" for one that came after the other forgot it); never a use of a
 // forgotten entry (the ASan build shows one).
@@ -586,19 +585,22 @@ TEST(RequestTracker, CallbackRequestsWithoutWaitAreForgotten) {
   RequestTracker t;
   int calls = 0;
   for (int i = 0; i < 10000; ++i) {
-    int ts = t.Start({8, 10}, [&] { ++calls; }, /*forget_when_done=*/true);
+    int ts = t.Start(
+        {8, 10}, [&] { ++calls; }, /*forget_when_done=*/true);
     std::string why;
     t.Answer(ts, 8, &why);
     if (t.Answer(ts, 10, &why)) t.Finish(ts, Status::OK());
   }
-  int failed = t.Start({8}, [&] { ++calls; }, true);
+  int failed = t.Start(
+      {8}, [&] { ++calls; }, true);
   t.FailServer(8, Status::PeerFailed("server 0 died"));
   EXPECT_EQ(calls, 10001);
   EXPECT_EQ(t.num_pending(), 0u);
   // A Wait soon after still gets the status.
   EXPECT_EQ(t.Wait(failed, 0).code(), Status::kPeerFailed);
   // A Wait that came first gets it too.
-  int ts = t.Start({8}, [&] { ++calls; }, true);
+  int ts = t.Start(
+      {8}, [&] { ++calls; }, true);
   std::thread answer([&] {
     std::string why;
     if (t.Answer(ts, 8, &why)) t.Finish(ts, Status::Aborted("answered"));

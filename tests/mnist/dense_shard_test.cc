@@ -332,7 +332,6 @@ TEST(DenseShard, CmdRoundTrips) {
   EXPECT_EQ(ParseConsistency("bounded").value(), Consistency::kBounded);
 }
 
-
 void SubtractMean(float* w, const float* g, size_t, size_t len, int num_grads,
                   int, int) {
   for (size_t i = 0; i < len; ++i) w[i] -= g[i] / num_grads;
@@ -348,8 +347,8 @@ TEST(DenseShard, RejectedRequestsFailTheWait) {
                    DenseShardOptions{Consistency::kBsp, 0, 1}, SubtractMean);
   {
     KVWorker<float> kv(cluster.workers[0].get(), 0, 0);
-    Status st = kv.Wait(kv.Push({2}, {1.0f, 1.0f}, {2},
-                                EncodeDenseCmd(DenseOp::kStep, 0)));
+    Status st = kv.Wait(
+        kv.Push({2}, {1.0f, 1.0f}, {2}, EncodeDenseCmd(DenseOp::kStep, 0)));
     EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
     EXPECT_NE(st.message().find("leaves the shard [0, 2)"), std::string::npos)
@@ -386,9 +385,9 @@ TEST(DenseShard, ShardDestroyedBeforeItsServer) {
       DenseShardOptions{Consistency::kBsp, 0, 1}, SubtractMean);
   KVWorker<float> kv(cluster.workers[0].get(), 0, 0);
   std::vector<float> w;
-  ASSERT_TRUE(kv.Wait(kv.Pull({0, 1}, &w, nullptr,
-                              EncodeDenseCmd(DenseOp::kStep, 0)))
-                  .ok());
+  ASSERT_TRUE(
+      kv.Wait(kv.Pull({0, 1}, &w, nullptr, EncodeDenseCmd(DenseOp::kStep, 0)))
+          .ok());
   shard.reset();
   Status st = kv.Wait(kv.Push({0, 1}, std::vector<float>(8, 1.0f), {},
                               EncodeDenseCmd(DenseOp::kStep, 0)));
