@@ -105,9 +105,14 @@ int RunServer(const TrainOptions& options) {
                                  size_t n, int num_grads, int step, int tag) {
                          (*updater)(w, g, offset, n, num_grads, step, tag);
                        });
-  // A dead worker ends this process through ps (a NODE_FAILED); a live one
-  // always sends done, so this wait ends.
+  // A dead worker ends this process through ps (a NODE_FAILED), and makes
+  // the shard give up (failure()); a live one always sends done, so this
+  // wait ends.
   while (!shard.WaitAllDone(std::chrono::seconds(60))) {
+    if (!shard.failure().ok()) {
+      LOG(ERROR) << "server " << rank << ": " << shard.failure();
+      return 1;
+    }
     LOG(INFO) << "server " << rank << ": " << shard.updates_applied()
               << " updates applied; still waiting for workers to finish";
   }

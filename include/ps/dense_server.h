@@ -52,10 +52,22 @@
 // no worker pushes the next step before it has received its answer, so the
 // frames have long left).
 //
+// Refusals: a request the shard cannot serve (a bad cmd, a range outside
+// the shard, a late or overlapping gradient) is answered with
+// KVServer::ResponseError (InvalidArgument with the reason): the worker's
+// Wait returns it.
+//
+// Failures: when a worker that has not sent kDone is declared dead, the
+// shard stops waiting for it: pending pulls and every later kStep request
+// are refused with PeerFailed naming the dead worker, and WaitAllDone
+// returns false (failure() says why). kDone is still answered.
+//
 // Thread-safety: requests run on the KVServer's receive thread, one at a
-// time, and the updater runs there (never under a lock). The accessors
-// below may be called from any thread; weights() only while no request is
-// in flight (e.g. after WaitAllDone).
+// time, under the shard's mutex (which only the failure handle also takes);
+// the updater runs there. The accessors below may be called from any
+// thread; weights() only while no request is in flight (e.g. after
+// WaitAllDone). The destructor unregisters the shard from its server (it
+// waits for a running request) so the server may outlive it.
 #ifndef PS_DENSE_SERVER_H_
 #define PS_DENSE_SERVER_H_
 
@@ -139,11 +151,15 @@ class DenseShard {
   DenseShard(KVServer<float>* server, const DenseLayout& layout, Key first_key,
              Key end_key, std::vector<float> weights,
              const DenseShardOptions& options, DenseUpdater updater);
+  ~DenseShard();
   DenseShard(const DenseShard&) = delete;
   DenseShard& operator=(const DenseShard&) = delete;
 
-  // Blocks until every worker sent kDone or `timeout` passes; true if all did.
+  // Blocks until every worker sent kDone, a worker died (see Failures) or
+  // `timeout` passes; true if all sent kDone.
   bool WaitAllDone(std::chrono::milliseconds timeout);
+  // OK, or why the shard stopped serving steps (a dead worker).
+  Status failure() const;
 
   const SArray<float>& weights() const { return weights_; }
   // Updates every key of the shard has had applied (the least per key).
@@ -196,6 +212,8 @@ class DenseShard {
   // Offset of key k within weights_, or false when k is not ours.
   bool Locate(Key k, size_t* offset, size_t* length) const;
   void Reject(const KVMeta& meta, const std::string& why);
+  // A peer died: a worker still expected fails the shard (see Failures).
+  void OnFailure(int id, const Status& why);
   // weights_, made exclusively ours first (copy on write).
   float* MutableWeights();
 
@@ -206,20 +224,24 @@ class DenseShard {
   const DenseUpdater updater_;
   SArray<float> weights_;  // shared with pull answers in flight
 
-  // Receive-thread state: ranges in flight by (step, first key), updates
-  // applied per key (index k - first_key_), pulls waiting, who is done.
+  // Guarded by mu_ (the receive thread's, and the failure handle's): ranges
+  // in flight by (step, first key), updates applied per key (index k -
+  // first_key_), pulls waiting, who is done, why steps are refused.
+  std::mutex mu_;
   std::map<std::pair<int, Key>, RangeSum> sums_;
   std::vector<int> key_applied_;
   std::vector<PendingPull> pending_;
   std::map<int, int> done_steps_;  // worker id -> steps it pushed in all
+  Status failed_;                  // a dead worker: steps are refused
 
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
   std::atomic<int64_t> bad_requests_{0};
   std::atomic<int64_t> weight_copies_{0};
-  std::mutex done_mu_;  // guards num_done_
+  mutable std::mutex done_mu_;  // guards num_done_, failure_
   std::condition_variable done_cv_;
   int num_done_ = 0;
+  Status failure_;
 };
 
 }  // namespace ps

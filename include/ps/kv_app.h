@@ -23,7 +23,15 @@
 //    answer copied straight to its offset as it arrives when no lens are
 //    asked for and values per key are uniform, else assembled at the end.
 // Callbacks run on the node's receive thread: they must not block (no Wait
-// inside a callback).
+// inside a callback). With a callback, Wait is optional: a request with a
+// callback is forgotten once done (its status stays Wait-able for a while:
+// the last 256 such requests), and its pull destination is not touched
+// after the callback ran.
+//
+// Errors: Wait returns the error of a server that refused the request
+// (KVServer::ResponseError; e.g. values of another type than the server's,
+// or an app no KVServer on that server registers within
+// PS_CONNECT_TIMEOUT_MS), prefixed with the server's name.
 //
 // Placement: by default keys are split evenly over [0, PS_MAX_KEY) (65536
 // unless set; keys above go to the last server); dense models should call
@@ -31,9 +39,12 @@
 // holds about 1/S of the bytes. All workers must use the same placement.
 //
 // Thread-safety: a KVWorker may be used from any number of threads at once
-// (SetPlacement before any request). The server's request handle runs on the
-// receive thread, one request at a time; KVServer::Response may be called
-// from any thread, later (e.g. a BSP server answering once all pushed).
+// (SetPlacement before any request), several Waits on one timestamp
+// included; destroying it waits out a peer-failure callback running on it.
+// The server's request handle runs on the receive thread, one request at a
+// time; KVServer::Response/ResponseError may be called from any thread,
+// later (e.g. a BSP server answering once all pushed). The failure handle
+// runs on the receive or monitor thread, possibly during a request.
 #ifndef PS_KV_APP_H_
 #define PS_KV_APP_H_
 
@@ -124,6 +135,10 @@ class KVWorker {
 
   Status Wait(int timestamp) { return core_.Wait(timestamp); }
 
+  // Requests this worker still keeps: not yet waited for, or (with a
+  // callback) not yet done. For tests and leak checks.
+  size_t num_pending() const { return core_.num_pending(); }
+
   void SetPlacement(Placement placement) {
     core_.SetPlacement(std::move(placement));
   }
@@ -197,6 +212,19 @@ class KVServer {
         });
   }
 
+  // Unregisters the handle (waiting for a running one to return, unless
+  // called from it) and the failure handle; later requests are held, then
+  // refused (NotFound) after PS_CONNECT_TIMEOUT_MS. For a handle object that
+  // dies before this server.
+  void clear_request_handle() { core_.ClearHandle(); }
+
+  // Runs when node `id` is declared dead (-1: this node stops), while a
+  // request handle is set; on the receive or monitor thread.
+  void set_failure_handle(
+      const std::function<void(int id, const Status& why)>& handle) {
+    core_.SetFailureHandle(handle);
+  }
+
   // Answers `req`: an empty `res` for a push, the values for a pull.
   void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
     detail::RawKVPairs raw;
@@ -204,6 +232,12 @@ class KVServer {
     raw.vals = SArray<char>(res.vals);
     raw.lens = res.lens;
     core_.Response(req, raw);
+  }
+
+  // Refuses `req` (instead of Response): the worker's Wait returns `error`
+  // (not OK), its message prefixed with this server's name.
+  void ResponseError(const KVMeta& req, const Status& error) {
+    core_.ResponseError(req, error);
   }
 
  private:

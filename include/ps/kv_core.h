@@ -3,8 +3,11 @@
 // buffers; kv_app.h only adds types. Users include kv_app.h, not this.
 //
 // Thread-safety: KVWorkerCore's Request/Wait may be called from any number
-// of threads at once; SetPlacement must not race with requests.
-// KVServerCore::Response may be called from any thread.
+// of threads at once (several Waits on one timestamp too); SetPlacement must
+// not race with requests. Its destructor waits out a running failure
+// callback. KVServerCore::Response/ResponseError may be called from any
+// thread; SetHandle/ClearHandle from one thread at a time (not from a
+// failure handle).
 #ifndef PS_KV_CORE_H_
 #define PS_KV_CORE_H_
 
@@ -126,6 +129,7 @@ class KVWorkerCore {
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   Status Wait(int timestamp);
+  size_t num_pending() const;
   void SetPlacement(Placement placement);
   const Placement& placement() const;
 
@@ -135,14 +139,24 @@ class KVWorkerCore {
 };
 
 using RawHandle = std::function<void(const KVMeta&, const RawKVPairs&)>;
+// Told that node `id` was declared dead (-1: this node stops); any thread.
+using FailureHandle = std::function<void(int id, const Status& why)>;
 
 class KVServerCore {
  public:
   KVServerCore(Node* node, int app_id, int val_type, size_t val_size);
-  ~KVServerCore();  // unregisters; waits for a running handler to return
+  ~KVServerCore();  // ClearHandle()
   // Registers the handler; requests that arrived before wait for it.
   void SetHandle(RawHandle handle);
+  // Unregisters the handler (and the failure handle), waiting for a running
+  // one to return; later requests are held as if no handler was ever set.
+  void ClearHandle();
+  // Called on peer failures while a handler is registered.
+  void SetFailureHandle(FailureHandle handle);
   void Response(const KVMeta& req, const RawKVPairs& res);
+  // Refuses `req`: the worker's Wait returns `error` (not OK), its message
+  // prefixed with this server's name. No data is sent.
+  void ResponseError(const KVMeta& req, const Status& error);
 
  private:
   class Impl;

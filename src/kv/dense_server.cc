@@ -75,19 +75,54 @@ DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
   CHECK_EQ(expect, weights_.size())
       << "keys [" << first_key_ << ", " << end_key_ << ") hold " << expect
       << " floats";
+  server_->set_failure_handle(
+      [this](int id, const Status& why) { OnFailure(id, why); });
   server_->set_request_handle(
       [this](const KVMeta& meta, const KVPairs<float>& data,
              KVServer<float>* s) { Handle(meta, data, s); });
 }
 
+DenseShard::~DenseShard() { server_->clear_request_handle(); }
+
 bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(done_mu_);
-  return done_cv_.wait_for(
-      lock, timeout, [this] { return num_done_ >= options_.num_workers; });
+  return done_cv_.wait_for(lock, timeout, [this] {
+    return num_done_ >= options_.num_workers || !failure_.ok();
+  }) && num_done_ >= options_.num_workers;
+}
+
+Status DenseShard::failure() const {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  return failure_;
+}
+
+void DenseShard::OnFailure(int id, const Status& why) {
+  if (!IsWorkerId(id)) return;  // a server, the scheduler, or our own stop
+  const Status failed = Status::PeerFailed(
+      "the dense shard stopped serving steps: " + why.message());
+  size_t refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_steps_.count(id) > 0 || !failed_.ok()) return;
+    failed_ = failed;
+    for (const PendingPull& p : pending_) {
+      server_->ResponseError(p.meta, failed);
+    }
+    refused = pending_.size();
+    pending_.clear();
+    {
+      std::lock_guard<std::mutex> done_lock(done_mu_);
+      failure_ = failed;
+    }
+  }
+  done_cv_.notify_all();
+  LOG(ERROR) << "dense shard: " << failed << " (" << refused
+             << " pending pulls refused)";
 }
 
 void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
                         KVServer<float>* /*server*/) {
+  std::lock_guard<std::mutex> lock(mu_);
   StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
   if (!cmd.ok()) return Reject(meta, cmd.status().message());
   if (cmd->op == DenseOp::kDone) {
@@ -96,6 +131,7 @@ void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
     OnDone(meta.sender, cmd->step);
     return;
   }
+  if (!failed_.ok()) return server_->ResponseError(meta, failed_);
   if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
   if (!meta.pull) return;
   if (options_.consistency == Consistency::kAsync ||
@@ -349,9 +385,9 @@ float* DenseShard::MutableWeights() {
 
 void DenseShard::Reject(const KVMeta& meta, const std::string& why) {
   ++bad_requests_;
-  LOG(WARNING) << "dense shard: dropped a request of "
+  LOG(WARNING) << "dense shard: refused a request of "
                << DescribeId(meta.sender) << ": " << why;
-  server_->Response(meta);
+  server_->ResponseError(meta, Status::InvalidArgument(why));
 }
 
 }  // namespace ps

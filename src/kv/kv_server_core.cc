@@ -1,8 +1,11 @@
 // KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
-// Response (AddKVFrames, Postoffice::Send).
+// Response (AddKVFrames, Postoffice::Send) or ResponseError (an answer with
+// control.error and no frames).
 #include <cstring>
 #include <memory>
+#include <mutex>
 
+#include "kv/call_gate.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
@@ -12,6 +15,18 @@
 namespace ps {
 namespace detail {
 
+namespace {
+
+const char* TypeName(int type) {
+  static const char* const kNames[] = {"char",   "int8",  "uint8",  "int16",
+                                       "uint16", "int32", "uint32", "int64",
+                                       "uint64", "float", "double"};
+  if (type < 0 || type > kTypeDouble) return "unknown";
+  return kNames[type];
+}
+
+}  // namespace
+
 class KVServerCore::Impl {
  public:
   Impl(Node* node, int app_id, int val_type, size_t val_size)
@@ -19,17 +34,41 @@ class KVServerCore::Impl {
         app_id_(app_id),
         val_type_(val_type),
         val_size_(val_size) {}
-  ~Impl() {
-    if (registered_) post_->UnregisterCustomer(true, app_id_, -1);
-  }
+  ~Impl() { ClearHandle(); }
 
   void SetHandle(RawHandle handle) {
     CHECK(!registered_) << "set_request_handle called twice";
     handle_ = std::move(handle);
     registered_ = true;
+    gate_ = std::make_shared<CallGate>();
     post_->RegisterCustomer(
         true, app_id_, -1, [this](Message&& msg) { OnRequest(std::move(msg)); },
-        nullptr);
+        [this, gate = gate_](int id, const Status& why) {
+          gate->Call([&] { OnFailure(id, why); });
+        });
+  }
+
+  void ClearHandle() {
+    if (!registered_) return;
+    post_->UnregisterCustomer(true, app_id_, -1);  // waits out a handler
+    gate_->Close();                                // and a failure handler
+    registered_ = false;  // handle_ stays: it may be the caller
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    failure_handle_ = nullptr;
+  }
+
+  void SetFailureHandle(FailureHandle handle) {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    failure_handle_ = std::move(handle);
+  }
+
+  void OnFailure(int id, const Status& why) {
+    FailureHandle handle;
+    {
+      std::lock_guard<std::mutex> lock(failure_mu_);
+      handle = failure_handle_;
+    }
+    if (handle) handle(id, why);
   }
 
   void OnRequest(Message&& msg) {
@@ -38,8 +77,40 @@ class KVServerCore::Impl {
         DecodeKVPairs(msg, m.push(), val_type_, val_size_);
     if (!kvs.ok()) {
       post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
+      Status why = Status::InvalidArgument(kvs.status().message());
+      if (m.push() && m.data_type_size() >= 2 && m.data_type(1) != val_type_) {
+        why = Status::InvalidArgument(
+            std::string("server serves ") + TypeName(val_type_) +
+            " values; the request has " + TypeName(m.data_type(1)));
+      }
+      ResponseError(RequestMeta(m), why);
       return;
     }
+    KVMeta meta = RequestMeta(m);
+    meta.vals_borrowed = m.shared_size() > 0;
+    if (m.has_reply_into()) {
+      meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
+    }
+    handle_(meta, *kvs);
+  }
+
+  void Response(const KVMeta& req, const RawKVPairs& res) {
+    Message msg = AnswerTo(req);
+    if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
+    Send(req, &msg);
+  }
+
+  void ResponseError(const KVMeta& req, const Status& error) {
+    CHECK(!error.ok()) << "ResponseError with OK";
+    Message msg = AnswerTo(req);
+    msg.meta.mutable_control()->set_error(
+        error.message().empty() ? "(no reason given)" : error.message());
+    msg.meta.mutable_control()->set_error_code(error.code());
+    Send(req, &msg);
+  }
+
+ private:
+  static KVMeta RequestMeta(const pb::Meta& m) {
     KVMeta meta;
     meta.cmd = m.head();
     meta.push = m.push();
@@ -49,14 +120,10 @@ class KVServerCore::Impl {
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
     meta.priority = m.priority();
-    meta.vals_borrowed = m.shared_size() > 0;
-    if (m.has_reply_into()) {
-      meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
-    }
-    handle_(meta, *kvs);
+    return meta;
   }
 
-  void Response(const KVMeta& req, const RawKVPairs& res) {
+  static Message AnswerTo(const KVMeta& req) {
     Message msg;
     pb::Meta& m = msg.meta;
     m.set_app_id(req.app_id);
@@ -67,15 +134,17 @@ class KVServerCore::Impl {
     m.set_pull(req.pull);
     m.set_head(req.cmd);
     m.set_recver(req.sender);
-    if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
-    Status st = post_->Send(&msg);
+    return msg;
+  }
+
+  void Send(const KVMeta& req, Message* msg) {
+    Status st = post_->Send(msg);
     if (!st.ok()) {
       LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
                    << " not sent: " << st;
     }
   }
 
- private:
   // A co-located worker named where the pulled values go: copy them there
   // and answer with that memory (the van sends a reference to it). Falls
   // back to sending the bytes when the size differs or the worker's memory
@@ -106,6 +175,9 @@ class KVServerCore::Impl {
   const size_t val_size_;
   RawHandle handle_;
   bool registered_ = false;
+  std::shared_ptr<CallGate> gate_;  // of the registered failure callback
+  std::mutex failure_mu_;           // guards failure_handle_
+  FailureHandle failure_handle_;
 };
 
 KVServerCore::KVServerCore(Node* node, int app_id, int val_type,
@@ -115,8 +187,15 @@ KVServerCore::~KVServerCore() = default;
 void KVServerCore::SetHandle(RawHandle handle) {
   impl_->SetHandle(std::move(handle));
 }
+void KVServerCore::ClearHandle() { impl_->ClearHandle(); }
+void KVServerCore::SetFailureHandle(FailureHandle handle) {
+  impl_->SetFailureHandle(std::move(handle));
+}
 void KVServerCore::Response(const KVMeta& req, const RawKVPairs& res) {
   impl_->Response(req, res);
+}
+void KVServerCore::ResponseError(const KVMeta& req, const Status& error) {
+  impl_->ResponseError(req, error);
 }
 
 }  // namespace detail

@@ -3,13 +3,16 @@
 //   Postoffice::Send) ... OnResponse (DecodeKVPairs, StorePullAnswer,
 //   RequestTracker::Answer) -> FinishRequest (AssemblePull or Adopt, Finish).
 // A pull into a ps::SharedArray asks a co-located server to write its answer
-// in place (ReplyInto); StorePullAnswer then finds it already there.
+// in place (ReplyInto); StorePullAnswer then finds it already there. A
+// server may refuse a request (an answer with control.error and no frames):
+// the request then ends with that error, naming the server.
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
 
+#include "kv/call_gate.h"
 #include "kv/request_tracker.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
@@ -22,10 +25,11 @@ namespace detail {
 
 namespace {
 
-// A pull in flight: where answers go and what was asked.
+// A pull in flight: where answers go and what was asked. The payload of its
+// tracker entry.
 struct PullState {
   std::mutex mu;           // guards everything below against Wait()
-  bool abandoned = false;  // Wait returned; never touch the sink again
+  bool abandoned = false;  // done; never touch the sink again
   PullSink sink;
   SArray<Key> keys;         // the request's keys
   std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
@@ -50,19 +54,28 @@ class KVWorkerCore::Impl {
         customer_id_(customer_id),
         val_type_(val_type),
         val_size_(val_size),
-        tracker_(node->config().wait_spin_us) {
+        tracker_(node->config().wait_spin_us,
+                 [post = post_](int id) { return post->DescribeNode(id); }) {
     placement_ =
         Placement::EvenKeys(node->num_servers(), node->config().max_key);
+    // Failures may be delivered on any thread, also while this worker is
+    // being destroyed: the gate keeps them off a destroyed one.
     post_->RegisterCustomer(
         false, app_id, customer_id,
         [this](Message&& msg) { OnResponse(std::move(msg)); },
-        [this](int id, const Status& why) { OnFailure(id, why); });
+        [this, gate = gate_](int id, const Status& why) {
+          gate->Call([&] { OnFailure(id, why); });
+        });
   }
-  ~Impl() { post_->UnregisterCustomer(false, app_id_, customer_id_); }
+  ~Impl() {
+    post_->UnregisterCustomer(false, app_id_, customer_id_);
+    gate_->Close();
+  }
 
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   Status Wait(int ts);
+  size_t num_pending() const { return tracker_.num_pending(); }
   Placement placement_;
 
  private:
@@ -78,6 +91,8 @@ class KVWorkerCore::Impl {
   static bool ReplyInto(const PullState& state, size_t rank,
                         pb::SharedRef* ref);
   void OnResponse(Message&& msg);
+  // The error a server answered with instead of data (OK for data).
+  Status RefusalOf(const Message& msg) const;
   Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer);
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
   Status AssemblePull(PullState* state);
@@ -91,9 +106,9 @@ class KVWorkerCore::Impl {
   const int customer_id_;
   const int val_type_;
   const size_t val_size_;
+  const std::shared_ptr<CallGate> gate_ = std::make_shared<CallGate>();
   RequestTracker tracker_;
-  std::mutex mu_;  // guards pulls_ and dead_
-  std::map<int, std::shared_ptr<PullState>> pulls_;
+  std::mutex mu_;               // guards dead_
   std::map<int, Status> dead_;  // node id -> why
 };
 
@@ -119,18 +134,27 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
           DirectPlaces(state->cut, servers.size(), state->sink.direct_bytes);
     }
   }
-  // The tracker entry and the pull state exist before any answer can come.
-  // The entry's callback also holds the request's arrays until every server
-  // answered (or failed): a frame sent as a shared-memory reference holds no
-  // reference of its own, and the caller may drop its arrays at once.
-  int ts = tracker_.Start(servers, [kvs, callback = std::move(callback)] {
-    if (callback) callback();
-  });
-  if (state) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pulls_[ts] = state;
-  }
-  if (servers.empty() && state) FinishRequest(ts, state);
+  // The tracker entry and the pull state (its payload) exist before any
+  // answer can come. The entry's callback also holds the request's arrays
+  // until every server answered (or failed): a frame sent as a shared-memory
+  // reference holds no reference of its own, and the caller may drop its
+  // arrays at once. With a callback the caller need not Wait: the entry is
+  // forgotten once done, and the sink is not touched after the callback.
+  const bool forget = callback != nullptr;
+  // Nothing to wait for: the (empty) answer is assembled before the entry
+  // is done at once.
+  if (servers.empty() && state) AssemblePull(state.get());
+  std::weak_ptr<PullState> weak_state = state;
+  int ts = tracker_.Start(
+      servers,
+      [kvs, weak_state, callback = std::move(callback)] {
+        if (auto s = weak_state.lock()) {
+          std::lock_guard<std::mutex> lock(s->mu);  // waits out a late copy
+          s->abandoned = true;
+        }
+        if (callback) callback();
+      },
+      forget, state);
   SendSlices(ts, push, pull, cmd, slices, state.get());
   return ts;
 }
@@ -205,11 +229,13 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   int sender = msg.meta.sender();
   std::shared_ptr<PullState> state;
   if (msg.meta.pull()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pulls_.find(ts);
-    if (it != pulls_.end()) state = it->second;
+    state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));
   }
-  if (state) {
+  Status refused = RefusalOf(msg);
+  if (state && !refused.ok()) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (state->error.ok()) state->error = refused;
+  } else if (state) {
     StatusOr<RawKVPairs> kvs = DecodeKVPairs(msg, true, val_type_, val_size_);
     Status st = kvs.ok() ? StorePullAnswer(state.get(), IdToRank(sender),
                                            std::move(kvs).value())
@@ -224,11 +250,23 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
     }
   }
   std::string why;
-  if (tracker_.Answer(ts, sender, &why)) {
+  if (tracker_.Answer(ts, sender, &why, refused)) {
     FinishRequest(ts, state);
   } else if (!why.empty()) {
     post_->CountDropped(sender, why);
   }
+}
+
+Status KVWorkerCore::Impl::RefusalOf(const Message& msg) const {
+  const pb::Control& ctrl = msg.meta.control();
+  if (ctrl.error().empty()) return Status::OK();
+  int code = ctrl.error_code();
+  if (code <= Status::kOk || code > Status::kCorruption) {
+    code = Status::kInternal;
+  }
+  return Status(static_cast<Status::Code>(code),
+                post_->DescribeNode(msg.meta.sender()) +
+                    " refused the request: " + ctrl.error());
 }
 
 Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
@@ -325,16 +363,8 @@ bool KVWorkerCore::Impl::Adopt(PullState* state) {
 }
 
 Status KVWorkerCore::Impl::Wait(int ts) {
+  auto state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));
   Status st = tracker_.Wait(ts, post_->config().request_timeout_ms);
-  std::shared_ptr<PullState> state;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pulls_.find(ts);
-    if (it != pulls_.end()) {
-      state = it->second;
-      pulls_.erase(it);
-    }
-  }
   if (state) {
     std::lock_guard<std::mutex> lock(state->mu);  // waits out a running copy
     state->abandoned = true;
@@ -362,6 +392,7 @@ int KVWorkerCore::Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
                         std::move(callback));
 }
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+size_t KVWorkerCore::num_pending() const { return impl_->num_pending(); }
 void KVWorkerCore::SetPlacement(Placement placement) {
   CHECK(placement.valid());
   impl_->placement_ = std::move(placement);

@@ -3,25 +3,54 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <thread>
 
 namespace ps {
 
-int RequestTracker::Start(const std::vector<int>& servers, Callback callback) {
+int RequestTracker::NextTimestampLocked() {
+  // Timestamps are int32 on the wire: wrap to 0 after INT_MAX, skipping
+  // those still in use (there are never 2^31 of them).
+  for (;;) {
+    int ts = next_ts_;
+    next_ts_ = next_ts_ == INT_MAX ? 0 : next_ts_ + 1;
+    if (entries_.count(ts) > 0) continue;
+    recent_.erase(std::remove_if(recent_.begin(), recent_.end(),
+                                 [ts](const auto& r) { return r.first == ts; }),
+                  recent_.end());
+    return ts;
+  }
+}
+
+void RequestTracker::set_next_timestamp_for_test(int ts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  next_ts_ = ts;
+}
+
+int RequestTracker::Start(const std::vector<int>& servers, Callback callback,
+                          bool forget_when_done,
+                          std::shared_ptr<void> payload) {
   std::vector<Callback> run;
   bool finished = false;
   int ts;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ts = next_ts_++;
-    Entry& e = entries_[ts];
-    e.pending = servers;
-    std::sort(e.pending.begin(), e.pending.end());
-    e.pending.erase(std::unique(e.pending.begin(), e.pending.end()),
-                    e.pending.end());
-    e.callback = std::move(callback);
-    if (e.pending.empty()) finished = FinishLocked(ts, Status::OK(), &run);
+    ts = NextTimestampLocked();
+    auto e = std::make_shared<Entry>();
+    entries_[ts] = e;
+    e->pending = servers;
+    std::sort(e->pending.begin(), e->pending.end());
+    e->pending.erase(std::unique(e->pending.begin(), e->pending.end()),
+                     e->pending.end());
+    e->callback = std::move(callback);
+    e->forget_when_done = forget_when_done;
+    e->payload = std::move(payload);
+    if (e->pending.empty()) {
+      std::vector<int> forget;
+      finished = FinishLocked(ts, Status::OK(), &run, &forget);
+      ForgetLocked(forget);
+    }
   }
   if (finished) cv_.notify_all();
   for (auto& cb : run) cb();
@@ -30,21 +59,24 @@ int RequestTracker::Start(const std::vector<int>& servers, Callback callback) {
 
 int RequestTracker::StartFailed(const Status& error) {
   std::lock_guard<std::mutex> lock(mu_);
-  int ts = next_ts_++;
-  Entry& e = entries_[ts];
-  e.done = true;
-  e.status = error;
+  int ts = NextTimestampLocked();
+  auto e = std::make_shared<Entry>();
+  e->done = true;
+  e->done_flag.store(true);
+  e->status = error;
+  entries_[ts] = e;
   return ts;
 }
 
-bool RequestTracker::Answer(int ts, int server, std::string* why) {
+bool RequestTracker::Answer(int ts, int server, std::string* why,
+                            const Status& error) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(ts);
   if (it == entries_.end()) {
     *why = "an answer to unknown request " + std::to_string(ts);
     return false;
   }
-  Entry& e = it->second;
+  Entry& e = *it->second;
   if (e.done || e.finishing) {
     return false;  // failed already; ignore
   }
@@ -54,6 +86,7 @@ bool RequestTracker::Answer(int ts, int server, std::string* why) {
            std::to_string(server);
     return false;
   }
+  if (!error.ok() && e.error.ok()) e.error = error;
   e.pending.erase(pending);
   if (!e.pending.empty()) return false;
   e.finishing = true;
@@ -65,7 +98,9 @@ void RequestTracker::Finish(int ts, const Status& status) {
   bool finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    finished = FinishLocked(ts, status, &run);
+    std::vector<int> forget;
+    finished = FinishLocked(ts, status, &run, &forget);
+    ForgetLocked(forget);
   }
   // Notified after the unlock: a waiter woken under the lock would only
   // block again on the mutex.
@@ -74,16 +109,28 @@ void RequestTracker::Finish(int ts, const Status& status) {
 }
 
 bool RequestTracker::FinishLocked(int ts, const Status& status,
-                                  std::vector<Callback>* run) {
+                                  std::vector<Callback>* run,
+                                  std::vector<int>* forget) {
   auto it = entries_.find(ts);
-  if (it == entries_.end() || it->second.done) return false;
-  Entry& e = it->second;
+  if (it == entries_.end() || it->second->done) return false;
+  Entry& e = *it->second;
   e.finishing = false;
-  e.status = status;
+  e.status = e.error.ok() ? status : e.error;
   if (e.callback) run->push_back(std::move(e.callback));
   e.done = true;
   e.done_flag.store(true, std::memory_order_release);
+  if (e.forget_when_done && e.waiters == 0) forget->push_back(ts);
   return true;
+}
+
+void RequestTracker::ForgetLocked(const std::vector<int>& forget) {
+  for (int ts : forget) {
+    auto it = entries_.find(ts);
+    if (it == entries_.end()) continue;
+    recent_.emplace_back(ts, it->second->status);
+    entries_.erase(it);
+    if (recent_.size() > kRecentKept) recent_.pop_front();
+  }
 }
 
 void RequestTracker::FailServer(int server, const Status& why) {
@@ -91,14 +138,16 @@ void RequestTracker::FailServer(int server, const Status& why) {
   bool finished = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> forget;
     for (auto& [ts, e] : entries_) {
       // A request whose last answer is being assembled completes normally.
-      if (e.done || e.finishing) continue;
-      if (server < 0 || std::find(e.pending.begin(), e.pending.end(), server) !=
-                            e.pending.end()) {
-        finished |= FinishLocked(ts, why, &run);
+      if (e->done || e->finishing) continue;
+      if (server < 0 || std::find(e->pending.begin(), e->pending.end(),
+                                  server) != e->pending.end()) {
+        finished |= FinishLocked(ts, why, &run, &forget);
       }
     }
+    ForgetLocked(forget);
   }
   if (finished) cv_.notify_all();
   for (auto& cb : run) cb();
@@ -114,48 +163,80 @@ bool RequestTracker::SpinUntilDone(const Entry& e) const {
   return true;
 }
 
+std::string RequestTracker::NameLocked(int id) const {
+  return describe_ ? describe_(id) : "node id " + std::to_string(id);
+}
+
 Status RequestTracker::Wait(int ts, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(ts);
   if (it == entries_.end()) {
+    for (auto r = recent_.begin(); r != recent_.end(); ++r) {
+      if (r->first != ts) continue;
+      Status st = std::move(r->second);
+      recent_.erase(r);
+      return st;
+    }
     return Status::InvalidArgument("Wait on unknown timestamp " +
-                                   std::to_string(ts));
+                                   std::to_string(ts) +
+                                   " (or one another Wait returned)");
   }
-  if (wait_spin_us_ > 0 && !it->second.done) {
-    // Only this Wait erases the entry, so it outlives the unlocked spin.
+  // Our own reference: another Wait on ts may forget the entry first.
+  EntryPtr e = it->second;
+  ++e->waiters;
+  if (wait_spin_us_ > 0 && !e->done) {
     lock.unlock();
-    SpinUntilDone(it->second);
+    SpinUntilDone(*e);
     lock.lock();
   }
-  auto done = [&] { return it->second.done; };
+  auto done = [&] { return e->done; };
   if (timeout_ms > 0) {
     if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
-      if (it->second.finishing) {
+      if (e->finishing) {
         cv_.wait(lock, done);  // the last answer is being assembled
       } else {
         std::string pending;
-        for (int id : it->second.pending) {
-          pending += (pending.empty() ? "" : ", ") + std::to_string(id);
+        for (int id : e->pending) {
+          pending += (pending.empty() ? "" : ", ") + NameLocked(id);
         }
-        it->second.done = true;
-        it->second.status = Status::Timeout(
+        e->done = true;
+        e->done_flag.store(true, std::memory_order_release);
+        e->status = Status::Timeout(
             "request " + std::to_string(ts) + " got no answer within " +
-            std::to_string(timeout_ms) +
-            " ms (PS_REQUEST_TIMEOUT_MS) from node ids " + pending);
+            std::to_string(timeout_ms) + " ms (PS_REQUEST_TIMEOUT_MS) from " +
+            pending);
+        lock.unlock();
+        cv_.notify_all();  // other Waits on ts
+        lock.lock();
       }
     }
   } else {
     cv_.wait(lock, done);
   }
-  Status st = std::move(it->second.status);
-  entries_.erase(it);
+  --e->waiters;
+  Status st = e->status;
+  it = entries_.find(ts);
+  if (it != entries_.end() && it->second == e) entries_.erase(it);
   return st;
 }
 
 bool RequestTracker::IsDone(int ts) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(ts);
-  return it != entries_.end() && it->second.done;
+  if (it != entries_.end()) return it->second->done;
+  return std::any_of(recent_.begin(), recent_.end(),
+                     [ts](const auto& r) { return r.first == ts; });
+}
+
+std::shared_ptr<void> RequestTracker::Payload(int ts) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(ts);
+  return it == entries_.end() ? nullptr : it->second->payload;
+}
+
+size_t RequestTracker::num_pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 }  // namespace ps

@@ -174,6 +174,7 @@ void Postoffice::MonitorLoop() {
                                   std::to_string(config_.heartbeat_timeout_ms) +
                                   " ms (PS_HEARTBEAT_TIMEOUT_MS)");
     }
+    ExpireHeldRequests(now);
     lock.lock();
   }
 }

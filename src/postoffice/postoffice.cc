@@ -294,15 +294,18 @@ void Postoffice::DispatchData(Message&& msg) {
   }
   CustomerKey key{request, msg.meta.app_id(),
                   request ? -1 : msg.meta.customer_id()};
+  const Clock::time_point now = Clock::now();
+  if (request) ExpireHeldRequests(now);
   std::shared_ptr<Customer> customer;
   {
     std::lock_guard<std::mutex> lock(customers_mu_);
     auto it = customers_.find(key);
     if (it == customers_.end()) {
       // Requests may come before the server set its request handle (a
-      // worker may learn of the start barrier's end first): hold them.
+      // worker may learn of the start barrier's end first): hold them, for
+      // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests).
       if (request && held_count_ < kMaxEarlyMessages) {
-        held_[key].push_back(std::move(msg));
+        held_[key].push_back({std::move(msg), now});
         ++held_count_;
         return;
       }
@@ -322,6 +325,51 @@ void Postoffice::DispatchData(Message&& msg) {
     return;
   }
   Deliver(customer);
+}
+
+void Postoffice::ExpireHeldRequests(Clock::time_point now) {
+  const auto max_age = std::chrono::milliseconds(config_.connect_timeout_ms);
+  std::vector<Message> expired;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    if (held_count_ == 0) return;
+    for (auto it = held_.begin(); it != held_.end();) {
+      std::vector<HeldRequest>& held = it->second;
+      auto young = std::find_if(held.begin(), held.end(), [&](const auto& h) {
+        return now - h.since <= max_age;
+      });  // held in order of arrival
+      for (auto h = held.begin(); h != young; ++h) {
+        expired.push_back(std::move(h->msg));
+      }
+      held_count_ -= young - held.begin();
+      held.erase(held.begin(), young);
+      it = held.empty() ? held_.erase(it) : std::next(it);
+    }
+  }
+  if (expired.empty()) return;
+  const int my_rank = rank();
+  for (const Message& req : expired) {
+    const pb::Meta& q = req.meta;
+    std::string why = "no KVServer for app " + std::to_string(q.app_id()) +
+                      " on server " + std::to_string(my_rank) + " within " +
+                      std::to_string(config_.connect_timeout_ms) +
+                      " ms (PS_CONNECT_TIMEOUT_MS)";
+    CountDropped(q.sender(), why);
+    Message answer;
+    pb::Meta& m = answer.meta;
+    m.set_app_id(q.app_id());
+    m.set_customer_id(q.customer_id());
+    m.set_timestamp(q.timestamp());
+    m.set_request(false);
+    m.set_push(q.push());
+    m.set_pull(q.pull());
+    m.set_head(q.head());
+    m.set_recver(q.sender());
+    m.mutable_control()->set_error(why);
+    m.mutable_control()->set_error_code(Status::kNotFound);
+    Status st = Send(&answer);
+    if (!st.ok()) LOG(WARNING) << "refusing " << DebugString(req) << ": " << st;
+  }
 }
 
 void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
@@ -354,7 +402,9 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     customers_[key] = customer;
     auto held = held_.find(key);
     if (held == held_.end()) return;
-    for (Message& m : held->second) customer->mailbox.push_back(std::move(m));
+    for (HeldRequest& h : held->second) {
+      customer->mailbox.push_back(std::move(h.msg));
+    }
     held_count_ -= held->second.size();
     held_.erase(held);
     customer->delivering = true;

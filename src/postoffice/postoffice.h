@@ -94,6 +94,10 @@ class Postoffice {
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
   void DispatchData(Message&& msg);
+  // Refuses (NotFound) the requests held for a KVServer that has not
+  // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
+  // no lock (monitor loop, DispatchData).
+  void ExpireHeldRequests(Clock::time_point now);
   // Drains customer's mailbox on this thread; customer->delivering is set.
   void Deliver(const std::shared_ptr<Customer>& customer);
 
@@ -173,7 +177,11 @@ class Postoffice {
   std::mutex customers_mu_;
   std::condition_variable customers_cv_;
   std::map<CustomerKey, std::shared_ptr<Customer>> customers_;
-  std::map<CustomerKey, std::vector<Message>> held_;  // no customer yet
+  struct HeldRequest {
+    Message msg;
+    Clock::time_point since;
+  };
+  std::map<CustomerKey, std::vector<HeldRequest>> held_;  // no customer yet
   size_t held_count_ = 0;
 };
 

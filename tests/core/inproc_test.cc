@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
 
 #include "cluster.h"
 #include "postoffice/postoffice.h"
+#include "ps/dense_server.h"
 #include "ps/kv_app.h"
 #include "ps/shared_array.h"
 
@@ -518,6 +521,244 @@ TEST(InProc, DeadServerFailsWaitAndBarrier) {
               std::string::npos)
         << s;
   }
+}
+
+// A request whose values are of another type than the server's is answered
+// with an error naming both (not dropped), and the server keeps serving.
+TEST(InProc, WrongValueTypeIsAnErrorNamingBothTypes) {
+  DefaultJob c(1, 1, [](Config* cfg) { cfg->request_timeout_ms = 5000; });
+  ASSERT_TRUE(c.Start());
+  {
+    KVWorker<double> wrong(c.workers[0].get(), 0, 0);
+    Status st = wrong.Wait(wrong.Push({1, 2}, {1.0, 2.0}));
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("float"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("double"), std::string::npos) << st;
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  ASSERT_TRUE(kv.Wait(kv.Push({1, 2}, {1.0f, 2.0f})).ok());
+  std::vector<float> out;
+  ASSERT_TRUE(kv.Wait(kv.Pull({1, 2}, &out)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_GE(c.servers[0]->num_dropped_messages(), 1u);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A request for an app no KVServer of that server registers is held for a
+// while (the server may set its handle late), then refused.
+TEST(InProc, UnknownAppIsNotFoundAfterTheConnectTimeout) {
+  DefaultJob c(1, 1, [](Config* cfg) {
+    cfg->connect_timeout_ms = 300;
+    cfg->request_timeout_ms = 15000;
+  });
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), 7, 0);
+  Status st = kv.Wait(kv.Push({1}, {1.0f}));
+  EXPECT_EQ(st.code(), Status::kNotFound) << st;
+  EXPECT_NE(st.message().find("no KVServer for app 7 on server 0"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
+  // A server that registers late still gets the requests held till then.
+  KVWorker<float> late(c.workers[0].get(), 8, 0);
+  int ts = late.Push({1}, {2.0f});
+  KVServer<float> server(c.servers[0].get(), 8);
+  KVServerDefaultHandle<float> handle;
+  server.set_request_handle([&](const KVMeta& m, const KVPairs<float>& d,
+                                KVServer<float>* s) { handle(m, d, s); });
+  EXPECT_TRUE(late.Wait(ts).ok());
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A server may refuse a request (ResponseError); the worker's Wait returns
+// that error prefixed with the server's name.
+TEST(InProc, ServerRefusesARequest) {
+  Cluster c(2, 1);
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+          if (m.cmd == 1 && d.keys[0] < 1000) {
+            s->ResponseError(m, Status::Aborted("not today"));
+          } else {
+            KVPairs<float> res;
+            if (m.pull) {
+              res.keys = d.keys;
+              res.vals = SArray<float>(d.keys.size(), 1.0f);
+            }
+            s->Response(m, res);
+          }
+        });
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  std::vector<float> out;
+  Status st = kv.Wait(kv.Pull({1, 50000}, &out, nullptr, 1));
+  EXPECT_EQ(st.code(), Status::kAborted) << st;
+  EXPECT_NE(st.message().find("refused the request: not today"),
+            std::string::npos)
+      << st;
+  EXPECT_TRUE(kv.Wait(kv.Pull({1, 50000}, &out, nullptr, 0)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A request timeout names the silent servers by role and rank.
+TEST(InProc, RequestTimeoutNamesTheSilentServers) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->request_timeout_ms = 300; });
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  Status st = kv.Wait(kv.Push({1, 50000}, {1.0f, 1.0f}));
+  EXPECT_EQ(st.code(), Status::kTimeout) << st;
+  EXPECT_NE(st.message().find("from server 0 (tcp://"), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find(", server 1 (tcp://"), std::string::npos) << st;
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Requests with a callback and no Wait leave nothing behind (neither the
+// tracker entry nor the pull state); Wait still works where it is called.
+TEST(InProc, CallbackRequestsWithoutWaitLeaveNothingBehind) {
+  DefaultJob c(2, 1);
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  const int kRequests = 2000;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    cv.notify_all();
+  };
+  std::vector<std::vector<float>> outs(kRequests / 2);
+  for (int i = 0; i < kRequests / 2; ++i) {
+    kv.Push({1, 50000}, {1.0f, 1.0f}, {}, 0, count);
+    kv.Pull({1, 50000}, &outs[i], nullptr, 0, count);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30),
+                            [&] { return done == kRequests; }));
+  }
+  EXPECT_EQ(kv.num_pending(), 0u);
+  std::vector<float> out;
+  int ts = kv.Pull({1, 50000}, &out, nullptr, 0, count);
+  EXPECT_TRUE(kv.Wait(ts).ok());
+  EXPECT_EQ(out, (std::vector<float>{1000.0f, 1000.0f}));
+  EXPECT_EQ(kv.num_pending(), 0u);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A worker destroyed while a peer failure is being delivered to the
+// workers of its node: its failure callback must not run on it. Worker A's
+// request callback (run by A's failure handling) holds the delivery until
+// worker B, next in line, is gone (the ASan build shows a use after free).
+TEST(InProc, WorkerDestroyedWhileAPeerFailureIsDelivered) {
+  Cluster c(2, 1, [](Config* cfg) { cfg->heartbeat_timeout_ms = 600; });
+  ASSERT_TRUE(c.Start());
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (auto& n : c.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(n.get(), 0));
+    servers.back()->set_request_handle(
+        [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  }
+  Node* w = c.workers[0].get();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_callback = false, b_gone = false;
+  KVWorker<float> a(w, 0, 0);
+  auto b = std::make_unique<KVWorker<float>>(w, 0, 1);
+  const Key dead_key = c.servers[1]->rank() == 0 ? 1 : 60000;
+  int ts = a.Push({dead_key}, {1.0f}, {}, 0, [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    in_callback = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return b_gone; });
+  });
+  servers.pop_back();
+  c.servers[1]->postoffice()->Abandon();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10),
+                            [&] { return in_callback; }));
+  }
+  b.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    b_gone = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(a.Wait(ts).code(), Status::kPeerFailed);
+}
+
+// Under ps::Node a worker that dies mid-job (BSP) must not hang the others:
+// the shard fails the surviving worker's pending pull with PeerFailed naming
+// the dead worker, and WaitAllDone gives up.
+TEST(InProc, DeadWorkerFailsDenseShardBspStepsInsteadOfHanging) {
+  Cluster cluster(1, 2, [](Config* cfg) {
+    cfg->heartbeat_interval_ms = 50;
+    cfg->heartbeat_timeout_ms = 600;
+    cfg->request_timeout_ms = 20000;
+  });
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShard shard(
+      &server, DenseLayout{10, 4}, 0, 3, std::vector<float>(10, 0.0f),
+      DenseShardOptions{Consistency::kBsp, 0, 2},
+      [](float* w, const float* g, size_t, size_t len, int n, int, int) {
+        for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
+      });
+  std::unique_ptr<KVWorker<float>> kv[2];
+  for (int r = 0; r < 2; ++r) {
+    kv[r] = std::make_unique<KVWorker<float>>(cluster.workers[r].get(), 0, 0);
+  }
+  const std::vector<Key> keys = {0, 1, 2};
+  const std::vector<int> lens = {4, 4, 2};
+  const int kSteps = 3;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> w[2];
+    int ts[2][2];
+    for (int r = 0; r < 2; ++r) {
+      ts[r][0] = kv[r]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                             EncodeDenseCmd(DenseOp::kStep, step));
+      ts[r][1] = kv[r]->Pull(keys, &w[r], nullptr,
+                             EncodeDenseCmd(DenseOp::kStep, step + 1));
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int t : ts[r]) ASSERT_TRUE(kv[r]->Wait(t).ok());
+    }
+  }
+  Node* victim = cluster.workers[1].get();
+  const int dead_rank = victim->rank();
+  kv[1].reset();
+  victim->postoffice()->Abandon();
+  std::vector<float> w;
+  EXPECT_TRUE(kv[0]
+                  ->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                                     EncodeDenseCmd(DenseOp::kStep, kSteps)))
+                  .ok());
+  Status st = kv[0]->Wait(kv[0]->Pull(
+      keys, &w, nullptr, EncodeDenseCmd(DenseOp::kStep, kSteps + 1)));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("worker " + std::to_string(dead_rank)),
+            std::string::npos)
+      << st;
+  // Later steps fail at once.
+  st = kv[0]->Wait(kv[0]->Push(keys, std::vector<float>(10, 1.0f), lens,
+                               EncodeDenseCmd(DenseOp::kStep, kSteps + 1)));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_FALSE(shard.WaitAllDone(std::chrono::seconds(20)));
+  EXPECT_EQ(shard.failure().code(), Status::kPeerFailed);
+  EXPECT_EQ(shard.updates_applied(), kSteps);
 }
 
 }  // namespace

@@ -283,18 +283,21 @@ TEST(DenseShard, RejectsAnOverlappingRangeOfTheSameStep) {
       const size_t n = keys[0] == 0 ? 4 * keys.size() : 6;
       std::vector<int> lens;
       for (Key k : keys) lens.push_back(static_cast<int>(kLayout.length(k)));
-      EXPECT_TRUE(
-          kv[r]
-              ->Wait(kv[r]->Push(keys, std::vector<float>(n, g), lens, step0))
-              .ok());
+      return kv[r]->Wait(
+          kv[r]->Push(keys, std::vector<float>(n, g), lens, step0));
     };
-    push(0, {1, 2}, 1.0f);
-    push(0, {0, 1}, 5.0f);  // overlaps the pending [1, 3)
+    EXPECT_TRUE(push(0, {1, 2}, 1.0f).ok());
+    Status st = push(0, {0, 1}, 5.0f);  // overlaps the pending [1, 3)
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("refused the request: keys [0, 2) of step 0 "
+                                "overlap the range [1, 3)"),
+              std::string::npos)
+        << st;
     EXPECT_EQ(shard.bad_requests(), 1);
-    push(1, {0}, 6.0f);
-    push(1, {1, 2}, 3.0f);
+    EXPECT_TRUE(push(1, {0}, 6.0f).ok());
+    EXPECT_TRUE(push(1, {1, 2}, 3.0f).ok());
     EXPECT_EQ(shard.updates_applied(), 0);  // key 0 waits for worker 0
-    push(0, {0}, 2.0f);
+    EXPECT_TRUE(push(0, {0}, 2.0f).ok());
     std::vector<float> w;
     EXPECT_TRUE(kv[0]
                     ->Wait(kv[0]->Pull({0, 1, 2}, &w, nullptr,
@@ -327,6 +330,70 @@ TEST(DenseShard, CmdRoundTrips) {
   EXPECT_FALSE(DecodeDenseCmd(7 << 28).ok());
   EXPECT_FALSE(ParseConsistency("eventual").ok());
   EXPECT_EQ(ParseConsistency("bounded").value(), Consistency::kBounded);
+}
+
+void SubtractMean(float* w, const float* g, size_t, size_t len, int num_grads,
+                  int, int) {
+  for (size_t i = 0; i < len; ++i) w[i] -= g[i] / num_grads;
+}
+
+// A push the shard rejects fails the worker's Wait with the reason (the
+// gradient is not silently lost), and the shard keeps serving.
+TEST(DenseShard, RejectedRequestsFailTheWait) {
+  Cluster cluster(1, 1);
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShard shard(&server, kLayout, 0, 2, std::vector<float>(8, 0.0f),
+                   DenseShardOptions{Consistency::kBsp, 0, 1}, SubtractMean);
+  {
+    KVWorker<float> kv(cluster.workers[0].get(), 0, 0);
+    Status st = kv.Wait(
+        kv.Push({2}, {1.0f, 1.0f}, {2}, EncodeDenseCmd(DenseOp::kStep, 0)));
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("server 0 (tcp://"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("leaves the shard [0, 2)"), std::string::npos)
+        << st;
+    st = kv.Wait(kv.Push({0}, std::vector<float>(4, 1.0f), {}, 7 << 28));
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("no dense-shard command"), std::string::npos)
+        << st;
+    EXPECT_TRUE(kv.Wait(kv.Push({0, 1}, std::vector<float>(8, 1.0f), {},
+                                EncodeDenseCmd(DenseOp::kStep, 0)))
+                    .ok());
+    EXPECT_TRUE(
+        kv.Wait(kv.Push({0}, {0.0f}, {1}, EncodeDenseCmd(DenseOp::kDone, 1)))
+            .ok());
+  }
+  EXPECT_TRUE(shard.WaitAllDone(std::chrono::seconds(10)));
+  EXPECT_EQ(shard.bad_requests(), 2);
+  EXPECT_EQ(shard.updates_applied(), 1);
+  EXPECT_TRUE(cluster.Finalize());
+}
+
+// A shard destroyed before its KVServer unregisters its handler: a later
+// request is refused, not run on the destroyed shard (the ASan build shows
+// a use after free otherwise).
+TEST(DenseShard, ShardDestroyedBeforeItsServer) {
+  Cluster cluster(1, 1, [](Config* cfg) {
+    cfg->connect_timeout_ms = 300;
+    cfg->request_timeout_ms = 10000;
+  });
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  auto shard = std::make_unique<DenseShard>(
+      &server, kLayout, 0, 2, std::vector<float>(8, 0.0f),
+      DenseShardOptions{Consistency::kBsp, 0, 1}, SubtractMean);
+  KVWorker<float> kv(cluster.workers[0].get(), 0, 0);
+  std::vector<float> w;
+  ASSERT_TRUE(
+      kv.Wait(kv.Pull({0, 1}, &w, nullptr, EncodeDenseCmd(DenseOp::kStep, 0)))
+          .ok());
+  shard.reset();
+  Status st = kv.Wait(kv.Push({0, 1}, std::vector<float>(8, 1.0f), {},
+                              EncodeDenseCmd(DenseOp::kStep, 0)));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.code(), Status::kTimeout) << st;
+  EXPECT_TRUE(cluster.Finalize());
 }
 
 }  // namespace
