@@ -143,7 +143,8 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   const bool forget = callback != nullptr;
   // Nothing to wait for: the (empty) answer is assembled before the entry
   // is done at once.
-  if (servers.empty() && state) AssemblePull(state.get());
+  // (It cannot fail: no answers, no error.)
+  if (servers.empty() && state) AssemblePull(state.get()).IgnoreError();
   std::weak_ptr<PullState> weak_state = state;
   int ts = tracker_.Start(
       servers,
