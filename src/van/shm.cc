@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include "ps/shared_array.h"
@@ -75,7 +76,7 @@ StatusOr<SArray<char>> SharedMemory::Allocate(size_t bytes) {
   const size_t size = PageRound(bytes);
   uint64_t serial;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     serial = next_serial_++;
   }
   const std::string name = RegionName(getpid(), nonce_, serial);
@@ -100,7 +101,7 @@ StatusOr<SArray<char>> SharedMemory::Allocate(size_t bytes) {
     SharedMemory::Get().Forget(key);
     Unmap{size, fd}(p);
   });
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Region& r = by_address_[key];
   r.pid = getpid();
   r.nonce = nonce_;
@@ -113,7 +114,7 @@ StatusOr<SArray<char>> SharedMemory::Allocate(size_t bytes) {
 }
 
 void SharedMemory::Forget(uintptr_t base) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_address_.find(base);
   if (it == by_address_.end()) return;
   by_name_.erase({it->second.pid, it->second.nonce, it->second.serial});
@@ -123,7 +124,7 @@ void SharedMemory::Forget(uintptr_t base) {
 bool SharedMemory::Find(const void* data, size_t bytes,
                         pb::SharedRef* ref) const {
   const uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_address_.upper_bound(p);
   if (it == by_address_.begin()) return false;
   --it;
@@ -189,7 +190,7 @@ StatusOr<SArray<char>> SharedMemory::Resolve(const pb::SharedRef& ref,
   }
   std::shared_ptr<char> base;  // released outside the lock (see Forget)
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = by_name_.find({ref.pid(), ref.nonce(), ref.region()});
     if (it != by_name_.end()) {
       const Region& r = by_address_.at(it->second);
@@ -209,7 +210,7 @@ StatusOr<SArray<char>> SharedMemory::Resolve(const pb::SharedRef& ref,
           "cannot map " + Describe(ref) + ": " + mapped.status().message());
     }
     base = std::move(mapped).value();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, fresh] =
         by_name_.emplace(Name(ref.pid(), ref.nonce(), ref.region()),
                          reinterpret_cast<uintptr_t>(base.get()));

@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -39,6 +38,7 @@
 #include "meta.pb.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
+#include "van/sync.h"
 
 namespace ps {
 
@@ -54,17 +54,19 @@ class SharedMemory {
   // A new zero-filled region of `bytes` (at least one page); the region is
   // unmapped and closed when the last copy of the array goes (a process
   // that mapped it keeps its mapping, and so the memory, until it exits).
-  StatusOr<SArray<char>> Allocate(size_t bytes);
+  StatusOr<SArray<char>> Allocate(size_t bytes) EXCLUDES(mu_);
 
   // Whether [data, data + bytes) lies within one region of this process or
   // one it mapped; if so fills every field of `ref` but `frame` and `bytes`.
-  bool Find(const void* data, size_t bytes, pb::SharedRef* ref) const;
+  bool Find(const void* data, size_t bytes, pb::SharedRef* ref) const
+      EXCLUDES(mu_);
 
   // The `bytes` bytes at ref.offset of the region `ref` names: a region of
   // this process, or another process's, mapped on first use. Errors name
   // the region, the process and why (e.g. /proc/<pid>/fd/<fd>: Permission
   // denied).
-  StatusOr<SArray<char>> Resolve(const pb::SharedRef& ref, size_t bytes);
+  StatusOr<SArray<char>> Resolve(const pb::SharedRef& ref, size_t bytes)
+      EXCLUDES(mu_);
 
  private:
   // (pid, nonce, serial): a region's name, unique even across a reused pid.
@@ -80,15 +82,15 @@ class SharedMemory {
   };
 
   SharedMemory();
-  void Forget(uintptr_t base);
+  void Forget(uintptr_t base) EXCLUDES(mu_);
   StatusOr<std::shared_ptr<char>> Map(const pb::SharedRef& ref) const;
   static std::string Describe(const pb::SharedRef& ref);
 
-  mutable std::mutex mu_;
-  std::map<uintptr_t, Region> by_address_;  // by base address
-  std::map<Name, uintptr_t> by_name_;
+  mutable Mutex mu_;  // guards the maps and next_serial_
+  std::map<uintptr_t, Region> by_address_ GUARDED_BY(mu_);  // by base address
+  std::map<Name, uintptr_t> by_name_ GUARDED_BY(mu_);
   const uint64_t nonce_;  // random, per process
-  uint64_t next_serial_ = 1;
+  uint64_t next_serial_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace ps

@@ -75,8 +75,8 @@ std::string FrameString(zmq_msg_t* msg) {
 }  // namespace
 
 struct Van::Peer {
-  std::mutex mu;  // serialises use of `socket` across threads
-  void* socket = nullptr;
+  Mutex mu;  // serialises use of `socket` across threads
+  void* socket GUARDED_BY(mu) = nullptr;
   std::string address;
   ~Peer() {
     if (socket != nullptr) zmq_close(socket);
@@ -187,9 +187,9 @@ void Van::Stop(int linger_ms) {
   if (stopped_) return;
   stopped_ = true;
   {
-    std::lock_guard<std::mutex> lock(peers_mu_);
+    MutexLock lock(&peers_mu_);
     for (auto& [id, peer] : peers_) {
-      std::lock_guard<std::mutex> peer_lock(peer->mu);
+      MutexLock peer_lock(&peer->mu);
       SetIntOption(peer->socket, ZMQ_LINGER, linger_ms);
     }
     peers_.clear();  // sockets close once in-flight sends drop their refs
@@ -207,33 +207,36 @@ void Van::Stop(int linger_ms) {
 Status Van::Connect(int id, const std::string& host, int port) {
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
+  // Not shared yet; the lock only tells the analysis who owns `socket`.
+  MutexLock peer_lock(&peer->mu);
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
-  if (peer->socket == nullptr) return Status::Internal(ZmqError());
-  SetIntOption(peer->socket, ZMQ_SNDHWM, options_.water_mark);
-  SetIntOption(peer->socket, ZMQ_SNDTIMEO, options_.send_timeout_ms);
-  SetIntOption(peer->socket, ZMQ_LINGER, 0);
+  void* socket = peer->socket;
+  if (socket == nullptr) return Status::Internal(ZmqError());
+  SetIntOption(socket, ZMQ_SNDHWM, options_.water_mark);
+  SetIntOption(socket, ZMQ_SNDTIMEO, options_.send_timeout_ms);
+  SetIntOption(socket, ZMQ_LINGER, 0);
   if (!options_.secret_key.empty()) {
     // Every node holds the job's key pair: the server key is the job's
     // public key, and the ZAP handler there admits only that client key.
-    SetStringOption(peer->socket, ZMQ_CURVE_SERVERKEY, public_key_);
-    SetStringOption(peer->socket, ZMQ_CURVE_PUBLICKEY, public_key_);
-    SetStringOption(peer->socket, ZMQ_CURVE_SECRETKEY, options_.secret_key);
+    SetStringOption(socket, ZMQ_CURVE_SERVERKEY, public_key_);
+    SetStringOption(socket, ZMQ_CURVE_PUBLICKEY, public_key_);
+    SetStringOption(socket, ZMQ_CURVE_SECRETKEY, options_.secret_key);
   }
   if (!identity_.empty()) {
-    zmq_setsockopt(peer->socket, ZMQ_ROUTING_ID, identity_.data(),
-                   identity_.size());
+    zmq_setsockopt(socket, ZMQ_ROUTING_ID, identity_.data(), identity_.size());
   }
-  if (zmq_connect(peer->socket, peer->address.c_str()) != 0) {
+  if (zmq_connect(socket, peer->address.c_str()) != 0) {
     return Status::Unavailable("cannot connect to " + peer->address + ": " +
                                ZmqError());
   }
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  peer_lock.Unlock();
+  MutexLock lock(&peers_mu_);
   peers_[id] = std::move(peer);
   return Status::OK();
 }
 
 void Van::Rekey(int old_id, int new_id) {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   auto it = peers_.find(old_id);
   if (it == peers_.end()) return;
   peers_[new_id] = std::move(it->second);
@@ -241,26 +244,26 @@ void Van::Rekey(int old_id, int new_id) {
 }
 
 void Van::Disconnect(int id) {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   peers_.erase(id);
   send_references_.erase(id);
   accept_pid_.erase(id);
 }
 
 void Van::SendReferencesTo(int id) {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   send_references_.insert(id);
 }
 
 void Van::AcceptReferencesFrom(int id, int pid) {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   accept_pid_[id] = pid;
 }
 
 bool Van::IsConnected(int id) const { return FindPeer(id) != nullptr; }
 
 std::shared_ptr<Van::Peer> Van::FindPeer(int id) const {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   auto it = peers_.find(id);
   return it == peers_.end() ? nullptr : it->second;
 }
@@ -269,7 +272,7 @@ Status Van::Send(Message* msg) {
   std::shared_ptr<Peer> peer;
   bool references = false;
   {
-    std::lock_guard<std::mutex> lock(peers_mu_);
+    MutexLock lock(&peers_mu_);
     auto it = peers_.find(msg->meta.recver());
     if (it != peers_.end()) peer = it->second;
     references = send_references_.count(msg->meta.recver()) > 0;
@@ -297,7 +300,7 @@ Status Van::Send(Message* msg) {
     msg->meta.clear_reply_into();
   }
   std::string header = EncodeHeader(msg);
-  std::lock_guard<std::mutex> lock(peer->mu);
+  MutexLock lock(&peer->mu);
   int flags = n > 0 ? ZMQ_SNDMORE : 0;
   if (zmq_send(peer->socket, header.data(), header.size(), flags) < 0) {
     if (zmq_errno() == EAGAIN) {
@@ -344,7 +347,7 @@ void Van::CountDropped(const std::string& from, const std::string& why) {
 void Van::Report(const std::string& line) {
   std::string text;
   {
-    std::lock_guard<std::mutex> lock(report_mu_);
+    MutexLock lock(&report_mu_);
     auto now = std::chrono::steady_clock::now();
     if (now - report_window_ >= kReportWindow) {
       if (suppressed_ > 0) {
@@ -518,7 +521,7 @@ bool Van::ReceiveOne() {
   StatusOr<Message> msg =
       Decode(static_cast<const char*>(zmq_msg_data(header)),
              zmq_msg_size(header), std::move(frames), [this](int sender) {
-               std::lock_guard<std::mutex> lock(peers_mu_);
+               MutexLock lock(&peers_mu_);
                auto it = accept_pid_.find(sender);
                return it == accept_pid_.end() ? 0 : it->second;
              });

@@ -41,7 +41,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -49,6 +48,7 @@
 
 #include "ps/status.h"
 #include "van/message.h"
+#include "van/sync.h"
 
 namespace ps {
 
@@ -127,7 +127,7 @@ class Van {
   void AnswerZap(void* zap);
   // Prints `line` unless the rate limit says no (it then counts it).
   void Report(const std::string& line);
-  std::shared_ptr<Peer> FindPeer(int id) const;
+  std::shared_ptr<Peer> FindPeer(int id) const EXCLUDES(peers_mu_);
 
   const VanOptions options_;
   std::string public_key_;  // Z85, derived from options_.secret_key
@@ -140,17 +140,19 @@ class Van {
   std::thread receiver_;
   bool stopped_ = false;
 
-  mutable std::mutex peers_mu_;  // guards the three below (not the sockets)
-  std::unordered_map<int, std::shared_ptr<Peer>> peers_;
-  std::unordered_set<int> send_references_;  // node ids
-  std::unordered_map<int, int> accept_pid_;  // node id -> its pid
+  mutable Mutex peers_mu_;  // guards the three below (not the sockets)
+  std::unordered_map<int, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
+  std::unordered_set<int> send_references_
+      GUARDED_BY(peers_mu_);  // node ids
+  std::unordered_map<int, int> accept_pid_
+      GUARDED_BY(peers_mu_);  // node id -> its pid
 
   std::atomic<uint64_t> num_dropped_{0};
   std::atomic<uint64_t> num_refused_{0};
-  std::mutex report_mu_;  // guards the three below
-  std::chrono::steady_clock::time_point report_window_;
-  int reported_in_window_ = 0;
-  uint64_t suppressed_ = 0;
+  Mutex report_mu_;  // guards the three below
+  std::chrono::steady_clock::time_point report_window_ GUARDED_BY(report_mu_);
+  int reported_in_window_ GUARDED_BY(report_mu_) = 0;
+  uint64_t suppressed_ GUARDED_BY(report_mu_) = 0;
   std::atomic<uint64_t> num_shared_sent_{0};
   std::atomic<uint64_t> num_shared_received_{0};
 };
