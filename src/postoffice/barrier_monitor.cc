@@ -19,7 +19,7 @@ int64_t MsSince(Postoffice::Clock::time_point t,
 
 Status Postoffice::Barrier(int group) {
   std::vector<Message> outbox;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CHECK(ready_) << "Barrier() before a successful Start()";
   CHECK(GroupContains(group, my_id_))
       << DescribeId(my_id_) << " is not in barrier group " << GroupName(group);
@@ -31,20 +31,20 @@ Status Postoffice::Barrier(int group) {
     msg.meta.mutable_control()->set_barrier_group(group);
     outbox.push_back(std::move(msg));
   }
-  lock.unlock();
+  lock.Unlock();
   SendAll(&outbox);
-  lock.lock();
+  lock.Lock();
   // The scheduler enforces barrier_timeout_ms and names who is missing; the
   // extra connect timeout covers its answer travelling back.
   // In 64 bits: both may be INT_MAX.
   const int64_t wait_ms =
       int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
   auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
-  bool released = cv_.wait_until(lock, deadline, [&] {
-    return barrier_released_[group] > seen || dead_.count(kSchedulerId) > 0;
-  });
+  while (barrier_released_[group] <= seen && dead_.count(kSchedulerId) == 0 &&
+         cv_.WaitUntil(deadline)) {
+  }
   if (barrier_released_[group] > seen) return barrier_status_[group];
-  if (!released) {
+  if (dead_.count(kSchedulerId) == 0) {
     return Status::Timeout("barrier of " + GroupName(group) +
                            " got no answer from the scheduler at " +
                            config_.SchedulerAddress() + " within " +
@@ -57,7 +57,7 @@ void Postoffice::OnBarrier(const Message& msg) {
   int group = msg.meta.control().barrier_group();
   std::vector<Message> outbox;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (IsScheduler() && msg.meta.request()) {
       if (!GroupContains(group, msg.meta.sender()) || group <= 0 ||
           group > kAllGroups) {
@@ -82,7 +82,7 @@ void Postoffice::OnBarrier(const Message& msg) {
 void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
   ++barrier_released_[group];
   barrier_status_[group] = error;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
@@ -128,16 +128,17 @@ std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
 void Postoffice::MonitorLoop() {
   int interval = config_.heartbeat_interval_ms;
   int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   scheduler_seen_ = Clock::now();
   Clock::time_point last_tick = scheduler_seen_;
   while (!stop_monitor_) {
     if (tick == 0) {
-      cv_.wait(lock, [&] { return stop_monitor_; });
+      while (!stop_monitor_) cv_.Wait();
       break;
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(tick),
-                 [&] { return stop_monitor_; });
+    auto tick_end = Clock::now() + std::chrono::milliseconds(tick);
+    while (!stop_monitor_ && cv_.WaitUntil(tick_end)) {
+    }
     if (stop_monitor_) break;
     auto now = Clock::now();
     if (interval > 0 && MsSince(last_tick, now) > config_.heartbeat_timeout_ms) {
@@ -167,7 +168,7 @@ void Postoffice::MonitorLoop() {
         newly_dead.push_back(kSchedulerId);
       }
     }
-    lock.unlock();
+    lock.Unlock();
     SendAll(&outbox);
     if (!newly_dead.empty()) {
       DeclareDead(newly_dead, "no heartbeat for more than " +
@@ -175,7 +176,7 @@ void Postoffice::MonitorLoop() {
                                   " ms (PS_HEARTBEAT_TIMEOUT_MS)");
     }
     ExpireHeldRequests(now);
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -209,7 +210,7 @@ void Postoffice::DeclareDead(const std::vector<int>& ids,
   for (int id : ids) {
     std::vector<Message> outbox;
     if (IsScheduler()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (dead_.count(id) > 0 || table_.Find(id) == nullptr) continue;
       for (const auto& [other, node] : table_.nodes()) {
         if (other == id || other == my_id_ || dead_.count(other) > 0 ||
@@ -232,7 +233,7 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
   std::function<void(const Status&)> user_handler;
   std::vector<Message> outbox;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (dead_.count(id) > 0) return;
     dead_.insert(id);
     if (peer_failure_.ok()) peer_failure_ = why;
@@ -249,13 +250,13 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
         for (auto& m : msgs) outbox.push_back(std::move(m));
       }
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   LOG(ERROR) << why;
   SendAll(&outbox);
   std::vector<std::shared_ptr<Customer>> customers;
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     for (auto& [key, c] : customers_) customers.push_back(c);
   }
   for (auto& c : customers) {

@@ -49,7 +49,7 @@ Status Postoffice::Start() {
   PS_RETURN_IF_ERROR(Bind());
   started_ = true;
   if (IsScheduler()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     my_id_ = kSchedulerId;
     my_rank_ = 0;
     NodeInfo me;
@@ -74,33 +74,33 @@ Status Postoffice::Start() {
 }
 
 int Postoffice::id() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return my_id_;
 }
 
 int Postoffice::rank() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return my_rank_;
 }
 
 std::vector<int> Postoffice::GetNodeIds(int group) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return table_.Ids(group);
 }
 
 std::string Postoffice::DescribeNode(int id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return table_.Describe(id);
 }
 
 Status Postoffice::peer_failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return peer_failure_;
 }
 
 void Postoffice::SetPeerFailureHandler(
     std::function<void(const Status&)> handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   peer_failure_handler_ = std::move(handler);
 }
 
@@ -115,7 +115,7 @@ Message Postoffice::ControlMessage(pb::Command cmd, int recver,
 
 Status Postoffice::Send(Message* msg) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     msg->meta.set_sender(my_id_);
   }
   if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
@@ -142,7 +142,7 @@ void Postoffice::OnMessage(Message&& msg) {
   pb::Command cmd = msg.meta.control().cmd();
   std::vector<Message> outbox;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // A registering node has no id yet: SchedulerOnAddNode checks that it
     // registers the address its connection is named after.
     bool scheduler_add = IsScheduler() && cmd == pb::ADD_NODE;
@@ -221,9 +221,9 @@ void Postoffice::OnControl(Message&& msg) {
       }
       return;
     case pb::ACK: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       acked_ = true;
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     case pb::BARRIER:
@@ -241,9 +241,9 @@ void Postoffice::OnControl(Message&& msg) {
         DeclareDead({msg.meta.sender()}, ctrl.error());
         return;
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (IsScheduler()) departed_.insert(msg.meta.sender());
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     case pb::NODE_FAILED:
@@ -254,12 +254,12 @@ void Postoffice::OnControl(Message&& msg) {
       // shared memory.
       bool expected;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         expected = shm_pending_.erase(msg.meta.sender()) > 0;
         if (expected && ctrl.error().empty()) {
           van_.SendReferencesTo(msg.meta.sender());
         }
-        cv_.notify_all();
+        cv_.SignalAll();
       }
       if (!expected) {
         CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
@@ -298,7 +298,7 @@ void Postoffice::DispatchData(Message&& msg) {
   if (request) ExpireHeldRequests(now);
   std::shared_ptr<Customer> customer;
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     auto it = customers_.find(key);
     if (it == customers_.end()) {
       // Requests may come before the server set its request handle (a
@@ -331,7 +331,7 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
   const auto max_age = std::chrono::milliseconds(config_.connect_timeout_ms);
   std::vector<Message> expired;
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     if (held_count_ == 0) return;
     for (auto it = held_.begin(); it != held_.end();) {
       std::vector<HeldRequest>& held = it->second;
@@ -373,18 +373,18 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
 }
 
 void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
-  std::unique_lock<std::mutex> lock(customers_mu_);
+  MutexLock lock(&customers_mu_);
   customer->deliverer = std::this_thread::get_id();
   while (!customer->mailbox.empty()) {
     Message msg = std::move(customer->mailbox.front());
     customer->mailbox.pop_front();
-    lock.unlock();
+    lock.Unlock();
     customer->on_data(std::move(msg));
-    lock.lock();
+    lock.Lock();
   }
   customer->delivering = false;
   customer->deliverer = std::thread::id();
-  customers_cv_.notify_all();
+  customers_cv_.SignalAll();
 }
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
@@ -394,7 +394,7 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
     CHECK(customers_.count(key) == 0)
         << "app " << app_id << " customer " << customer_id
@@ -414,31 +414,39 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
 
 void Postoffice::UnregisterCustomer(bool requests, int app_id,
                                     int customer_id) {
-  std::unique_lock<std::mutex> lock(customers_mu_);
+  MutexLock lock(&customers_mu_);
   CustomerKey key{requests, app_id, requests ? -1 : customer_id};
   auto it = customers_.find(key);
   if (it == customers_.end()) return;
   std::shared_ptr<Customer> customer = it->second;
   customers_.erase(it);
   if (customer->deliverer == std::this_thread::get_id()) return;
-  customers_cv_.wait(lock, [&] { return !customer->delivering; });
+  while (customer->delivering) customers_cv_.Wait();
 }
 
 // ---- Shutdown --------------------------------------------------------------
 
 Status Postoffice::Finalize(bool do_barrier) {
   Status st;
-  if (do_barrier && started_ && ready_) st = Barrier(kAllGroups);
+  bool ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
+    ready = ready_;
+  }
+  if (do_barrier && started_ && ready) st = Barrier(kAllGroups);
+  {
+    MutexLock lock(&mu_);
     finalized_ = true;
   }
   if (IsScheduler() && st.ok()) {
     // Stay until every member said it leaves, so none sends into the void.
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     size_t members = table_.nodes().size() - 1;
-    cv_.wait_for(lock, std::chrono::milliseconds(config_.connect_timeout_ms),
-                 [&] { return departed_.size() + dead_.size() >= members; });
+    auto deadline =
+        Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
+    while (departed_.size() + dead_.size() < members &&
+           cv_.WaitUntil(deadline)) {
+    }
   }
   Stop();
   return st;
@@ -446,7 +454,7 @@ Status Postoffice::Finalize(bool do_barrier) {
 
 void Postoffice::Abandon() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     abandoned_ = true;
   }
   Stop();
@@ -458,12 +466,12 @@ void Postoffice::Stop() {
   bool say_goodbye = false;
   bool clean = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
                   dead_.count(kSchedulerId) == 0;
     clean = finalized_;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
   if (say_goodbye) {
@@ -481,7 +489,7 @@ void Postoffice::Stop() {
   van_.Stop(say_goodbye ? kLingerMs : 0);
   std::vector<std::shared_ptr<Customer>> customers;
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     for (auto& [key, c] : customers_) customers.push_back(c);
   }
   Status aborted = Status::Aborted("node stopped");

@@ -12,12 +12,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -27,6 +25,7 @@
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
+#include "van/sync.h"
 #include "van/van.h"
 
 namespace ps {
@@ -97,9 +96,10 @@ class Postoffice {
   // Refuses (NotFound) the requests held for a KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
-  void ExpireHeldRequests(Clock::time_point now);
+  void ExpireHeldRequests(Clock::time_point now) EXCLUDES(mu_, customers_mu_);
   // Drains customer's mailbox on this thread; customer->delivering is set.
-  void Deliver(const std::shared_ptr<Customer>& customer);
+  void Deliver(const std::shared_ptr<Customer>& customer)
+      EXCLUDES(customers_mu_);
 
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
@@ -114,25 +114,30 @@ class Postoffice {
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table
   // message per member; *new_ids maps each temporary id to the assigned one.
-  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids);
-  std::string RendezvousShortfallLocked() const;
+  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids)
+      REQUIRES(mu_);
+  std::string RendezvousShortfallLocked() const REQUIRES(mu_);
 
   // Barrier bookkeeping at the scheduler; returns the messages to send.
-  std::vector<Message> SchedulerBarrierArriveLocked(int group, int sender);
-  std::vector<Message> ReleaseBarrierLocked(int group, const Status& error);
-  void SignalOwnBarrierLocked(int group, const Status& error);
+  std::vector<Message> SchedulerBarrierArriveLocked(int group, int sender)
+      REQUIRES(mu_);
+  std::vector<Message> ReleaseBarrierLocked(int group, const Status& error)
+      REQUIRES(mu_);
+  void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
 
   // Monitor thread and failures.
   void MonitorLoop();
-  std::vector<Message> SchedulerCheckLocked(Clock::time_point now);
+  std::vector<Message> SchedulerCheckLocked(Clock::time_point now)
+      REQUIRES(mu_);
   // Tells every other member (scheduler) and this node's customers that
   // each of `ids` is dead, for `why`.
-  void DeclareDead(const std::vector<int>& ids, const std::string& why);
+  void DeclareDead(const std::vector<int>& ids, const std::string& why)
+      EXCLUDES(mu_);
   // Whether msg came on the connection of the node its header names (or,
   // before the node table, of the scheduler); else counts and drops it.
-  bool SenderIsProvenLocked(const Message& msg);
+  bool SenderIsProvenLocked(const Message& msg) REQUIRES(mu_);
   void OnPeerFailure(int id, const Status& why);
-  void SendAll(std::vector<Message>* outbox);
+  void SendAll(std::vector<Message>* outbox) EXCLUDES(mu_);
   Message ControlMessage(pb::Command cmd, int recver, bool request) const;
   bool IsScheduler() const { return config_.role == Role::kScheduler; }
 
@@ -142,47 +147,53 @@ class Postoffice {
   bool started_ = false;
   bool stopped_ = false;
   bool abandoned_ = false;
-  bool finalized_ = false;  // guarded by mu_: Stop() after Finalize()
+  SArray<char> shm_probe_;  // a page peers map to check they can (van/shm.h)
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  NodeTable table_;
-  int my_id_ = 0;
-  int my_rank_ = -1;
-  bool acked_ = false;
-  bool ready_ = false;
-  Status start_error_;
-  std::vector<NodeInfo> arrivals_;  // scheduler, in order of arrival
-  int next_temp_id_ = -1000;        // scheduler: ids before rank assignment
-  std::map<int, Clock::time_point> last_seen_;  // scheduler: per node
-  Clock::time_point scheduler_seen_;            // member
-  std::set<int> dead_;
-  std::set<int> departed_;
+  mutable Mutex mu_;  // guards the node state below, up to monitor_
+  CondVar cv_{&mu_};
+  bool finalized_ GUARDED_BY(mu_) = false;  // Stop() after Finalize()
+  NodeTable table_ GUARDED_BY(mu_);
+  int my_id_ GUARDED_BY(mu_) = 0;
+  int my_rank_ GUARDED_BY(mu_) = -1;
+  bool acked_ GUARDED_BY(mu_) = false;
+  bool ready_ GUARDED_BY(mu_) = false;
+  Status start_error_ GUARDED_BY(mu_);
+  // Scheduler: nodes in order of arrival; ids before rank assignment.
+  std::vector<NodeInfo> arrivals_ GUARDED_BY(mu_);
+  int next_temp_id_ GUARDED_BY(mu_) = -1000;
+  std::map<int, Clock::time_point> last_seen_ GUARDED_BY(mu_);  // scheduler
+  Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
+  std::set<int> dead_ GUARDED_BY(mu_);
+  std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;
     Clock::time_point started;
   };
-  std::map<int, SchedulerBarrier> barriers_;  // scheduler, by group
-  std::map<int, uint64_t> barrier_released_;  // by group: releases seen
-  std::map<int, Status> barrier_status_;      // by group: last release
-  Status peer_failure_;
-  SArray<char> shm_probe_;     // a page peers map to check they can (van/shm.h)
-  std::set<int> shm_pending_;  // peers of our domain yet to send SHM_READY
-  std::function<void(const Status&)> peer_failure_handler_;
-  bool stop_monitor_ = false;
+  // By group: the scheduler's barriers; releases seen, and the last one's
+  // status.
+  std::map<int, SchedulerBarrier> barriers_ GUARDED_BY(mu_);
+  std::map<int, uint64_t> barrier_released_ GUARDED_BY(mu_);
+  std::map<int, Status> barrier_status_ GUARDED_BY(mu_);
+  Status peer_failure_ GUARDED_BY(mu_);
+  // Peers of our domain yet to send SHM_READY.
+  std::set<int> shm_pending_ GUARDED_BY(mu_);
+  std::function<void(const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
+  bool stop_monitor_ GUARDED_BY(mu_) = false;
   std::thread monitor_;
 
   std::vector<Message> early_;  // receive thread only: data before ready
 
-  std::mutex customers_mu_;
-  std::condition_variable customers_cv_;
-  std::map<CustomerKey, std::shared_ptr<Customer>> customers_;
+  Mutex customers_mu_;
+  CondVar customers_cv_{&customers_mu_};
+  std::map<CustomerKey, std::shared_ptr<Customer>> customers_
+      GUARDED_BY(customers_mu_);
   struct HeldRequest {
     Message msg;
     Clock::time_point since;
   };
-  std::map<CustomerKey, std::vector<HeldRequest>> held_;  // no customer yet
-  size_t held_count_ = 0;
+  std::map<CustomerKey, std::vector<HeldRequest>> held_
+      GUARDED_BY(customers_mu_);  // no customer yet
+  size_t held_count_ GUARDED_BY(customers_mu_) = 0;
 };
 
 }  // namespace ps

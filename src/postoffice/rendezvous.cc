@@ -19,12 +19,12 @@
 namespace ps {
 
 Status Postoffice::StartScheduler() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto deadline =
       Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
-  if (cv_.wait_until(lock, deadline, [&] { return ready_; })) {
-    return Status::OK();
+  while (!ready_ && cv_.WaitUntil(deadline)) {
   }
+  if (ready_) return Status::OK();
   Status st = Status::Timeout(
       "rendezvous at the scheduler " + config_.SchedulerAddress() +
       " timed out after " + std::to_string(config_.rendezvous_timeout_ms) +
@@ -36,7 +36,7 @@ Status Postoffice::StartScheduler() {
     msg.meta.mutable_control()->set_error_code(st.code());
     outbox.push_back(std::move(msg));
   }
-  lock.unlock();
+  lock.Unlock();
   SendAll(&outbox);
   return st;
 }
@@ -115,10 +115,12 @@ Status Postoffice::StartMember() {
   hello.meta.mutable_control()->set_num_servers(config_.num_servers);
   hello.meta.mutable_control()->set_num_workers(config_.num_workers);
   PS_RETURN_IF_ERROR(Send(&hello));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto connect_deadline =
       Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-  if (!cv_.wait_until(lock, connect_deadline, [&] { return acked_; })) {
+  while (!acked_ && cv_.WaitUntil(connect_deadline)) {
+  }
+  if (!acked_) {
     return Status::Unavailable(
         "scheduler at " + config_.SchedulerAddress() + " did not answer within " +
         std::to_string(config_.connect_timeout_ms) +
@@ -130,8 +132,9 @@ Status Postoffice::StartMember() {
   auto deadline = Clock::now() + std::chrono::milliseconds(
                                      int64_t{config_.rendezvous_timeout_ms} +
                                      config_.connect_timeout_ms);
-  if (!cv_.wait_until(lock, deadline,
-                      [&] { return ready_ || !start_error_.ok(); })) {
+  while (!ready_ && start_error_.ok() && cv_.WaitUntil(deadline)) {
+  }
+  if (!ready_ && start_error_.ok()) {
     return Status::Timeout("no node table from the scheduler at " +
                            config_.SchedulerAddress() + " within " +
                            std::to_string(config_.rendezvous_timeout_ms) +
@@ -143,7 +146,9 @@ Status Postoffice::StartMember() {
   // an answer we only lose the shortcut: everything still goes by socket.
   deadline =
       Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
-  if (!cv_.wait_until(lock, deadline, [&] { return shm_pending_.empty(); })) {
+  while (!shm_pending_.empty() && cv_.WaitUntil(deadline)) {
+  }
+  if (!shm_pending_.empty()) {
     std::string missing;
     for (int id : shm_pending_) missing += " " + table_.Describe(id);
     LOG(WARNING) << "no shared-memory answer from" << missing
@@ -170,7 +175,7 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   }
   std::vector<Message> outbox;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     node.id = next_temp_id_--;
     Status st = van_.Connect(node.id, node.host, node.port);
     if (!st.ok()) {
@@ -251,7 +256,7 @@ std::vector<Message> Postoffice::CompleteRendezvousLocked(
     outbox.push_back(std::move(msg));
   }
   ready_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   if (config_.verbose >= 1) {
     for (const auto& [id, info] : table_.nodes()) {
       LOG(INFO) << "node table: id " << id << " = " << info.Describe();
@@ -266,7 +271,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
   // Peers of our domain, and why we cannot map their memory ("" if we can).
   std::vector<std::pair<int, std::string>> probed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (ready_) {
       van_.CountDropped("scheduler", "a second node table");
       return;
@@ -275,7 +280,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
       start_error_ =
           Status(static_cast<Status::Code>(ctrl.error_code()), ctrl.error());
       if (start_error_.ok()) start_error_ = Status::Internal(ctrl.error());
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     NodeTable table;
@@ -283,7 +288,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     const NodeInfo* me = table.Find(msg.meta.recver());
     if (me == nullptr || me->role != config_.role) {
       start_error_ = Status::Corruption("node table without this node");
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     // Workers talk to servers, servers to workers; all to the scheduler.
@@ -293,7 +298,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
       Status st = van_.Connect(id, n->host, n->port);
       if (!st.ok()) {
         start_error_ = st;
-        cv_.notify_all();
+        cv_.SignalAll();
         return;
       }
       if (!n->shm_domain.empty() && n->shm_domain == MyShmDomain()) {
@@ -306,7 +311,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   for (const auto& [id, why] : probed) {
     Message ready = ControlMessage(pb::SHM_READY, id, false);
