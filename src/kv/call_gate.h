@@ -9,10 +9,10 @@
 #define PS_SRC_KV_CALL_GATE_H_
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "van/sync.h"
 
 namespace ps {
 
@@ -20,38 +20,41 @@ class CallGate {
  public:
   // Runs fn() unless the gate is closed; true if it ran.
   template <typename Fn>
-  bool Call(Fn&& fn) {
+  bool Call(Fn&& fn) EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) return false;
       inside_.push_back(std::this_thread::get_id());
     }
     fn();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       inside_.erase(std::find(inside_.begin(), inside_.end(),
                               std::this_thread::get_id()));
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     return true;
   }
 
   // Turns later calls away and waits for those of other threads inside.
-  void Close() {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Close() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     closed_ = true;
-    const auto self = std::this_thread::get_id();
-    cv_.wait(lock, [&] {
-      return std::all_of(inside_.begin(), inside_.end(),
-                         [&](std::thread::id t) { return t == self; });
-    });
+    while (!OnlySelfInsideLocked()) cv_.Wait();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool closed_ = false;
-  std::vector<std::thread::id> inside_;  // one per running call
+  // Whether every call inside is this thread's own.
+  bool OnlySelfInsideLocked() const REQUIRES(mu_) {
+    const auto self = std::this_thread::get_id();
+    return std::all_of(inside_.begin(), inside_.end(),
+                       [&](std::thread::id t) { return t == self; });
+  }
+
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  bool closed_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread::id> inside_ GUARDED_BY(mu_);  // one per running call
 };
 
 }  // namespace ps

@@ -3,7 +3,6 @@
 // control.error and no frames).
 #include <cstring>
 #include <memory>
-#include <mutex>
 
 #include "kv/call_gate.h"
 #include "kv/slicer.h"
@@ -11,6 +10,7 @@
 #include "ps/kv_core.h"
 #include "ps/node.h"
 #include "van/shm.h"
+#include "van/sync.h"
 
 namespace ps {
 namespace detail {
@@ -53,19 +53,19 @@ class KVServerCore::Impl {
     post_->UnregisterCustomer(true, app_id_, -1);  // waits out a handler
     gate_->Close();                                // and a failure handler
     registered_ = false;  // handle_ stays: it may be the caller
-    std::lock_guard<std::mutex> lock(failure_mu_);
+    MutexLock lock(&failure_mu_);
     failure_handle_ = nullptr;
   }
 
   void SetFailureHandle(FailureHandle handle) {
-    std::lock_guard<std::mutex> lock(failure_mu_);
+    MutexLock lock(&failure_mu_);
     failure_handle_ = std::move(handle);
   }
 
   void OnFailure(int id, const Status& why) {
     FailureHandle handle;
     {
-      std::lock_guard<std::mutex> lock(failure_mu_);
+      MutexLock lock(&failure_mu_);
       handle = failure_handle_;
     }
     if (handle) handle(id, why);
@@ -176,8 +176,8 @@ class KVServerCore::Impl {
   RawHandle handle_;
   bool registered_ = false;
   std::shared_ptr<CallGate> gate_;  // of the registered failure callback
-  std::mutex failure_mu_;           // guards failure_handle_
-  FailureHandle failure_handle_;
+  Mutex failure_mu_;
+  FailureHandle failure_handle_ GUARDED_BY(failure_mu_);
 };
 
 KVServerCore::KVServerCore(Node* node, int app_id, int val_type,

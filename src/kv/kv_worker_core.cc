@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "kv/call_gate.h"
@@ -19,6 +18,7 @@
 #include "ps/kv_core.h"
 #include "ps/node.h"
 #include "van/shm.h"
+#include "van/sync.h"
 
 namespace ps {
 namespace detail {
@@ -27,9 +27,10 @@ namespace {
 
 // A pull in flight: where answers go and what was asked. The payload of its
 // tracker entry.
+// The first four are set before the request's tracker entry exists and
+// stay as they are; mu guards the rest, and the sink's destination, against
+// Wait().
 struct PullState {
-  std::mutex mu;           // guards everything below against Wait()
-  bool abandoned = false;  // done; never touch the sink again
   PullSink sink;
   SArray<Key> keys;         // the request's keys
   std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
@@ -39,9 +40,14 @@ struct PullState {
   // key taken as uniform when they divide evenly), and an answer of another
   // size sets `misplaced`.
   std::vector<size_t> place;
-  bool misplaced = false;  // an answer broke that: assemble at the end
-  std::map<int, RawKVPairs> answers;  // by server rank (all kept, zero-copy)
-  Status error;
+
+  Mutex mu;
+  bool abandoned GUARDED_BY(mu) = false;  // done; never touch the sink again
+  // An answer broke `place`: assemble at the end.
+  bool misplaced GUARDED_BY(mu) = false;
+  // By server rank (all kept, zero-copy).
+  std::map<int, RawKVPairs> answers GUARDED_BY(mu);
+  Status error GUARDED_BY(mu);
 };
 
 }  // namespace
@@ -80,7 +86,7 @@ class KVWorkerCore::Impl {
 
  private:
   std::vector<int> TouchedServers(const std::vector<KVSlice>& slices,
-                                  Status* dead);
+                                  Status* dead) EXCLUDES(mu_);
   void SendSlices(int ts, bool push, bool pull, int cmd,
                   const std::vector<KVSlice>& slices, const PullState* state);
   // Where each server's answer goes in a direct pull destination of `bytes`
@@ -93,12 +99,13 @@ class KVWorkerCore::Impl {
   void OnResponse(Message&& msg);
   // The error a server answered with instead of data (OK for data).
   Status RefusalOf(const Message& msg) const;
-  Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer);
+  Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer)
+      EXCLUDES(state->mu);
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
-  Status AssemblePull(PullState* state);
+  Status AssemblePull(PullState* state) EXCLUDES(state->mu);
   // Hands a lone answer's frames to the sink as they are (no copy); false
-  // when the sink or the answer does not allow it. Holds state->mu.
-  bool Adopt(PullState* state);
+  // when the sink or the answer does not allow it.
+  bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
 
   Postoffice* const post_;
@@ -108,8 +115,8 @@ class KVWorkerCore::Impl {
   const size_t val_size_;
   const std::shared_ptr<CallGate> gate_ = std::make_shared<CallGate>();
   RequestTracker tracker_;
-  std::mutex mu_;               // guards dead_
-  std::map<int, Status> dead_;  // node id -> why
+  Mutex mu_;
+  std::map<int, Status> dead_ GUARDED_BY(mu_);  // node id -> why
 };
 
 int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
@@ -150,7 +157,7 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
       servers,
       [kvs, weak_state, callback = std::move(callback)] {
         if (auto s = weak_state.lock()) {
-          std::lock_guard<std::mutex> lock(s->mu);  // waits out a late copy
+          MutexLock lock(&s->mu);  // waits out a late copy
           s->abandoned = true;
         }
         if (callback) callback();
@@ -163,7 +170,7 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
 std::vector<int> KVWorkerCore::Impl::TouchedServers(
     const std::vector<KVSlice>& slices, Status* dead) {
   std::vector<int> servers;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t s = 0; s < slices.size(); ++s) {
     if (!slices[s].touched) continue;
     int id = ServerRankToId(static_cast<int>(s));
@@ -234,7 +241,7 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   }
   Status refused = RefusalOf(msg);
   if (state && !refused.ok()) {
-    std::lock_guard<std::mutex> lock(state->mu);
+    MutexLock lock(&state->mu);
     if (state->error.ok()) state->error = refused;
   } else if (state) {
     StatusOr<RawKVPairs> kvs = DecodeKVPairs(msg, true, val_type_, val_size_);
@@ -243,7 +250,7 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
                          : kvs.status();
     if (!st.ok()) {
       post_->CountDropped(sender, "bad pull answer: " + st.message());
-      std::lock_guard<std::mutex> lock(state->mu);
+      MutexLock lock(&state->mu);
       if (state->error.ok()) {
         state->error = Status::Corruption(post_->DescribeNode(sender) +
                                           " answered badly: " + st.message());
@@ -284,7 +291,7 @@ Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
                               " keys that differ from the " +
                               std::to_string(asked.size()) + " asked");
   }
-  std::lock_guard<std::mutex> lock(state->mu);
+  MutexLock lock(&state->mu);
   if (state->abandoned) return Status::OK();
   if (!state->place.empty() && !state->misplaced) {
     size_t want = state->place[rank + 1] - state->place[rank];
@@ -310,7 +317,7 @@ void KVWorkerCore::Impl::FinishRequest(
 }
 
 Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
-  std::lock_guard<std::mutex> lock(state->mu);
+  MutexLock lock(&state->mu);
   if (state->abandoned || !state->error.ok()) return state->error;
   if (!state->place.empty() && !state->misplaced) {
     state->answers.clear();
@@ -367,7 +374,7 @@ Status KVWorkerCore::Impl::Wait(int ts) {
   auto state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));
   Status st = tracker_.Wait(ts, post_->config().request_timeout_ms);
   if (state) {
-    std::lock_guard<std::mutex> lock(state->mu);  // waits out a running copy
+    MutexLock lock(&state->mu);  // waits out a running copy
     state->abandoned = true;
   }
   return st;
@@ -375,7 +382,7 @@ Status KVWorkerCore::Impl::Wait(int ts) {
 
 void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
   if (id >= 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     dead_[id] = why;
   }
   tracker_.FailServer(id, why);

@@ -24,7 +24,7 @@ int RequestTracker::NextTimestampLocked() {
 }
 
 void RequestTracker::set_next_timestamp_for_test(int ts) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   next_ts_ = ts;
 }
 
@@ -35,7 +35,7 @@ int RequestTracker::Start(const std::vector<int>& servers, Callback callback,
   bool finished = false;
   int ts;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ts = NextTimestampLocked();
     auto e = std::make_shared<Entry>();
     entries_[ts] = e;
@@ -52,13 +52,13 @@ int RequestTracker::Start(const std::vector<int>& servers, Callback callback,
       ForgetLocked(forget);
     }
   }
-  if (finished) cv_.notify_all();
+  if (finished) cv_.SignalAll();
   for (auto& cb : run) cb();
   return ts;
 }
 
 int RequestTracker::StartFailed(const Status& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int ts = NextTimestampLocked();
   auto e = std::make_shared<Entry>();
   e->done = true;
@@ -70,7 +70,7 @@ int RequestTracker::StartFailed(const Status& error) {
 
 bool RequestTracker::Answer(int ts, int server, std::string* why,
                             const Status& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(ts);
   if (it == entries_.end()) {
     *why = "an answer to unknown request " + std::to_string(ts);
@@ -97,14 +97,14 @@ void RequestTracker::Finish(int ts, const Status& status) {
   std::vector<Callback> run;
   bool finished;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<int> forget;
     finished = FinishLocked(ts, status, &run, &forget);
     ForgetLocked(forget);
   }
   // Notified after the unlock: a waiter woken under the lock would only
   // block again on the mutex.
-  if (finished) cv_.notify_all();
+  if (finished) cv_.SignalAll();
   for (auto& cb : run) cb();
 }
 
@@ -137,7 +137,7 @@ void RequestTracker::FailServer(int server, const Status& why) {
   std::vector<Callback> run;
   bool finished = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<int> forget;
     for (auto& [ts, e] : entries_) {
       // A request whose last answer is being assembled completes normally.
@@ -149,7 +149,7 @@ void RequestTracker::FailServer(int server, const Status& why) {
     }
     ForgetLocked(forget);
   }
-  if (finished) cv_.notify_all();
+  if (finished) cv_.SignalAll();
   for (auto& cb : run) cb();
 }
 
@@ -168,7 +168,7 @@ std::string RequestTracker::NameLocked(int id) const {
 }
 
 Status RequestTracker::Wait(int ts, int timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(ts);
   if (it == entries_.end()) {
     for (auto r = recent_.begin(); r != recent_.end(); ++r) {
@@ -185,15 +185,18 @@ Status RequestTracker::Wait(int ts, int timeout_ms) {
   EntryPtr e = it->second;
   ++e->waiters;
   if (wait_spin_us_ > 0 && !e->done) {
-    lock.unlock();
+    lock.Unlock();
     SpinUntilDone(*e);
-    lock.lock();
+    lock.Lock();
   }
-  auto done = [&] { return e->done; };
   if (timeout_ms > 0) {
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    auto deadline =
+        CondVar::Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (!e->done && cv_.WaitUntil(deadline)) {
+    }
+    if (!e->done) {
       if (e->finishing) {
-        cv_.wait(lock, done);  // the last answer is being assembled
+        while (!e->done) cv_.Wait();  // the last answer is being assembled
       } else {
         std::string pending;
         for (int id : e->pending) {
@@ -205,13 +208,13 @@ Status RequestTracker::Wait(int ts, int timeout_ms) {
             "request " + std::to_string(ts) + " got no answer within " +
             std::to_string(timeout_ms) + " ms (PS_REQUEST_TIMEOUT_MS) from " +
             pending);
-        lock.unlock();
-        cv_.notify_all();  // other Waits on ts
-        lock.lock();
+        lock.Unlock();
+        cv_.SignalAll();  // other Waits on ts
+        lock.Lock();
       }
     }
   } else {
-    cv_.wait(lock, done);
+    while (!e->done) cv_.Wait();
   }
   --e->waiters;
   Status st = e->status;
@@ -221,7 +224,7 @@ Status RequestTracker::Wait(int ts, int timeout_ms) {
 }
 
 bool RequestTracker::IsDone(int ts) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(ts);
   if (it != entries_.end()) return it->second->done;
   return std::any_of(recent_.begin(), recent_.end(),
@@ -229,13 +232,13 @@ bool RequestTracker::IsDone(int ts) const {
 }
 
 std::shared_ptr<void> RequestTracker::Payload(int ts) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(ts);
   return it == entries_.end() ? nullptr : it->second->payload;
 }
 
 size_t RequestTracker::num_pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 

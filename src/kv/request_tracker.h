@@ -19,16 +19,15 @@
 #define PS_SRC_KV_REQUEST_TRACKER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "ps/status.h"
+#include "van/sync.h"
 
 namespace ps {
 
@@ -85,6 +84,8 @@ class RequestTracker {
   void set_next_timestamp_for_test(int ts);
 
  private:
+  // Guarded by mu_ (which the analysis cannot name from here), but for
+  // done_flag.
   struct Entry {
     std::vector<int> pending;  // server ids not yet answered (a few)
     bool done = false;
@@ -102,22 +103,23 @@ class RequestTracker {
   // forgotten, its timestamp on *forget. False when it was unknown or done
   // already. The caller notifies cv_ after releasing mu_.
   bool FinishLocked(int ts, const Status& status, std::vector<Callback>* run,
-                    std::vector<int>* forget);
+                    std::vector<int>* forget) REQUIRES(mu_);
   // Forgets done callback entries nobody waits on, keeping their status.
-  void ForgetLocked(const std::vector<int>& forget);
-  int NextTimestampLocked();
-  std::string NameLocked(int id) const;
+  void ForgetLocked(const std::vector<int>& forget) REQUIRES(mu_);
+  int NextTimestampLocked() REQUIRES(mu_);
+  std::string NameLocked(int id) const REQUIRES(mu_);
 
   // Yields until the entry is done or wait_spin_us_ passed; true if done.
   bool SpinUntilDone(const Entry& e) const;
 
   const int wait_spin_us_;
   const Describe describe_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int next_ts_ = 0;  // in [0, INT_MAX]
-  std::map<int, EntryPtr> entries_;
-  std::deque<std::pair<int, Status>> recent_;  // forgotten, oldest first
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};
+  int next_ts_ GUARDED_BY(mu_) = 0;  // in [0, INT_MAX]
+  std::map<int, EntryPtr> entries_ GUARDED_BY(mu_);
+  // Forgotten, oldest first.
+  std::deque<std::pair<int, Status>> recent_ GUARDED_BY(mu_);
 };
 
 }  // namespace ps
