@@ -72,14 +72,11 @@
 #define PS_DENSE_SERVER_H_
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -161,87 +158,19 @@ class DenseShard {
   // OK, or why the shard stopped serving steps (a dead worker).
   Status failure() const;
 
-  const SArray<float>& weights() const { return weights_; }
+  const SArray<float>& weights() const;
   // Updates every key of the shard has had applied (the least per key).
-  int64_t updates_applied() const { return applied_.load(); }
+  int64_t updates_applied() const;
   // The most updates missing from weights served to a pull (see kBounded);
   // never above tau under kBsp/kBounded. 0 under kAsync (not tracked).
-  int max_staleness() const { return max_staleness_.load(); }
-  int64_t bad_requests() const { return bad_requests_.load(); }
+  int max_staleness() const;
+  int64_t bad_requests() const;
   // Updates that had to copy the weights first (see Copies above).
-  int64_t weight_copies() const { return weight_copies_.load(); }
+  int64_t weight_copies() const;
 
  private:
-  struct RangeSum {     // the pushes of one (step, range)
-    Key end = 0;        // the range is [first key of the map entry, end)
-    SArray<float> sum;  // the first pushed frame, summed into
-    int count = 0;
-    int tag = 0;
-  };
-  struct PendingPull {
-    KVMeta meta;
-    SArray<Key> keys;
-    int step = 0;
-  };
-
-  void Handle(const KVMeta& meta, const KVPairs<float>& data,
-              KVServer<float>* server);
-  // False when the push was rejected (and answered).
-  bool OnPush(const KVMeta& meta, const DenseCmd& cmd,
-              const KVPairs<float>& data);
-  // The range [*begin, *end) a push carries, or why it is no range.
-  bool PushRange(const KVPairs<float>& data, Key* begin, Key* end,
-                 std::string* why) const;
-  // Why [begin, end) may not be summed for `step` (empty when it may).
-  std::string CheckPending(int step, Key begin, Key end) const;
-  void OnDone(int worker, int steps);
-  // Applies every complete (step, range) in order, then answers the pulls
-  // it allows.
-  void Advance();
-  // Runs the updater on [begin, end) and counts the update for its keys.
-  void Apply(Key begin, Key end, const float* grad_sum, int num_grads, int step,
-             int tag);
-  int ExpectedAt(int step) const;
-  // Whether `count` pushes of [begin, end) for `step` are all it waits for
-  // and every key of it has step - 1 applied (Advance would apply it).
-  bool AppliesAt(int step, Key begin, Key end, int count) const;
-  bool PullReady(const SArray<Key>& keys, int step) const;
-  // Offset of key k (or of end_key_, the slice's size) within weights_.
-  size_t SliceOffset(Key k) const;
-  void AnswerPull(const KVMeta& meta, const SArray<Key>& keys, int step);
-  // Offset of key k within weights_, or false when k is not ours.
-  bool Locate(Key k, size_t* offset, size_t* length) const;
-  void Reject(const KVMeta& meta, const std::string& why);
-  // A peer died: a worker still expected fails the shard (see Failures).
-  void OnFailure(int id, const Status& why);
-  // weights_, made exclusively ours first (copy on write).
-  float* MutableWeights();
-
-  KVServer<float>* const server_;
-  const DenseLayout layout_;
-  const Key first_key_, end_key_;
-  const DenseShardOptions options_;
-  const DenseUpdater updater_;
-  SArray<float> weights_;  // shared with pull answers in flight
-
-  // Guarded by mu_ (the receive thread's, and the failure handle's): ranges
-  // in flight by (step, first key), updates applied per key (index k -
-  // first_key_), pulls waiting, who is done, why steps are refused.
-  std::mutex mu_;
-  std::map<std::pair<int, Key>, RangeSum> sums_;
-  std::vector<int> key_applied_;
-  std::vector<PendingPull> pending_;
-  std::map<int, int> done_steps_;  // worker id -> steps it pushed in all
-  Status failed_;                  // a dead worker: steps are refused
-
-  std::atomic<int64_t> applied_{0};
-  std::atomic<int> max_staleness_{0};
-  std::atomic<int64_t> bad_requests_{0};
-  std::atomic<int64_t> weight_copies_{0};
-  mutable std::mutex done_mu_;  // guards num_done_, failure_
-  std::condition_variable done_cv_;
-  int num_done_ = 0;
-  Status failure_;
+  class Impl;  // src/kv/dense_server.cc: the state and its locks
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ps

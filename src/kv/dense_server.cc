@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <utility>
+
+#include "van/sync.h"
 
 namespace ps {
 
@@ -56,7 +59,103 @@ StatusOr<DenseCmd> DecodeDenseCmd(int cmd) {
   return c;
 }
 
-DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
+class DenseShard::Impl {
+ public:
+  Impl(KVServer<float>* server, const DenseLayout& layout, Key first_key,
+       Key end_key, std::vector<float> weights,
+       const DenseShardOptions& options, DenseUpdater updater);
+  ~Impl();
+
+  bool WaitAllDone(std::chrono::milliseconds timeout) EXCLUDES(done_mu_);
+  Status failure() const EXCLUDES(done_mu_);
+  // Only while no request is in flight (dense_server.h): the analysis
+  // cannot see that, so it is not asked to.
+  const SArray<float>& weights() const NO_THREAD_SAFETY_ANALYSIS {
+    return weights_;
+  }
+  int64_t updates_applied() const { return applied_.load(); }
+  int max_staleness() const { return max_staleness_.load(); }
+  int64_t bad_requests() const { return bad_requests_.load(); }
+  int64_t weight_copies() const { return weight_copies_.load(); }
+
+ private:
+  struct RangeSum {     // the pushes of one (step, range)
+    Key end = 0;        // the range is [first key of the map entry, end)
+    SArray<float> sum;  // the first pushed frame, summed into
+    int count = 0;
+    int tag = 0;
+  };
+  struct PendingPull {
+    KVMeta meta;
+    SArray<Key> keys;
+    int step = 0;
+  };
+
+  void Handle(const KVMeta& meta, const KVPairs<float>& data,
+              KVServer<float>* server) EXCLUDES(mu_);
+  // False when the push was rejected (and answered).
+  bool OnPush(const KVMeta& meta, const DenseCmd& cmd,
+              const KVPairs<float>& data) REQUIRES(mu_);
+  // The range [*begin, *end) a push carries, or why it is no range.
+  bool PushRange(const KVPairs<float>& data, Key* begin, Key* end,
+                 std::string* why) const REQUIRES(mu_);
+  // Why [begin, end) may not be summed for `step` (empty when it may).
+  std::string CheckPending(int step, Key begin, Key end) const REQUIRES(mu_);
+  void OnDone(int worker, int steps) REQUIRES(mu_);
+  // Applies every complete (step, range) in order, then answers the pulls
+  // it allows.
+  void Advance() REQUIRES(mu_);
+  // Runs the updater on [begin, end) and counts the update for its keys.
+  void Apply(Key begin, Key end, const float* grad_sum, int num_grads, int step,
+             int tag) REQUIRES(mu_);
+  int ExpectedAt(int step) const REQUIRES(mu_);
+  // Whether `count` pushes of [begin, end) for `step` are all it waits for
+  // and every key of it has step - 1 applied (Advance would apply it).
+  bool AppliesAt(int step, Key begin, Key end, int count) const REQUIRES(mu_);
+  bool PullReady(const SArray<Key>& keys, int step) const REQUIRES(mu_);
+  // Offset of key k (or of end_key_, the slice's size) within weights_.
+  size_t SliceOffset(Key k) const REQUIRES(mu_);
+  void AnswerPull(const KVMeta& meta, const SArray<Key>& keys, int step)
+      REQUIRES(mu_);
+  // Offset of key k within weights_, or false when k is not ours.
+  bool Locate(Key k, size_t* offset, size_t* length) const;
+  void Reject(const KVMeta& meta, const std::string& why);
+  // A peer died: a worker still expected fails the shard (see Failures).
+  void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
+  // weights_, made exclusively ours first (copy on write).
+  float* MutableWeights() REQUIRES(mu_);
+
+  KVServer<float>* const server_;
+  const DenseLayout layout_;
+  const Key first_key_, end_key_;
+  const DenseShardOptions options_;
+  const DenseUpdater updater_;
+  // Shared with pull answers in flight. Written under mu_; weights() reads
+  // it without (only while no request is in flight, as documented).
+  SArray<float> weights_ GUARDED_BY(mu_);
+
+  // Guarded by mu_ (the receive thread's, and the failure handle's): ranges
+  // in flight by (step, first key), updates applied per key (index k -
+  // first_key_), pulls waiting, who is done, why steps are refused.
+  Mutex mu_;
+  std::map<std::pair<int, Key>, RangeSum> sums_ GUARDED_BY(mu_);
+  std::vector<int> key_applied_ GUARDED_BY(mu_);
+  std::vector<PendingPull> pending_ GUARDED_BY(mu_);
+  // Worker id -> steps it pushed in all.
+  std::map<int, int> done_steps_ GUARDED_BY(mu_);
+  Status failed_ GUARDED_BY(mu_);  // a dead worker: steps are refused
+
+  std::atomic<int64_t> applied_{0};
+  std::atomic<int> max_staleness_{0};
+  std::atomic<int64_t> bad_requests_{0};
+  std::atomic<int64_t> weight_copies_{0};
+  mutable Mutex done_mu_;
+  CondVar done_cv_{&done_mu_};
+  int num_done_ GUARDED_BY(done_mu_) = 0;
+  Status failure_ GUARDED_BY(done_mu_);
+};
+
+DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
                        Key first_key, Key end_key, std::vector<float> weights,
                        const DenseShardOptions& options, DenseUpdater updater)
     : server_(server),
@@ -82,27 +181,29 @@ DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
              KVServer<float>* s) { Handle(meta, data, s); });
 }
 
-DenseShard::~DenseShard() { server_->clear_request_handle(); }
+DenseShard::Impl::~Impl() { server_->clear_request_handle(); }
 
-bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(done_mu_);
-  return done_cv_.wait_for(lock, timeout, [this] {
-    return num_done_ >= options_.num_workers || !failure_.ok();
-  }) && num_done_ >= options_.num_workers;
+bool DenseShard::Impl::WaitAllDone(std::chrono::milliseconds timeout) {
+  MutexLock lock(&done_mu_);
+  auto deadline = CondVar::Clock::now() + timeout;
+  while (num_done_ < options_.num_workers && failure_.ok() &&
+         done_cv_.WaitUntil(deadline)) {
+  }
+  return num_done_ >= options_.num_workers;
 }
 
-Status DenseShard::failure() const {
-  std::lock_guard<std::mutex> lock(done_mu_);
+Status DenseShard::Impl::failure() const {
+  MutexLock lock(&done_mu_);
   return failure_;
 }
 
-void DenseShard::OnFailure(int id, const Status& why) {
+void DenseShard::Impl::OnFailure(int id, const Status& why) {
   if (!IsWorkerId(id)) return;  // a server, the scheduler, or our own stop
   const Status failed = Status::PeerFailed(
       "the dense shard stopped serving steps: " + why.message());
   size_t refused;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (done_steps_.count(id) > 0 || !failed_.ok()) return;
     failed_ = failed;
     for (const PendingPull& p : pending_) {
@@ -111,18 +212,18 @@ void DenseShard::OnFailure(int id, const Status& why) {
     refused = pending_.size();
     pending_.clear();
     {
-      std::lock_guard<std::mutex> done_lock(done_mu_);
+      MutexLock done_lock(&done_mu_);
       failure_ = failed;
     }
   }
-  done_cv_.notify_all();
+  done_cv_.SignalAll();
   LOG(ERROR) << "dense shard: " << failed << " (" << refused
              << " pending pulls refused)";
 }
 
-void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
-                        KVServer<float>* /*server*/) {
-  std::lock_guard<std::mutex> lock(mu_);
+void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data,
+                              KVServer<float>* /*server*/) {
+  MutexLock lock(&mu_);
   StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
   if (!cmd.ok()) return Reject(meta, cmd.status().message());
   if (cmd->op == DenseOp::kDone) {
@@ -142,8 +243,8 @@ void DenseShard::Handle(const KVMeta& meta, const KVPairs<float>& data,
   }
 }
 
-bool DenseShard::PushRange(const KVPairs<float>& data, Key* begin, Key* end,
-                           std::string* why) const {
+bool DenseShard::Impl::PushRange(const KVPairs<float>& data, Key* begin,
+                                 Key* end, std::string* why) const {
   const std::string shard =
       "[" + std::to_string(first_key_) + ", " + std::to_string(end_key_) + ")";
   if (data.keys.empty()) {
@@ -172,7 +273,7 @@ bool DenseShard::PushRange(const KVPairs<float>& data, Key* begin, Key* end,
   return true;
 }
 
-std::string DenseShard::CheckPending(int step, Key begin, Key end) const {
+std::string DenseShard::Impl::CheckPending(int step, Key begin, Key end) const {
   for (Key k = begin; k < end; ++k) {
     if (key_applied_[k - first_key_] > step) {
       return "gradient of step " + std::to_string(step) + " for key " +
@@ -192,8 +293,8 @@ std::string DenseShard::CheckPending(int step, Key begin, Key end) const {
   return "";
 }
 
-bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
-                        const KVPairs<float>& data) {
+bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
+                              const KVPairs<float>& data) {
   Key begin = 0, end = 0;
   std::string why;
   if (!PushRange(data, &begin, &end, &why)) {
@@ -234,21 +335,22 @@ bool DenseShard::OnPush(const KVMeta& meta, const DenseCmd& cmd,
   return true;
 }
 
-void DenseShard::OnDone(int worker, int steps) {
+void DenseShard::Impl::OnDone(int worker, int steps) {
   if (!done_steps_.emplace(worker, steps).second) {
     LOG(WARNING) << "dense shard: " << DescribeId(worker)
                  << " sent done twice; ignored";
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(done_mu_);
+    MutexLock lock(&done_mu_);
     ++num_done_;
   }
-  done_cv_.notify_all();
+  done_cv_.SignalAll();
   Advance();
 }
 
-bool DenseShard::AppliesAt(int step, Key begin, Key end, int count) const {
+bool DenseShard::Impl::AppliesAt(int step, Key begin, Key end,
+                                 int count) const {
   const int expected = ExpectedAt(step);
   if (expected <= 0 || count < expected) return false;
   for (Key k = begin; k < end; ++k) {
@@ -257,13 +359,13 @@ bool DenseShard::AppliesAt(int step, Key begin, Key end, int count) const {
   return true;
 }
 
-int DenseShard::ExpectedAt(int step) const {
+int DenseShard::Impl::ExpectedAt(int step) const {
   int n = options_.num_workers;
   for (const auto& [worker, steps] : done_steps_) n -= steps <= step;
   return n;
 }
 
-bool DenseShard::PullReady(const SArray<Key>& keys, int step) const {
+bool DenseShard::Impl::PullReady(const SArray<Key>& keys, int step) const {
   for (Key k : keys) {
     if (k < first_key_ || k >= end_key_) continue;  // AnswerPull rejects it
     const int applied = key_applied_[k - first_key_];
@@ -275,7 +377,7 @@ bool DenseShard::PullReady(const SArray<Key>& keys, int step) const {
   return true;
 }
 
-void DenseShard::Advance() {
+void DenseShard::Impl::Advance() {
   // (step, first key) order: applying a range of step t can only enable
   // entries of later steps, which come later in this one pass.
   for (auto it = sums_.begin(); it != sums_.end();) {
@@ -298,8 +400,8 @@ void DenseShard::Advance() {
   for (const PendingPull& p : ready) AnswerPull(p.meta, p.keys, p.step);
 }
 
-void DenseShard::Apply(Key begin, Key end, const float* grad_sum, int num_grads,
-                       int step, int tag) {
+void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
+                             int num_grads, int step, int tag) {
   const size_t offset = SliceOffset(begin);
   updater_(MutableWeights() + offset, grad_sum, offset,
            SliceOffset(end) - offset, num_grads, step, tag);
@@ -309,13 +411,13 @@ void DenseShard::Apply(Key begin, Key end, const float* grad_sum, int num_grads,
   }
 }
 
-size_t DenseShard::SliceOffset(Key k) const {
+size_t DenseShard::Impl::SliceOffset(Key k) const {
   if (k >= end_key_) return weights_.size();
   return layout_.offset(k) - layout_.offset(first_key_);
 }
 
-void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
-                            int step) {
+void DenseShard::Impl::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
+                                  int step) {
   size_t total = 0;
   bool uniform = true;
   for (Key k : keys) {
@@ -366,14 +468,14 @@ void DenseShard::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
   server_->Response(meta, res);
 }
 
-bool DenseShard::Locate(Key k, size_t* offset, size_t* length) const {
+bool DenseShard::Impl::Locate(Key k, size_t* offset, size_t* length) const {
   if (k < first_key_ || k >= end_key_) return false;
   *offset = layout_.offset(k) - layout_.offset(first_key_);
   *length = layout_.length(k);
   return true;
 }
 
-float* DenseShard::MutableWeights() {
+float* DenseShard::Impl::MutableWeights() {
   if (weights_.ptr().use_count() > 1) {
     SArray<float> fresh;
     fresh.CopyFrom(weights_);
@@ -383,11 +485,28 @@ float* DenseShard::MutableWeights() {
   return weights_.data();
 }
 
-void DenseShard::Reject(const KVMeta& meta, const std::string& why) {
+void DenseShard::Impl::Reject(const KVMeta& meta, const std::string& why) {
   ++bad_requests_;
   LOG(WARNING) << "dense shard: refused a request of "
                << DescribeId(meta.sender) << ": " << why;
   server_->ResponseError(meta, Status::InvalidArgument(why));
 }
+
+DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
+                       Key first_key, Key end_key, std::vector<float> weights,
+                       const DenseShardOptions& options, DenseUpdater updater)
+    : impl_(std::make_unique<Impl>(server, layout, first_key, end_key,
+                                   std::move(weights), options,
+                                   std::move(updater))) {}
+DenseShard::~DenseShard() = default;
+bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
+  return impl_->WaitAllDone(timeout);
+}
+Status DenseShard::failure() const { return impl_->failure(); }
+const SArray<float>& DenseShard::weights() const { return impl_->weights(); }
+int64_t DenseShard::updates_applied() const { return impl_->updates_applied(); }
+int DenseShard::max_staleness() const { return impl_->max_staleness(); }
+int64_t DenseShard::bad_requests() const { return impl_->bad_requests(); }
+int64_t DenseShard::weight_copies() const { return impl_->weight_copies(); }
 
 }  // namespace ps
