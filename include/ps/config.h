@@ -23,7 +23,8 @@
 //   PS_REQUEST_TIMEOUT_MS    KVWorker::Wait gives up; 0 = never   (0)
 //   PS_WAIT_SPIN_US          KVWorker::Wait spins (yielding) this
 //                            long before it blocks; 0 = never     (100)
-//   PS_MAX_KEY               default placement: EvenKeys over it  (65536)
+//   PS_MAX_KEY               default placement: EvenKeys over it
+//                            (the whole key space, as ps-lite)
 //   PS_VERBOSE               0, 1 (rendezvous), 2 (every message) (0)
 //   PS_SHM                   1: shared arrays (ps/shared_array.h) go to
 //                            nodes of this host and user by
@@ -38,6 +39,11 @@
 //                            sender disconnected                  (1 GiB)
 //   DMLC_PS_WATER_MARK       messages queued per peer and direction
 //                            (ZeroMQ high-water marks)            (1000)
+// ps-lite's names, read too: PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT
+// (seconds; the _MS names win when both are set), PS_RESEND (0 only:
+// resending does not exist, 1 is refused) and PS_RESEND_TIMEOUT (checked,
+// no effect without resend), DMLC_LOCAL (0 or 1; 1 needs PS_SHM on: nodes
+// of one host then pass shared arrays by reference).
 //
 // Flags (gflags, defined by the library), one per variable:
 //   --ps_role DMLC_ROLE                   --ps_rank PS_RANK
@@ -91,7 +97,7 @@ struct Config {
   // A reply that comes within this many microseconds of Wait is picked up
   // without a thread wake-up (bench/kv: the one-float round trip).
   int wait_spin_us = 100;
-  Key max_key = 65536;
+  Key max_key = kMaxKey;
   int verbose = 0;
   bool shm = true;
   // CurveZMQ: the job's secret key in Z85 (40 characters) as read from

@@ -26,7 +26,9 @@
 
 namespace ps {
 
+namespace core {
 class Postoffice;
+}  // namespace core
 
 class Node {
  public:
@@ -85,14 +87,16 @@ class Node {
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
   // Internal: the postoffice, for the KV layer (src/kv). Never null.
-  Postoffice* postoffice() const;
+  core::Postoffice* postoffice() const;
 
  private:
-  std::unique_ptr<Postoffice> postoffice_;
+  std::unique_ptr<core::Postoffice> postoffice_;
 };
 
-// The node of the ps.h convenience layer (ps::Start). Aborts with a clear
-// message when ps::Start has not been called.
+// The node of the ps.h convenience layer (ps::Start), made from the
+// environment and flags on first use (not started: ps::Start starts it).
+// Ends the process with a message naming the variable on a bad
+// configuration.
 Node* DefaultNode();
 
 }  // namespace ps

@@ -7,29 +7,50 @@
 // with exit code 1 and a message naming the variable, the address or the dead
 // node. Programs that want Status values instead use ps::Node directly.
 //
-// Thread-safety: Start/StartAsync/Finalize from the main thread; the
-// accessors and Barrier from any thread between them.
+// The roles and counts (IsServer, NumWorkers...) are known before Start:
+// the default node is made from the environment on first use, so servers
+// may build their KVServer (and any node a SimpleApp) before Start, as
+// ps-lite programs do. ps-lite's Postoffice::Get() (ps/internal/
+// postoffice.h) and SimpleApp (ps/simple_app.h) come with this header.
+//
+// Thread-safety: Start/StartAsync/Finalize from any thread, one customer id
+// each; the accessors and Barrier from any thread between them.
 #ifndef PS_PS_H_
 #define PS_PS_H_
 
+#include <functional>
+
 #include "ps/base.h"
 #include "ps/config.h"
+#include "ps/internal/postoffice.h"
+#include "ps/internal/utils.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "ps/placement.h"
+#include "ps/range.h"
 #include "ps/sarray.h"
 #include "ps/shared_array.h"
+#include "ps/simple_app.h"
 #include "ps/status.h"
 
 namespace ps {
 
 // Rendezvous, then a barrier of all nodes (so every server's KVServer may be
-// built before workers send; early requests are held anyway).
+// built before workers send; early requests are held anyway). Several
+// threads of a process may each Start their own customer (ps-lite's
+// multi-worker form): the first starts the node (rendezvous and barrier),
+// the others wait for that and share it; the process is one node, so
+// DMLC_NUM_WORKER counts worker processes.
 void Start(int customer_id, const char* argv0 = nullptr);
 // Rendezvous without the barrier.
 void StartAsync(int customer_id, const char* argv0 = nullptr);
-// Barrier of all nodes (when do_barrier), then an ordered shutdown.
+// Ends `customer_id`. The last started customer of the process stops the
+// node: a barrier of all nodes (when do_barrier), an ordered shutdown, then
+// the exit callback.
 void Finalize(int customer_id, bool do_barrier = true);
+// Runs `cb` after the node stopped, in the last Finalize (ps-lite: e.g. to
+// delete a KVServer). A later registration replaces an earlier one.
+void RegisterExitCallback(const std::function<void()>& cb);
 
 int NumWorkers();
 int NumServers();

@@ -11,14 +11,27 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <iterator>
 #include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "ps/range.h"
+
 namespace ps {
+
+// Where an array's memory lives (ps-lite's device tags). The transport
+// moves CPU memory only; the tags travel with an SArray for programs that
+// set them, and nothing here reads them.
+enum DeviceType { UNK, CPU, GPU };
 
 template <typename V>
 class SArray {
@@ -32,8 +45,65 @@ class SArray {
   explicit SArray(size_t size, V value = V()) { resize(size, value); }
 
   // Adopts `data`: `deleter(data)` runs when the last copy goes away.
-  SArray(V* data, size_t size, std::function<void(V*)> deleter)
-      : ptr_(data, std::move(deleter)), size_(size), capacity_(size) {}
+  template <typename Deleter,
+            typename = std::enable_if_t<!std::is_arithmetic_v<Deleter>>>
+  SArray(V* data, size_t size, Deleter deleter) {
+    reset(data, size, std::move(deleter));
+  }
+  // ps-lite's form: shares `data` (no copy); `deletable` means delete[] it
+  // when the last copy goes away, else the caller keeps it alive.
+  SArray(V* data, size_t size, bool deletable = false) {
+    if (deletable) {
+      reset(data, size, std::default_delete<V[]>());
+    } else {
+      reset(data, size, [](V*) {});
+    }
+  }
+  SArray(V* data, size_t size, DeviceType src_device_type, int src_device_id,
+         DeviceType dst_device_type, int dst_device_id,
+         bool deletable = false)
+      : SArray(data, size, deletable) {
+    src_device_type_ = src_device_type;
+    src_device_id_ = src_device_id;
+    dst_device_type_ = dst_device_type;
+    dst_device_id_ = dst_device_id;
+  }
+
+  // Shares the vector's buffer (no copy); the vector lives as long as any
+  // copy of this array.
+  explicit SArray(const std::shared_ptr<std::vector<V>>& vec)
+      : ptr_(vec, vec->data()), size_(vec->size()), capacity_(vec->size()) {}
+
+  // Copies the list's elements (converted to V).
+  template <typename W>
+  SArray(const std::initializer_list<W>& list) {
+    CopyFrom(list.begin(), list.end());
+  }
+  template <typename W>
+  void operator=(const std::initializer_list<W>& list) {
+    CopyFrom(list.begin(), list.end());
+  }
+
+  // Shares the buffer of `other` seen as elements of V (as the constructor).
+  template <typename W,
+            typename = std::enable_if_t<!std::is_same_v<W, V>>>
+  void operator=(const SArray<W>& other) {
+    *this = other.template Reinterpret<V>();
+  }
+
+  // Adopts `data` (as the deleter constructor), replacing this array's
+  // buffer; the device tags are set too.
+  template <typename Deleter>
+  void reset(V* data, size_t size, Deleter deleter,
+             DeviceType src_device_type = CPU, int src_device_id = 0,
+             DeviceType dst_device_type = CPU, int dst_device_id = 0) {
+    ptr_.reset(data, std::move(deleter));
+    size_ = capacity_ = size;
+    src_device_type_ = src_device_type;
+    src_device_id_ = src_device_id;
+    dst_device_type_ = dst_device_type;
+    dst_device_id_ = dst_device_id;
+  }
 
   // Copies `vec` into a new buffer.
   explicit SArray(const std::vector<V>& vec) {
@@ -63,6 +133,14 @@ class SArray {
   void CopyFrom(const SArray<V>& other) {
     if (this != &other) CopyFrom(other.data(), other.size());
   }
+  // Copies [first, last) into a new buffer.
+  template <typename ForwardIt>
+  void CopyFrom(const ForwardIt& first, const ForwardIt& last) {
+    size_t n = static_cast<size_t>(std::distance(first, last));
+    std::unique_ptr<V[]> fresh(new V[n]);
+    std::copy(first, last, fresh.get());
+    reset(fresh.release(), n, std::default_delete<V[]>());
+  }
 
   // Elements [begin, end) of this array, sharing its buffer.
   SArray<V> segment(size_t begin, size_t end) const {
@@ -71,6 +149,7 @@ class SArray {
     SArray<V> a;
     a.ptr_ = std::shared_ptr<V>(ptr_, data() + begin);
     a.size_ = a.capacity_ = end - begin;
+    a.CopyDeviceTags(*this);
     return a;
   }
 
@@ -85,6 +164,7 @@ class SArray {
     a.ptr_ = std::shared_ptr<W>(ptr_, reinterpret_cast<W*>(data()));
     a.size_ = bytes / sizeof(W);
     a.capacity_ = capacity_ * sizeof(V) / sizeof(W);
+    a.CopyDeviceTags(*this);
     return a;
   }
 
@@ -96,18 +176,27 @@ class SArray {
     ptr_ = std::shared_ptr<V>(fresh.release(), std::default_delete<V[]>());
     capacity_ = n;
   }
-  void resize(size_t n) {
+  // Elements past the old size are set to `value` (zero by default).
+  void resize(size_t n, V value = V()) {
+    size_t old = size_;
     reserve(n);
     size_ = n;
-  }
-  void resize(size_t n, V value) {
-    size_t old = size_;
-    resize(n);
     for (size_t i = old; i < n; ++i) data()[i] = value;
   }
   void push_back(const V& v) {
     if (size_ == capacity_) reserve(capacity_ == 0 ? 8 : capacity_ * 2);
     data()[size_++] = v;
+  }
+  void pop_back() {
+    if (size_ > 0) --size_;
+  }
+  // Copies `other`'s elements to the end of this array.
+  void append(const SArray<V>& other) {
+    if (other.empty()) return;
+    size_t old = size_;
+    reserve(std::max(size_ + other.size(), capacity_ * 2));
+    size_ = old + other.size();
+    std::memcpy(data() + old, other.data(), other.size() * sizeof(V));
   }
   void clear() { *this = SArray<V>(); }
 
@@ -121,15 +210,68 @@ class SArray {
   V& front() const { return data()[0]; }
   V& back() const { return data()[size_ - 1]; }
   const std::shared_ptr<V>& ptr() const { return ptr_; }
+  std::shared_ptr<V>& ptr() { return ptr_; }
+
+  std::string DebugString() const {
+    static const char* const kNames[] = {"UNK", "CPU", "GPU"};
+    std::ostringstream os;
+    os << "[data_size=" << size_ << " " << kNames[src_device_type_] << "["
+       << src_device_id_ << "]->" << kNames[dst_device_type_] << "["
+       << dst_device_id_ << "]]";
+    return os.str();
+  }
+
+  // ps-lite's device tags (see DeviceType).
+  DeviceType src_device_type_ = CPU;
+  int src_device_id_ = 0;
+  DeviceType dst_device_type_ = CPU;
+  int dst_device_id_ = 0;
 
  private:
   template <typename W>
   friend class SArray;
 
+  template <typename W>
+  void CopyDeviceTags(const SArray<W>& other) {
+    src_device_type_ = other.src_device_type_;
+    src_device_id_ = other.src_device_id_;
+    dst_device_type_ = other.dst_device_type_;
+    dst_device_id_ = other.dst_device_id_;
+  }
+
   std::shared_ptr<V> ptr_;
   size_t size_ = 0;
   size_t capacity_ = 0;
 };
+
+// The index range of the elements of sorted `arr` within [lower, upper).
+template <typename V>
+Range FindRange(const SArray<V>& arr, V lower, V upper) {
+  if (upper <= lower) return Range(0, 0);
+  auto lb = std::lower_bound(arr.begin(), arr.end(), lower);
+  auto ub = std::lower_bound(arr.begin(), arr.end(), upper);
+  return Range(lb - arr.begin(), ub - arr.begin());
+}
+
+// "[n]: a b c ... x y z": the first and last m of n elements.
+template <typename V>
+std::string DebugStr(const V* data, int n, int m = 5) {
+  std::ostringstream os;
+  os << "[" << n << "]: ";
+  if (n < 2 * m) {
+    for (int i = 0; i < n; ++i) os << data[i] << " ";
+  } else {
+    for (int i = 0; i < m; ++i) os << data[i] << " ";
+    os << "... ";
+    for (int i = n - m; i < n; ++i) os << data[i] << " ";
+  }
+  return os.str();
+}
+
+template <typename V>
+std::ostream& operator<<(std::ostream& os, const SArray<V>& arr) {
+  return os << DebugStr(arr.data(), static_cast<int>(arr.size()));
+}
 
 }  // namespace ps
 

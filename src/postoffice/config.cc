@@ -232,6 +232,53 @@ Status ReadHosts(const Lookup& env, Config* c) {
   return Status::OK();
 }
 
+// ps-lite's heartbeat names, in seconds, where the _MS name is not set.
+Status ReadPsLiteHeartbeat(const Lookup& env, Config* c) {
+  int seconds = 0;
+  if (env("PS_HEARTBEAT_INTERVAL_MS") == nullptr &&
+      env("PS_HEARTBEAT_INTERVAL") != nullptr) {
+    PS_RETURN_IF_ERROR(ReadInt(env, "PS_HEARTBEAT_INTERVAL", false, 0,
+                               kIntMax / 1000,
+                               "a non-negative number of seconds", &seconds));
+    c->heartbeat_interval_ms = seconds * 1000;
+  }
+  if (env("PS_HEARTBEAT_TIMEOUT_MS") == nullptr &&
+      env("PS_HEARTBEAT_TIMEOUT") != nullptr) {
+    PS_RETURN_IF_ERROR(ReadInt(env, "PS_HEARTBEAT_TIMEOUT", false, 1,
+                               kIntMax / 1000,
+                               "a positive number of seconds (a silent node "
+                               "is always declared dead in the end)",
+                               &seconds));
+    c->heartbeat_timeout_ms = seconds * 1000;
+  }
+  return Status::OK();
+}
+
+// ps-lite's PS_RESEND, PS_RESEND_TIMEOUT and DMLC_LOCAL.
+Status ReadPsLiteOptions(const Lookup& env, Config* c) {
+  int resend = 0;
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND", false, 0, 1, "0 or 1", &resend));
+  if (resend == 1) {
+    return Status::InvalidArgument(
+        NameOf(env, "PS_RESEND") +
+        "='1': resending lost messages is not implemented; unset it or set "
+        "0 (messages go over TCP, and a lost peer fails the job naming it)");
+  }
+  int resend_timeout = 0;
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND_TIMEOUT", false, 1, kIntMax,
+                             "a positive number of milliseconds",
+                             &resend_timeout));
+  int local = 0;
+  PS_RETURN_IF_ERROR(
+      ReadInt(env, "DMLC_LOCAL", false, 0, 1, "0 or 1", &local));
+  if (local == 1 && !c->shm) {
+    return Status::InvalidArgument(
+        NameOf(env, "DMLC_LOCAL") + "='1' asks for local transport, but " +
+        NameOf(env, "PS_SHM") + "='0' turns shared memory off");
+  }
+  return Status::OK();
+}
+
 Status ReadTimeouts(const Lookup& env, Config* c) {
   const char* kPositive = "a positive integer";
   const char* kNonNeg = "a non-negative integer";
@@ -249,6 +296,7 @@ Status ReadTimeouts(const Lookup& env, Config* c) {
                              kNonNeg, &c->request_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_WAIT_SPIN_US", false, 0, 1000000,
                              "an integer in [0, 1000000]", &c->wait_spin_us));
+  PS_RETURN_IF_ERROR(ReadPsLiteHeartbeat(env, c));
   if (c->heartbeat_interval_ms > 0 &&
       c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {
     return Status::InvalidArgument(
@@ -308,6 +356,7 @@ StatusOr<Config> Parse(const Lookup& env) {
   int shm = 1;
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_SHM", false, 0, 1, "0 or 1", &shm));
   c.shm = shm == 1;
+  PS_RETURN_IF_ERROR(ReadPsLiteOptions(env, &c));
   PS_RETURN_IF_ERROR(ReadKeyFile(env, &c));
   if (const Setting* v = env("PS_MAX_MESSAGE_BYTES")) {
     PS_RETURN_IF_ERROR(ParseInt(v->source, v->value, 4096, INT64_MAX,

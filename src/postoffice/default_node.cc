@@ -1,12 +1,15 @@
-// The ps.h convenience layer: one default node per process, started from the
-// environment. This is the program's edge: errors end the process with a
-// message naming the variable, address or node at fault.
+// The ps.h convenience layer: one default node per process, made from the
+// environment on first use and started by the first customer's ps::Start.
+// This is the program's edge: errors end the process with a message naming
+// the variable, address or node at fault.
 #include <glog/logging.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "ps/ps.h"
 
@@ -14,11 +17,23 @@ namespace ps {
 
 namespace {
 
-// The default node of this process (the convenience layer only; the core
-// never reaches for it).
-std::unique_ptr<Node>& DefaultNodeSlot() {
-  static std::unique_ptr<Node> node;
-  return node;
+// The default node of this process and its customers (the convenience layer
+// only; the core never reaches for it).
+struct DefaultState {
+  std::mutex node_mu;  // guards `node` creation
+  std::unique_ptr<Node> node;
+  // Held through Start's rendezvous and Finalize, so that several threads
+  // (one customer each) start and stop the one node in turn.
+  std::mutex start_mu;
+  bool started = false;  // guarded by start_mu
+  bool stopped = false;  // guarded by start_mu
+  std::set<int> customers;  // started, not yet finalized; start_mu
+  std::function<void()> exit_callback;  // start_mu
+};
+
+DefaultState& State() {
+  static DefaultState* state = new DefaultState;  // never destroyed: threads
+  return *state;
 }
 
 [[noreturn]] void Die(const std::string& what) {
@@ -31,46 +46,74 @@ std::unique_ptr<Node>& DefaultNodeSlot() {
   std::_Exit(1);
 }
 
-void StartDefault(const char* argv0, bool do_barrier) {
+void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
+  DefaultState& state = State();
+  Node* node = DefaultNode();
+  std::lock_guard<std::mutex> lock(state.start_mu);
+  if (state.stopped) {
+    Die("ps::Start(" + std::to_string(customer_id) +
+        ") after the node was finalized (its last customer called "
+        "ps::Finalize)");
+  }
+  state.customers.insert(customer_id);
+  if (state.started) return;  // another customer of this process started it
   if (argv0 != nullptr && !google::IsGoogleLoggingInitialized()) {
     google::InitGoogleLogging(argv0);
   }
-  CHECK(DefaultNodeSlot() == nullptr) << "ps::Start called twice";
-  StatusOr<Config> config = Config::FromEnvAndFlags();
-  if (!config.ok()) Die("bad configuration: " + config.status().message());
-  DefaultNodeSlot() = std::make_unique<Node>(*config);
-  Node* node = DefaultNodeSlot().get();
   node->SetPeerFailureHandler([node](const Status& why) {
     Die(node->DescribeNode(node->id()) + " stops: " + why.message());
   });
   Status st = node->Start();
   if (!st.ok()) {
-    Die(std::string(RoleName(config->role)) +
+    Die(std::string(RoleName(node->role())) +
         " failed to start: " + st.ToString());
   }
+  state.started = true;
   if (do_barrier) Barrier(kAllGroups);
 }
 
 }  // namespace
 
 Node* DefaultNode() {
-  Node* node = DefaultNodeSlot().get();
-  CHECK(node != nullptr) << "ps::Start() has not been called";
-  return node;
+  DefaultState& state = State();
+  std::lock_guard<std::mutex> lock(state.node_mu);
+  if (state.node == nullptr) {
+    StatusOr<Config> config = Config::FromEnvAndFlags();
+    if (!config.ok()) Die("bad configuration: " + config.status().message());
+    state.node = std::make_unique<Node>(*config);
+  }
+  return state.node.get();
 }
 
-void Start(int /*customer_id*/, const char* argv0) {
-  StartDefault(argv0, true);
+void Start(int customer_id, const char* argv0) {
+  StartDefault(customer_id, argv0, true);
 }
-void StartAsync(int /*customer_id*/, const char* argv0) {
-  StartDefault(argv0, false);
+void StartAsync(int customer_id, const char* argv0) {
+  StartDefault(customer_id, argv0, false);
 }
 
-void Finalize(int /*customer_id*/, bool do_barrier) {
-  Status st = DefaultNode()->Finalize(do_barrier);
-  if (!st.ok()) Die("Finalize failed: " + st.ToString());
+void Finalize(int customer_id, bool do_barrier) {
+  DefaultState& state = State();
+  std::function<void()> exit_callback;
+  {
+    std::lock_guard<std::mutex> lock(state.start_mu);
+    state.customers.erase(customer_id);
+    if (!state.customers.empty() || state.stopped) return;
+    Status st = DefaultNode()->Finalize(do_barrier);
+    if (!st.ok()) Die("Finalize failed: " + st.ToString());
+    state.stopped = true;
+    exit_callback = std::move(state.exit_callback);
+  }
   // The node stays (stopped) until exit: KVWorker/KVServer objects that
-  // outlive this call still unregister from it.
+  // outlive this call, or that the exit callback deletes, still unregister
+  // from it.
+  if (exit_callback) exit_callback();
+}
+
+void RegisterExitCallback(const std::function<void()>& cb) {
+  DefaultState& state = State();
+  std::lock_guard<std::mutex> lock(state.start_mu);
+  state.exit_callback = cb;
 }
 
 int NumWorkers() { return DefaultNode()->num_workers(); }

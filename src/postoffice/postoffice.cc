@@ -283,6 +283,10 @@ void Postoffice::OnNodeFailed(const Message& msg) {
 }
 
 void Postoffice::DispatchData(Message&& msg) {
+  if (msg.meta.simple_app()) {
+    DispatchSimpleApp(std::move(msg));
+    return;
+  }
   bool request = msg.meta.request();
   bool ok_role =
       request ? config_.role == Role::kServer && IsWorkerId(msg.meta.sender())
@@ -322,6 +326,30 @@ void Postoffice::DispatchData(Message&& msg) {
         "no customer for app " + std::to_string(msg.meta.app_id()) +
             (request ? ""
                      : " customer " + std::to_string(msg.meta.customer_id())));
+    return;
+  }
+  Deliver(customer);
+}
+
+void Postoffice::DispatchSimpleApp(Message&& msg) {
+  // Any member may talk to any other (the sender is proven already).
+  CustomerKey key{false, msg.meta.app_id(),
+                  SimpleAppCustomerId(msg.meta.customer_id())};
+  std::shared_ptr<Customer> customer;
+  {
+    std::lock_guard<std::mutex> lock(customers_mu_);
+    auto it = customers_.find(key);
+    if (it != customers_.end()) {
+      customer = it->second;
+      customer->mailbox.push_back(std::move(msg));
+      if (customer->delivering) return;
+      customer->delivering = true;
+    }
+  }
+  if (customer == nullptr) {
+    CountDropped(msg.meta.sender(),
+                 "no SimpleApp for app " + std::to_string(msg.meta.app_id()) +
+                     " customer " + std::to_string(msg.meta.customer_id()));
     return;
   }
   Deliver(customer);

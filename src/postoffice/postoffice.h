@@ -29,6 +29,9 @@
 #include "van/van.h"
 
 namespace ps {
+// In namespace core: ps::Postoffice is the ps-lite facade
+// (include/ps/internal/postoffice.h), which internal code never includes.
+namespace core {
 
 class Postoffice {
  public:
@@ -69,6 +72,10 @@ class Postoffice {
   // Waits for a running handler of this customer to return (unless called
   // from inside it).
   void UnregisterCustomer(bool requests, int app_id, int customer_id);
+  // A SimpleApp (ps/simple_app.h) of customer c registers
+  // (false, app_id, SimpleAppCustomerId(c)) and gets the messages with
+  // meta.simple_app set for that app and customer, from any member.
+  static int SimpleAppCustomerId(int customer_id) { return -2 - customer_id; }
   // Sends msg to meta.recver(), stamping the sender. Any thread.
   Status Send(Message* msg);
   // Counts and logs a dropped message from node `sender`.
@@ -93,6 +100,7 @@ class Postoffice {
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
   void DispatchData(Message&& msg);
+  void DispatchSimpleApp(Message&& msg);
   // Refuses (NotFound) the requests held for a KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
@@ -195,6 +203,9 @@ class Postoffice {
       GUARDED_BY(customers_mu_);  // no customer yet
   size_t held_count_ GUARDED_BY(customers_mu_) = 0;
 };
+
+}  // namespace core
+using core::Postoffice;
 
 }  // namespace ps
 

@@ -22,6 +22,9 @@ inline Config TestConfig(Role role, int num_servers, int num_workers) {
   c.rendezvous_timeout_ms = 10000;
   c.barrier_timeout_ms = 10000;
   c.heartbeat_interval_ms = 100;
+  // These tests spread small keys over the servers (the default, ps-lite's
+  // split of the whole key space, would put them all on server 0).
+  c.max_key = 65536;
   c.heartbeat_timeout_ms = 3000;
   c.request_timeout_ms = 20000;
   return c;

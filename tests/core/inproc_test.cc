@@ -147,8 +147,8 @@ TEST(InProc, PushSumsAndPullReturnsThem) {
     return n->Barrier(kAllGroups);
   });
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
-  // Default placement: EvenKeys over [0, 65536) -> per-server key sets.
-  Placement p = Placement::EvenKeys(kS, 65536);
+  // Default placement: EvenKeys over [0, max_key) -> per-server key sets.
+  Placement p = Placement::EvenKeys(kS, c.servers[0]->config().max_key);
   size_t held = 0;
   for (int s = 0; s < kS; ++s) {
     int rank = c.servers[s]->rank();

@@ -1,0 +1,189 @@
+// SimpleApp over the node's postoffice: messages with meta.simple_app set,
+// routed to the customer (app_id, customer_id) of the receiving node.
+#include "ps/simple_app.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "postoffice/postoffice.h"
+#include "van/message.h"
+
+namespace ps {
+
+class SimpleApp::Impl {
+ public:
+  Impl(SimpleApp* app, Node* node, int app_id, int customer_id)
+      : app_(app), node_(node), app_id_(app_id), customer_id_(customer_id) {
+    request_handle_ = [](const SimpleData& req, SimpleApp* a) {
+      a->Response(req);
+    };
+    response_handle_ = [](const SimpleData&, SimpleApp*) {};
+    node_->postoffice()->RegisterCustomer(
+        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_),
+        [this](Message&& msg) { OnMessage(msg); },
+        [this](int id, const Status& why) { OnFailure(id, why); });
+  }
+  ~Impl() {
+    node_->postoffice()->UnregisterCustomer(
+        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_));
+  }
+
+  int Request(int head, const std::string& body, int recv_id) {
+    // An id of 8 or more names one server or worker; below, a group.
+    std::vector<int> recvers =
+        recv_id >= 8 ? std::vector<int>{recv_id} : node_->GetNodeIds(recv_id);
+    CHECK(!recvers.empty()) << "no node has id " << recv_id;
+    int ts;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ts = next_timestamp_++;
+      pending_[ts] = Pending{recvers, 0};
+    }
+    for (int r : recvers) {
+      if (r == node_->id()) {
+        OnData(SimpleData{head, body, r, ts}, true);
+        continue;
+      }
+      Message msg = Build(head, body, ts, true, r);
+      Status st = node_->postoffice()->Send(&msg);
+      if (!st.ok()) {
+        LOG(ERROR) << "SimpleApp request to " << node_->DescribeNode(r) << ": "
+                   << st;
+        Answered(ts);
+      }
+    }
+    return ts;
+  }
+
+  void Wait(int ts) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      auto it = pending_.find(ts);
+      return it == pending_.end() ||
+             it->second.answered >= it->second.recvers.size();
+    });
+    pending_.erase(ts);
+  }
+
+  void Response(const SimpleData& req, const std::string& body) {
+    if (req.sender == node_->id()) {
+      OnData(SimpleData{req.head, body, req.sender, req.timestamp}, false);
+      return;
+    }
+    Message msg = Build(req.head, body, req.timestamp, false, req.sender);
+    Status st = node_->postoffice()->Send(&msg);
+    if (!st.ok()) {
+      LOG(ERROR) << "SimpleApp response to "
+                 << node_->DescribeNode(req.sender) << ": " << st;
+    }
+  }
+
+  void SetHandles(const Handle* request, const Handle* response) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (request != nullptr) request_handle_ = *request;
+    if (response != nullptr) response_handle_ = *response;
+  }
+
+ private:
+  struct Pending {
+    std::vector<int> recvers;
+    size_t answered = 0;
+  };
+
+  Message Build(int head, const std::string& body, int ts, bool request,
+                int recver) const {
+    Message msg;
+    msg.meta.set_head(head);
+    msg.meta.set_body(body);
+    msg.meta.set_timestamp(ts);
+    msg.meta.set_request(request);
+    msg.meta.set_simple_app(true);
+    msg.meta.set_app_id(app_id_);
+    msg.meta.set_customer_id(customer_id_);
+    msg.meta.set_recver(recver);
+    return msg;
+  }
+
+  void OnMessage(const Message& msg) {
+    OnData(SimpleData{msg.meta.head(), msg.meta.body(), msg.meta.sender(),
+                      msg.meta.timestamp()},
+           msg.meta.request());
+  }
+
+  // Runs a handle (never under mu_); a response also counts as an answer.
+  void OnData(const SimpleData& data, bool request) {
+    Handle handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle = request ? request_handle_ : response_handle_;
+    }
+    handle(data, app_);
+    if (!request) Answered(data.timestamp);
+  }
+
+  void Answered(int ts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(ts);
+    if (it != pending_.end()) ++it->second.answered;
+    cv_.notify_all();
+  }
+
+  // A dead receiver will not answer: count it as answered, saying so.
+  void OnFailure(int id, const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [ts, p] : pending_) {
+      for (int r : p.recvers) {
+        if (r == id || id == -1) {
+          LOG(ERROR) << "SimpleApp request " << ts << " to "
+                     << node_->DescribeNode(r) << " gets no answer: " << why;
+          ++p.answered;
+        }
+      }
+    }
+    cv_.notify_all();
+  }
+
+  SimpleApp* const app_;
+  Node* const node_;  // outlives this app
+  const int app_id_;
+  const int customer_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Handle request_handle_;   // guarded by mu_
+  Handle response_handle_;  // guarded by mu_
+  int next_timestamp_ = 0;
+  std::map<int, Pending> pending_;
+};
+
+SimpleApp::SimpleApp(int app_id) : SimpleApp(DefaultNode(), app_id, app_id) {}
+
+SimpleApp::SimpleApp(Node* node, int app_id, int customer_id)
+    : impl_(std::make_unique<Impl>(this, node, app_id, customer_id)) {}
+
+SimpleApp::~SimpleApp() = default;
+
+int SimpleApp::Request(int req_head, const std::string& req_body,
+                       int recv_id) {
+  return impl_->Request(req_head, req_body, recv_id);
+}
+
+void SimpleApp::Wait(int timestamp) { impl_->Wait(timestamp); }
+
+void SimpleApp::Response(const SimpleData& recv_req,
+                         const std::string& res_body) {
+  impl_->Response(recv_req, res_body);
+}
+
+void SimpleApp::set_request_handle(const Handle& request_handle) {
+  CHECK(request_handle) << "invalid request handle";
+  impl_->SetHandles(&request_handle, nullptr);
+}
+
+void SimpleApp::set_response_handle(const Handle& response_handle) {
+  CHECK(response_handle) << "invalid response handle";
+  impl_->SetHandles(nullptr, &response_handle);
+}
+
+}  // namespace ps

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs the build tree into a temporary prefix, builds the ps-lite style
+# programs of tests/pslite/programs against it (find_package(ps), no change
+# to their source), and runs each both through tracker/launch.py and by
+# hand (local.sh), checking every exit code and the lines each prints.
+# Usage: pslite_test.sh BUILD_DIR SOURCE_DIR PYTHON LAUNCH_PY
+set -euo pipefail
+build=$1
+src=$2
+python=$3
+launch=$4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+cmake -S "$src/programs" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  -DCMAKE_BUILD_TYPE=Release > "$tmp/configure.log"
+cmake --build "$tmp/build" -j2 > "$tmp/build.log" 2>&1 || {
+  cat "$tmp/build.log"
+  exit 1
+}
+
+# expect LOG PATTERN COUNT: LOG holds COUNT lines matching PATTERN.
+expect() {
+  local got
+  got=$(grep -c -- "$2" "$1" || true)
+  if [ "$got" -ne "$3" ]; then
+    echo "FAIL: expected $3 lines matching '$2', got $got:" >&2
+    cat "$1" >&2
+    exit 1
+  fi
+}
+
+# run WAY S W PROGRAM: runs one job, output in $tmp/out.log.
+run() {
+  local way=$1 s=$2 w=$3 prog=$4
+  echo "== $prog, $s servers, $w workers, $way"
+  if [ "$way" = tracker ]; then
+    "$python" "$launch" -s "$s" -w "$w" --timeout 120 -- "$tmp/build/$prog" \
+      > "$tmp/out.log" 2>&1 || { cat "$tmp/out.log"; exit 1; }
+  else
+    bash "$src/local.sh" "$s" "$w" "$tmp/build/$prog" \
+      > "$tmp/out.log" 2>&1 || { cat "$tmp/out.log"; exit 1; }
+  fi
+}
+
+for way in tracker hand; do
+  run $way 2 2 simple_app
+  expect "$tmp/out.log" "simple_app ok 20" 5
+  expect "$tmp/out.log" "answers 100" 1
+
+  run $way 2 2 kv_app
+  expect "$tmp/out.log" "worker [01] ok" 2
+  expect "$tmp/out.log" "server [01] holds" 2
+
+  run $way 2 2 multi_workers
+  expect "$tmp/out.log" "worker [01] customer [01] ok" 4
+done
+echo "all ps-lite programs passed, both ways"
