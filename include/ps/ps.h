@@ -44,8 +44,10 @@ namespace ps {
 void Start(int customer_id, const char* argv0 = nullptr);
 // Rendezvous without the barrier.
 void StartAsync(int customer_id, const char* argv0 = nullptr);
-// Ends `customer_id`. The last started customer of the process stops the
-// node: a barrier of all nodes (when do_barrier), an ordered shutdown, then
+// Ends `customer_id`. As in ps-lite, customer 0 stops the node, after
+// waiting (up to PS_BARRIER_TIMEOUT_MS) for the process's other started
+// customers to finalize; without a customer 0, the last one does. Stopping
+// is a barrier of all nodes (when do_barrier), an ordered shutdown, then
 // the exit callback.
 void Finalize(int customer_id, bool do_barrier = true);
 // Runs `cb` after the node stopped, in the last Finalize (ps-lite: e.g. to

@@ -4,6 +4,8 @@
 // the variable, address or node at fault.
 #include <glog/logging.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -28,12 +30,17 @@ struct DefaultState {
   bool started = false;  // guarded by start_mu
   bool stopped = false;  // guarded by start_mu
   std::set<int> customers;  // started, not yet finalized; start_mu
+  bool customer0_started = false;     // start_mu
+  std::condition_variable finalized;  // a customer finalized; start_mu
   std::function<void()> exit_callback;  // start_mu
 };
 
+// Destroyed at exit, after main returns or std::exit: the node's destructor
+// stops it, which tells the scheduler it leaves (a failure unless Finalize
+// ran first) and gives queued messages PS's linger time to leave.
 DefaultState& State() {
-  static DefaultState* state = new DefaultState;  // never destroyed: threads
-  return *state;
+  static DefaultState state;
+  return state;
 }
 
 [[noreturn]] void Die(const std::string& what) {
@@ -56,6 +63,7 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
         "ps::Finalize)");
   }
   state.customers.insert(customer_id);
+  if (customer_id == 0) state.customer0_started = true;
   if (state.started) return;  // another customer of this process started it
   if (argv0 != nullptr && !google::IsGoogleLoggingInitialized()) {
     google::InitGoogleLogging(argv0);
@@ -94,12 +102,33 @@ void StartAsync(int customer_id, const char* argv0) {
 
 void Finalize(int customer_id, bool do_barrier) {
   DefaultState& state = State();
+  Node* node = DefaultNode();
   std::function<void()> exit_callback;
   {
-    std::lock_guard<std::mutex> lock(state.start_mu);
+    std::unique_lock<std::mutex> lock(state.start_mu);
     state.customers.erase(customer_id);
-    if (!state.customers.empty() || state.stopped) return;
-    Status st = DefaultNode()->Finalize(do_barrier);
+    state.finalized.notify_all();
+    // As in ps-lite, customer 0 stops the node (when it never started, the
+    // last customer does), once every other customer that started is done.
+    bool owner = customer_id == 0 || !state.customer0_started;
+    if (state.stopped || !owner ||
+        (customer_id != 0 && !state.customers.empty())) {
+      return;
+    }
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(node->config().barrier_timeout_ms);
+    while (!state.customers.empty()) {
+      if (state.finalized.wait_until(lock, deadline) ==
+          std::cv_status::timeout) {
+        std::string left;
+        for (int c : state.customers) left += " " + std::to_string(c);
+        Die("ps::Finalize(0): customers" + left +
+            " of this process did not finalize within " +
+            std::to_string(node->config().barrier_timeout_ms) +
+            " ms (PS_BARRIER_TIMEOUT_MS)");
+      }
+    }
+    Status st = node->Finalize(do_barrier);
     if (!st.ok()) Die("Finalize failed: " + st.ToString());
     state.stopped = true;
     exit_callback = std::move(state.exit_callback);

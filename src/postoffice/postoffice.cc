@@ -337,7 +337,7 @@ void Postoffice::DispatchSimpleApp(Message&& msg) {
                   SimpleAppCustomerId(msg.meta.customer_id())};
   std::shared_ptr<Customer> customer;
   {
-    std::lock_guard<std::mutex> lock(customers_mu_);
+    MutexLock lock(&customers_mu_);
     auto it = customers_.find(key);
     if (it != customers_.end()) {
       customer = it->second;
