@@ -2,11 +2,11 @@
 // Decode must never abort or read out of bounds; a message it accepts must
 // satisfy what the rest of the library relies on (one type and size per
 // frame, sizes a whole number of elements, each frame aligned for its type).
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "fuzz_input.h"
 #include "van/codec.h"

@@ -26,8 +26,8 @@ constexpr size_t kMaxFrames = 8;
 
 struct FuzzMessage {
   std::string header;
-  // Each frame in its own allocation of exactly its size, so that AddressSanitizer
-  // catches a read one past its end.
+  // Each frame in its own allocation of exactly its size, so that
+  // AddressSanitizer catches a read one past its end.
   std::vector<SArray<char>> frames;
 };
 

@@ -4,10 +4,10 @@
 // CheckKVPairs; accepted pushes must slice (SliceKVPairs) into pieces that
 // add up (a pull's lens are not checked, and the library slices only
 // requests that CheckKVPairs passed with their values).
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdint>
 #include <cstdlib>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "fuzz_input.h"
 #include "kv/slicer.h"
@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ps::fuzz::FuzzMessage in = ps::fuzz::ParseFuzzInput(data, size);
-  ps::StatusOr<ps::Message> msg = ps::Decode(
-      in.header.data(), in.header.size(), in.frames, [](int) { return 0; });
+  ps::StatusOr<ps::Message> msg = ps::Decode(in.header.data(), in.header.size(),
+                                             in.frames, [](int) { return 0; });
   if (!msg.ok()) return 0;
   for (int val_type : {ps::pb::FLOAT, ps::pb::DOUBLE, ps::pb::INT32,
                        ps::pb::UINT64, ps::pb::INT8}) {

@@ -78,8 +78,8 @@ void AddControls(std::vector<Seed>* seeds) {
   seeds->push_back({"barrier_failed", failed_barrier, false});
 
   seeds->push_back({"heartbeat", Control(pb::HEARTBEAT, 9, 1, true), false});
-  seeds->push_back({"heartbeat_answer", Control(pb::HEARTBEAT, 1, 9, false),
-                    false});
+  seeds->push_back(
+      {"heartbeat_answer", Control(pb::HEARTBEAT, 1, 9, false), false});
   seeds->push_back({"terminate", Control(pb::TERMINATE, 9, 1, true), false});
   seeds->push_back({"ack", Control(pb::ACK, 1, 9, false), false});
 
@@ -159,14 +159,16 @@ void AddData(std::vector<Seed>* seeds) {
     for (int s = 0; s < 2; ++s) {
       std::string side = "_server" + std::to_string(s);
       seeds->push_back({"push_" + n + side,
-                        Request(c.kvs, true, false, c.val_type, s, ++ts), true});
+                        Request(c.kvs, true, false, c.val_type, s, ++ts),
+                        true});
       seeds->push_back({"pull_" + n + side,
-                        Request(c.kvs, false, true, c.val_type, s, ++ts), true});
+                        Request(c.kvs, false, true, c.val_type, s, ++ts),
+                        true});
     }
     seeds->push_back({"pushpull_" + n,
                       Request(c.kvs, true, true, c.val_type, 0, ++ts), true});
-    seeds->push_back({"pull_answer_" + n, Response(c.kvs, c.val_type, ++ts),
-                      true});
+    seeds->push_back(
+        {"pull_answer_" + n, Response(c.kvs, c.val_type, ++ts), true});
   }
   // A push answer (no frames), and an empty request.
   Message ack;
@@ -175,8 +177,9 @@ void AddData(std::vector<Seed>* seeds) {
   ack.meta.set_recver(9);
   ack.meta.set_timestamp(++ts);
   seeds->push_back({"push_answer", ack, true});
-  seeds->push_back({"empty_push", Request(Pairs<float>({}, 0), true, false,
-                                          pb::FLOAT, 0, ++ts), true});
+  seeds->push_back(
+      {"empty_push",
+       Request(Pairs<float>({}, 0), true, false, pb::FLOAT, 0, ++ts), true});
 
   // Values sent by reference, and a pull naming where the answer goes: the
   // targets allow no shared memory, so these exercise the refusals.
