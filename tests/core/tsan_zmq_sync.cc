@@ -10,8 +10,9 @@
 // - zmq_send (Van sends each message's header with it) releases on a sync
 //   object chosen by the header's bytes; zmq_msg_recv acquires on the one
 //   chosen by each received part's bytes, so the header that arrives
-//   acquires what its sender released (parts that are not headers match
-//   nothing, or by a hash collision over-approximate an edge).
+//   acquires what its sender released. Parts that are not headers match
+//   nothing, or on a hash collision (about one in a million per part) add
+//   an edge that is not there, which can only hide a race, never invent one.
 // - zmq_msg_init_data releases on the frame's free-function record, and the
 //   free function, called on libzmq's I/O thread, acquires it first.
 // libzmq's own memory accesses are ignored (scripts/tsan_suppressions.txt).
@@ -26,7 +27,7 @@
 namespace {
 
 // One byte per sync object: TSan keys a sync object on its address.
-char sync_slots[4096];
+char sync_slots[1 << 20];
 
 void* SlotOf(const void* data, size_t size) {
   size_t h = std::hash<std::string_view>()(
