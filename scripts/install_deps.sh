@@ -18,8 +18,9 @@ packages=(
   # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
   libtsan2
   # The libFuzzer build (build-fuzz): clang 14, its sanitizer and fuzzer
-  # runtimes (libclang-rt-14-dev is only a Recommends of clang) and libFuzzer.
-  clang libclang-rt-14-dev libfuzzer-14-dev
+  # runtimes (libclang-rt-14-dev is only a Recommends of clang) and libFuzzer,
+  # and clang's OpenMP (src/model's find_package(OpenMP) fails without it).
+  clang libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
 )
 
 missing=()
