@@ -68,6 +68,6 @@ for target in fuzz_decode fuzz_kv_pairs; do
     echo "== $target failed; the input is build-fuzz/$target-* (see $log)"
     exit 1
   fi
-  grep -E '^#[0-9]+ +DONE' "$log" | sed "s/^/$target: /"
+  grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | sed "s/^/$target: /" || true
 done
 phase_done "fuzz build and runs"
