@@ -2,16 +2,12 @@
 # PS_THREAD_SAFETY (clang only) also clang's lock analysis, as an error:
 # every GUARDED_BY member read or written without its lock (src/van/sync.h).
 function(ps_set_warnings target)
-  # GCC's -Wshadow=local; clang spells the same check (a local that hides
-  # another local, lambda captures included) -Wshadow-uncaptured-local.
-  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    set(shadow -Wshadow-uncaptured-local)
-  else()
-    set(shadow -Wshadow=local)
-  endif()
+  # -Wshadow=local is GCC's; clang (the fuzz build) spells it differently.
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic ${shadow}
-      -Wnon-virtual-dtor -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor
+      -Wno-unused-parameter>
+    $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wshadow=local>
+    $<$<COMPILE_LANG_AND_ID:CXX,Clang>:-Wshadow-uncaptured-local>)
   if(PS_WERROR)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()

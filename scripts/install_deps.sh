@@ -10,8 +10,17 @@ packages=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev
+  # libdnnl-dev's CMake config (dnnl-config.cmake) calls find_package(OpenCL);
+  # the headers and libOpenCL.so link come only with this (a Recommends).
+  ocl-icd-opencl-dev
   zlib1g-dev
   dataset-fashion-mnist
+  # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
+  libtsan2
+  # The libFuzzer build (build-fuzz): clang 14, its sanitizer and fuzzer
+  # runtimes (libclang-rt-14-dev is only a Recommends of clang) and libFuzzer,
+  # and clang's OpenMP (src/model's find_package(OpenMP) fails without it).
+  clang libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
 )
 
 missing=()

@@ -40,7 +40,6 @@ constexpr const char* kJobEnv[] = {
 struct RunResult {
   int exit_code = -1;  // launch.py's, or -1 when it did not exit normally
   std::string output;  // stdout and stderr, interleaved as written
-  double seconds = 0;
 };
 
 // Reads `fd` until EOF or `deadline`; true on EOF.
@@ -117,7 +116,6 @@ RunResult Launch(int servers, int workers, const std::string& mode,
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   return result;
 }
@@ -202,13 +200,13 @@ void ExpectExactSums(int servers, int workers, const std::string& mode,
   EXPECT_EQ(sum, expected) << "server sums";
 }
 
-// A process that kills itself makes the job fail fast (exit 1, well within
-// the heartbeat-based bounds) and the output names it.
+// A process that kills itself makes the job fail (exit 1, not launch.py's
+// timeout; Launch fails the test past kHardBoundSeconds) and the output
+// names it. No wall-clock assertion: a loaded machine may be slow.
 void ExpectFailureNaming(const std::string& mode, const std::string& who) {
   RunResult r = Launch(2, 2, mode);
   SCOPED_TRACE(r.output);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_LT(r.seconds, 20.0);
   EXPECT_NE(r.output.find(who), std::string::npos) << "names " << who;
 }
 

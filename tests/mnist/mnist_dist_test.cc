@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,13 +26,11 @@ namespace {
 struct Result {
   int rc = -1;
   std::string out;  // stdout and stderr
-  double seconds = 0;
 };
 
 // Runs `cmd` through sh with stderr joined to stdout.
 Result Shell(const std::string& cmd) {
   Result r;
-  auto start = std::chrono::steady_clock::now();
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -41,9 +38,6 @@ Result Shell(const std::string& cmd) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
   int status = pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
   return r;
 }
 
@@ -252,8 +246,9 @@ void ExpectStopsNaming(const std::string& node) {
                     "--die_node " +
                         node,
                     60);
+  // Exit 1, not launch.py's 124: the job stopped itself within --timeout 60
+  // (no wall-clock assertion: a loaded machine may be slow).
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_LT(r.seconds, 20.0) << r.out;
   std::string name =
       node.substr(0, node.find(':')) + " " + node.substr(node.find(':') + 1);
   EXPECT_NE(r.out.find("launch: " + name + " (pid"), std::string::npos)
@@ -263,7 +258,8 @@ void ExpectStopsNaming(const std::string& node) {
 TEST(MnistDist, KilledWorkerStopsTheJob) { ExpectStopsNaming("worker:1"); }
 TEST(MnistDist, KilledServerStopsTheJob) { ExpectStopsNaming("server:0"); }
 
-// Flags are checked before ps::Start: each role fails alone, fast, naming
+// Flags are checked before ps::Start: each role fails alone (within the
+// `timeout 20` bound: 124 would fail the exit-code check), naming
 // the flag (no scheduler is running).
 TEST(MnistDist, BadFlagsFailInEveryRole) {
   const char* cases[][2] = {
@@ -289,7 +285,6 @@ TEST(MnistDist, BadFlagsFailInEveryRole) {
       EXPECT_EQ(r.rc, 1) << role << " " << c[0] << ": " << r.out;
       EXPECT_NE(r.out.find(c[1]), std::string::npos)
           << role << " " << c[0] << ": " << r.out;
-      EXPECT_LT(r.seconds, 10.0) << role << " " << c[0];
     }
   }
 }

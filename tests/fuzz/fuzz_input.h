@@ -1,0 +1,82 @@
+// The byte layout the fuzz targets read and fuzz_seeds writes: one encoded
+// message (header + data frames) in a single buffer.
+//
+//   byte 0        frame count n (taken modulo kMaxFrames + 1)
+//   2 bytes       header length, little endian
+//   2n bytes      the n frame lengths, little endian
+//   then          the header bytes, then each frame's bytes in order
+//
+// A length running past the end of the input is cut to what is left, so
+// every input is a message; the fuzzer mutates lengths and bytes alike.
+#ifndef PS_TESTS_FUZZ_FUZZ_INPUT_H_
+#define PS_TESTS_FUZZ_FUZZ_INPUT_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ps/sarray.h"
+
+namespace ps::fuzz {
+
+constexpr size_t kMaxFrames = 8;
+
+struct FuzzMessage {
+  std::string header;
+  // Each frame in its own allocation of exactly its size, so that
+  // AddressSanitizer catches a read one past its end.
+  std::vector<SArray<char>> frames;
+};
+
+inline FuzzMessage ParseFuzzInput(const uint8_t* data, size_t size) {
+  FuzzMessage m;
+  size_t pos = 0;
+  auto take_u16 = [&]() -> size_t {
+    size_t v = 0;
+    if (pos < size) v |= data[pos++];
+    if (pos < size) v |= static_cast<size_t>(data[pos++]) << 8;
+    return v;
+  };
+  const size_t n = pos < size ? data[pos++] % (kMaxFrames + 1) : 0;
+  const size_t header_size = take_u16();
+  std::vector<size_t> frame_sizes(n);
+  for (size_t& s : frame_sizes) s = take_u16();
+  auto take_bytes = [&](size_t want) {
+    size_t got = std::min(want, size - pos);
+    const uint8_t* start = data + pos;
+    pos += got;
+    return std::make_pair(start, got);
+  };
+  auto [h, hn] = take_bytes(header_size);
+  m.header.assign(reinterpret_cast<const char*>(h), hn);
+  for (size_t s : frame_sizes) {
+    auto [f, fn] = take_bytes(s);
+    SArray<char> frame(fn);
+    if (fn > 0) std::memcpy(frame.data(), f, fn);
+    m.frames.push_back(frame);
+  }
+  return m;
+}
+
+// The inverse, for writing seeds; sizes must fit in 16 bits.
+inline std::string SerializeFuzzInput(const std::string& header,
+                                      const std::vector<SArray<char>>& frames) {
+  std::string out;
+  auto put_u16 = [&](size_t v) {
+    out.push_back(static_cast<char>(v & 0xff));
+    out.push_back(static_cast<char>((v >> 8) & 0xff));
+  };
+  out.push_back(static_cast<char>(frames.size()));
+  put_u16(header.size());
+  for (const auto& f : frames) put_u16(f.size());
+  out += header;
+  for (const auto& f : frames) out.append(f.data(), f.size());
+  return out;
+}
+
+}  // namespace ps::fuzz
+
+#endif  // PS_TESTS_FUZZ_FUZZ_INPUT_H_

@@ -1,0 +1,242 @@
+// Writes the seed corpora of the fuzz targets: real messages as the library
+// frames them (controls as the postoffice fills them, KV requests and
+// responses through SliceKVPairs + AddKVFrames), encoded with EncodeHeader,
+// in the layout of fuzz_input.h. Run from the checkout:
+//   build-fuzz/tests/fuzz/fuzz_seeds tests/fuzz/corpus
+// writes corpus/fuzz_decode/* (every message) and corpus/fuzz_kv_pairs/*
+// (the data messages).
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz_input.h"
+#include "kv/slicer.h"
+#include "van/codec.h"
+
+namespace ps {
+namespace {
+
+struct Seed {
+  std::string name;
+  Message msg;
+  bool data;  // a KV message (also a seed of fuzz_kv_pairs)
+};
+
+pb::NodeInfo Node(pb::NodeRole role, int id, int rank, int port) {
+  pb::NodeInfo n;
+  n.set_role(role);
+  n.set_id(id);
+  n.set_rank(rank);
+  n.set_host("127.0.0.1");
+  n.set_port(port);
+  n.set_requested_rank(-1);
+  return n;
+}
+
+Message Control(pb::Command cmd, int sender, int recver, bool request) {
+  Message m;
+  m.meta.mutable_control()->set_cmd(cmd);
+  m.meta.set_sender(sender);
+  m.meta.set_recver(recver);
+  m.meta.set_request(request);
+  return m;
+}
+
+void AddControls(std::vector<Seed>* seeds) {
+  Message hello = Control(pb::ADD_NODE, 0, 1, true);
+  pb::NodeInfo me = Node(pb::WORKER, 0, -1, 40001);
+  me.set_shm_domain("host-a");
+  me.mutable_shm_probe()->set_pid(1234);
+  me.mutable_shm_probe()->set_region(1);
+  me.mutable_shm_probe()->set_region_bytes(4096);
+  *hello.meta.mutable_control()->add_node() = me;
+  seeds->push_back({"add_node_request", hello, false});
+
+  Message table = Control(pb::ADD_NODE, 1, 9, false);
+  *table.meta.mutable_control()->add_node() = Node(pb::SCHEDULER, 1, 0, 40000);
+  *table.meta.mutable_control()->add_node() = Node(pb::SERVER, 8, 0, 40002);
+  *table.meta.mutable_control()->add_node() = Node(pb::SERVER, 10, 1, 40003);
+  *table.meta.mutable_control()->add_node() = Node(pb::WORKER, 9, 0, 40004);
+  *table.meta.mutable_control()->add_node() = Node(pb::WORKER, 11, 1, 40005);
+  seeds->push_back({"add_node_response", table, false});
+
+  Message reject = Control(pb::ADD_NODE, 1, 0, false);
+  reject.meta.mutable_control()->set_error("rank 0 requested twice");
+  reject.meta.mutable_control()->set_error_code(3);
+  seeds->push_back({"add_node_rejected", reject, false});
+
+  Message barrier = Control(pb::BARRIER, 9, 1, true);
+  barrier.meta.mutable_control()->set_barrier_group(7);
+  seeds->push_back({"barrier_request", barrier, false});
+  Message released = Control(pb::BARRIER, 1, 9, false);
+  released.meta.mutable_control()->set_barrier_group(7);
+  seeds->push_back({"barrier_response", released, false});
+  Message failed_barrier = released;
+  failed_barrier.meta.mutable_control()->set_error("server 0 died");
+  failed_barrier.meta.mutable_control()->set_error_code(8);
+  seeds->push_back({"barrier_failed", failed_barrier, false});
+
+  seeds->push_back({"heartbeat", Control(pb::HEARTBEAT, 9, 1, true), false});
+  seeds->push_back(
+      {"heartbeat_answer", Control(pb::HEARTBEAT, 1, 9, false), false});
+  seeds->push_back({"terminate", Control(pb::TERMINATE, 9, 1, true), false});
+  seeds->push_back({"ack", Control(pb::ACK, 1, 9, false), false});
+
+  Message dead = Control(pb::NODE_FAILED, 1, 9, false);
+  *dead.meta.mutable_control()->add_node() = Node(pb::SERVER, 8, 0, 40002);
+  dead.meta.mutable_control()->set_error("no heartbeat for 2000 ms");
+  seeds->push_back({"node_failed", dead, false});
+  seeds->push_back({"shm_ready", Control(pb::SHM_READY, 8, 9, true), false});
+}
+
+// A KV request from worker 9 as KVWorkerCore frames it, sliced for two
+// servers (the slice of server `s`).
+Message Request(const detail::RawKVPairs& kvs, bool push, bool pull,
+                int val_type, int s, int ts) {
+  size_t val_size = DataTypeSize(val_type);
+  std::vector<KVSlice> slices =
+      SliceKVPairs(kvs, val_size, Placement::EvenKeys(2, 1000));
+  Message m;
+  m.meta.set_app_id(0);
+  m.meta.set_customer_id(0);
+  m.meta.set_timestamp(ts);
+  m.meta.set_request(true);
+  m.meta.set_push(push);
+  m.meta.set_pull(pull);
+  m.meta.set_sender(9);
+  m.meta.set_recver(8 + 2 * s);
+  AddKVFrames(slices[s].kvs, push, val_type, &m);
+  return m;
+}
+
+// The server's answer to a pull: same keys, values (+ lens).
+Message Response(const detail::RawKVPairs& kvs, int val_type, int ts) {
+  Message m;
+  m.meta.set_timestamp(ts);
+  m.meta.set_request(false);
+  m.meta.set_pull(true);
+  m.meta.set_sender(8);
+  m.meta.set_recver(9);
+  AddKVFrames(kvs, true, val_type, &m);
+  return m;
+}
+
+template <typename V>
+detail::RawKVPairs Pairs(std::vector<Key> keys, size_t per_key,
+                         std::vector<int> lens = {}) {
+  detail::RawKVPairs kvs;
+  kvs.keys = SArray<Key>(keys);
+  size_t count = per_key * keys.size();
+  if (!lens.empty()) {
+    count = 0;
+    for (int l : lens) count += static_cast<size_t>(l);
+    kvs.lens = SArray<int>(lens);
+  }
+  SArray<V> vals(count);
+  for (size_t i = 0; i < count; ++i) vals[i] = static_cast<V>(i + 1);
+  kvs.vals = SArray<char>(vals);
+  return kvs;
+}
+
+void AddData(std::vector<Seed>* seeds) {
+  struct Case {
+    const char* name;
+    int val_type;
+    detail::RawKVPairs kvs;
+  };
+  std::vector<Case> cases = {
+      {"float_uniform", pb::FLOAT, Pairs<float>({1, 3, 700, 999}, 2)},
+      {"float_lens", pb::FLOAT, Pairs<float>({2, 5, 600}, 0, {1, 0, 3})},
+      {"double_uniform", pb::DOUBLE, Pairs<double>({4, 800}, 1)},
+      {"int32_lens", pb::INT32, Pairs<int32_t>({10, 11, 900}, 0, {2, 1, 2})},
+      {"uint64_uniform", pb::UINT64, Pairs<uint64_t>({0, 999}, 1)},
+      {"int8_uniform", pb::INT8, Pairs<int8_t>({6, 7, 501}, 3)},
+  };
+  int ts = 0;
+  for (const Case& c : cases) {
+    std::string n = c.name;
+    for (int s = 0; s < 2; ++s) {
+      std::string side = "_server" + std::to_string(s);
+      seeds->push_back({"push_" + n + side,
+                        Request(c.kvs, true, false, c.val_type, s, ++ts),
+                        true});
+      seeds->push_back({"pull_" + n + side,
+                        Request(c.kvs, false, true, c.val_type, s, ++ts),
+                        true});
+    }
+    seeds->push_back({"pushpull_" + n,
+                      Request(c.kvs, true, true, c.val_type, 0, ++ts), true});
+    seeds->push_back(
+        {"pull_answer_" + n, Response(c.kvs, c.val_type, ++ts), true});
+  }
+  // A push answer (no frames), and an empty request.
+  Message ack;
+  ack.meta.set_push(true);
+  ack.meta.set_sender(8);
+  ack.meta.set_recver(9);
+  ack.meta.set_timestamp(++ts);
+  seeds->push_back({"push_answer", ack, true});
+  seeds->push_back(
+      {"empty_push",
+       Request(Pairs<float>({}, 0), true, false, pb::FLOAT, 0, ++ts), true});
+
+  // Values sent by reference, and a pull naming where the answer goes: the
+  // targets allow no shared memory, so these exercise the refusals.
+  Message shared = Request(cases[0].kvs, true, false, pb::FLOAT, 0, ++ts);
+  pb::SharedRef* ref = shared.meta.add_shared();
+  ref->set_frame(1);
+  ref->set_pid(4321);
+  ref->set_region(2);
+  ref->set_fd(5);
+  ref->set_region_bytes(1 << 20);
+  ref->set_offset(4096);
+  ref->set_nonce(0x5eed);
+  shared.data[1] = SArray<char>();  // the bytes stay in the region
+  seeds->push_back({"push_shared_ref", shared, true});
+  Message into = Request(cases[0].kvs, false, true, pb::FLOAT, 0, ++ts);
+  *into.meta.mutable_reply_into() = *ref;
+  into.meta.mutable_reply_into()->set_bytes(16);
+  seeds->push_back({"pull_reply_into", into, true});
+}
+
+int WriteSeeds(const std::string& dir) {
+  std::vector<Seed> seeds;
+  AddControls(&seeds);
+  AddData(&seeds);
+  int written = 0;
+  for (Seed& s : seeds) {
+    std::string header = EncodeHeader(&s.msg);
+    if (s.name == "push_shared_ref") {
+      // EncodeHeader sized frame 1 as sent (empty); the reference stands for
+      // the 16 bytes it names.
+      s.msg.meta.set_data_size(1, 16);
+      header = s.msg.meta.SerializeAsString();
+    }
+    std::string bytes = fuzz::SerializeFuzzInput(header, s.msg.data);
+    for (const char* target : {"fuzz_decode", "fuzz_kv_pairs"}) {
+      if (std::string(target) == "fuzz_kv_pairs" && !s.data) continue;
+      std::string path = dir + "/" + target + "/" + s.name;
+      std::ofstream out(path, std::ios::binary);
+      out << bytes;
+      if (!out) {
+        std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+        return 1;
+      }
+      ++written;
+    }
+  }
+  std::printf("fuzz_seeds: wrote %d files under %s\n", written, dir.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds CORPUS_DIR\n");
+    return 2;
+  }
+  return ps::WriteSeeds(argv[1]);
+}
