@@ -44,7 +44,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_TSAN=ON \
   -DPS_BUILD_EXAMPLES=OFF -DPS_WERROR=ON
 # Only the programs of the suites labelled tsan (tests/core/CMakeLists.txt).
 cmake --build build-tsan -j"$jobs" \
-  --target core_unit_test core_inproc_test core_rendezvous_test
+  --target core_unit_test core_inproc_test core_rendezvous_test core_trust_test
 (cd build-tsan &&
    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../scripts/tsan_suppressions.txt" \
    ctest --output-on-failure -j"$jobs" --timeout 600 -L tsan)

@@ -169,6 +169,7 @@ class Postoffice {
   // Scheduler: nodes in order of arrival; ids before rank assignment.
   std::vector<NodeInfo> arrivals_ GUARDED_BY(mu_);
   int next_temp_id_ GUARDED_BY(mu_) = -1000;
+  int refusals_answered_ GUARDED_BY(mu_) = 0;  // scheduler: see rendezvous.cc
   std::map<int, Clock::time_point> last_seen_ GUARDED_BY(mu_);  // scheduler
   Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
   std::set<int> dead_ GUARDED_BY(mu_);

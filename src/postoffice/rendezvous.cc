@@ -18,6 +18,12 @@
 
 namespace ps {
 
+namespace {
+// Refused registrations answered beyond the job's size (each answer costs
+// the scheduler a connection back); later ones are only counted.
+constexpr int kMaxExtraRefusals = 16;
+}  // namespace
+
 Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
   auto deadline =
@@ -176,21 +182,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   std::vector<Message> outbox;
   {
     MutexLock lock(&mu_);
-    node.id = next_temp_id_--;
-    Status st = van_.Connect(node.id, node.host, node.port);
-    if (!st.ok()) {
-      LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
-                   << ": " << st;
-      return;
-    }
-    // The ACK answers this node, and goes first: a member waits for it
-    // before it accepts a node table.
-    outbox.push_back(ControlMessage(pb::ACK, node.id, false));
     int have = static_cast<int>(
         std::count_if(arrivals_.begin(), arrivals_.end(),
                       [&](const NodeInfo& n) { return n.role == node.role; }));
     int want =
         node.role == Role::kServer ? config_.num_servers : config_.num_workers;
+    Status st;
     if (ctrl.num_servers() != config_.num_servers ||
         ctrl.num_workers() != config_.num_workers) {
       st = Status::InvalidArgument(
@@ -211,8 +208,28 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       st = CheckRequestedRank(node, arrivals_, config_.num_servers,
                               config_.num_workers);
     }
+    const std::string connection =
+        Van::DescribeConnection(msg.from, msg.peer_address);
+    // A refusal is answered (so that a misconfigured node says why it
+    // stops), but only so many times: each answer costs a connection.
+    if (!st.ok() && ++refusals_answered_ > config_.num_servers +
+                                               config_.num_workers +
+                                               kMaxExtraRefusals) {
+      van_.CountDropped(connection, "registration refused: " + st.message());
+      return;
+    }
+    node.id = next_temp_id_--;
+    Status connected = van_.Connect(node.id, node.host, node.port);
+    if (!connected.ok()) {
+      LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
+                   << ": " << connected;
+      return;
+    }
+    // The ACK answers this node, and goes first: a member waits for it
+    // before it accepts a node table.
+    outbox.push_back(ControlMessage(pb::ACK, node.id, false));
     if (!st.ok()) {
-      LOG(ERROR) << st;
+      van_.CountDropped(connection, "registration refused: " + st.message());
       Message reject = ControlMessage(pb::ADD_NODE, node.id, false);
       reject.meta.mutable_control()->set_error(st.message());
       reject.meta.mutable_control()->set_error_code(st.code());
