@@ -4,6 +4,7 @@
 // pulled values land in the caller's buffer. A failed wait keeps them
 // referenced for good: a late answer may still write into the destination.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
 #include <memory>
