@@ -13,6 +13,13 @@ packages=(
   zlib1g-dev
   dataset-fashion-mnist
 )
+# The Python module (python/, pybind11) and its tests; PyTorch only for
+# examples/pytorch and bench/pytorch (the C++ build never uses it).
+# PS_PYTHON_DEPS=0 skips them all.
+if [ "${PS_PYTHON_DEPS:-1}" != 0 ]; then
+  packages+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-venv
+             python3-pip python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

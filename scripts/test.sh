@@ -32,3 +32,10 @@ cmake -S . -B build-clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang 
   -DPS_BUILD_EXAMPLES=OFF -DPS_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
 cmake --build build-clang -j"$jobs"
 (cd build-clang && ctest --output-on-failure -j"$jobs" --timeout 600 -L inproc)
+
+echo "== Python module and its tests (pytest, Debian's /usr/bin/python3)"
+# The extension built in the Release tree (target ps_python), then the jobs
+# of tests/python run through the tracker against it.
+cmake -S . -B build -DPS_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
+cmake --build build -j"$jobs" --target ps_python
+PS_PYTHONPATH="$PWD/build/python/pkg" /usr/bin/python3 -m pytest -q tests/python
