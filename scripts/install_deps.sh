@@ -22,6 +22,14 @@ packages=(
   # and clang's OpenMP (src/model's find_package(OpenMP) fails without it).
   clang libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
 )
+# The Python module (python/, pybind11) and its tests; PyTorch only for
+# examples/pytorch and bench/pytorch (the C++ build never uses it). Only
+# with PS_PYTHON_DEPS=1 (scripts/test.sh sets it): the C++ path, demo.sh
+# included, installs none of them.
+if [ "${PS_PYTHON_DEPS:-0}" = 1 ]; then
+  packages+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-venv
+             python3-pip python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

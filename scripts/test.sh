@@ -18,7 +18,7 @@ phase_done() {
   phase_start=$SECONDS
 }
 
-bash scripts/install_deps.sh
+PS_PYTHON_DEPS=1 bash scripts/install_deps.sh
 bash scripts/fetch_mnist.sh data/mnist
 phase_done "dependencies and MNIST"
 
@@ -83,3 +83,11 @@ cmake --build build-clang -j"$jobs" --target ps core_unit_test \
 (cd build-clang && ctest --output-on-failure -j"$jobs" --timeout 600 \
    -R '^(InProc|Trust|Rendezvous)[.]')
 phase_done "clang thread-safety build and tests"
+
+echo "== Python module and its tests (pytest, Debian's /usr/bin/python3)"
+# The extension built in the Release tree (target ps_python), then the jobs
+# of tests/python run through the tracker against it.
+cmake -S . -B build -DPS_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
+cmake --build build -j"$jobs" --target ps_python
+PS_PYTHONPATH="$PWD/build/python/pkg" /usr/bin/python3 -m pytest -q tests/python
+phase_done "Python module and tests"

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Trains the PyTorch tutorial's MNIST Net data-parallel on ps servers.
+
+    tracker/launch.py -s 1 -w 2 -- /usr/bin/python3 examples/pytorch/mnist_ps.py
+
+Every process runs this file; its role comes from the tracker. Servers hold
+the model's flat float32 vector in DenseShards (C++, started from Python by
+ps.dense.serve_dense) that average the workers' gradients and apply the
+optimizer. Each worker keeps its parameters and their gradients as views
+into two flat buffers: autograd writes p.grad into one, which is pushed as
+it is (no copy), and the next weights are pulled straight into the other,
+which is every parameter's storage. Workers train on disjoint shards of
+each epoch; worker 0 evaluates and prints one JSON summary line.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mnist_common  # noqa: E402
+
+import ps  # noqa: E402
+import ps.dense  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data-dir", default=mnist_common.default_data_dir())
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32, help="per worker")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--consistency", default="bsp",
+                   choices=["bsp", "bounded", "async"])
+    p.add_argument("--max-delay", type=int, default=0)
+    p.add_argument("--chunk", type=int, default=ps.dense.DEFAULT_CHUNK,
+                   help="floats per key")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--train-limit", type=int, default=0)
+    p.add_argument("--test-limit", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop each worker after this many steps (0: epochs)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per worker (0: cores / workers)")
+    p.add_argument("--log-every", type=int, default=200, help="steps")
+    return p.parse_args(argv)
+
+
+def flatten_into(params, flat):
+    """Makes every parameter a view into `flat` (copying its values)."""
+    off = 0
+    for p in params:
+        n = p.numel()
+        flat[off:off + n].copy_(p.data.reshape(-1))
+        p.data = flat[off:off + n].view_as(p)
+        off += n
+
+
+def attach_grads(params, flat_grad):
+    off = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat_grad[off:off + n].view_as(p)
+        off += n
+
+
+def grads_in_place(params, flat_grad):
+    ptr, end = flat_grad.data_ptr(), flat_grad.data_ptr() + 4 * flat_grad.numel()
+    return all(p.grad is not None and ptr <= p.grad.data_ptr() < end
+               for p in params)
+
+
+def run_worker(args, model, total):
+    rank, world = ps.rank(), ps.num_workers()
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
+    params = list(model.parameters())
+    weights = torch.empty(total)
+    grads = torch.zeros(total)
+    flatten_into(params, weights)
+    attach_grads(params, grads)
+    x, y = mnist_common.load_mnist(args.data_dir, True, args.train_limit)
+    dense = ps.dense.DenseWorker(total, args.chunk)
+    dense.wait(dense.pull(weights, 0))  # the servers' initial weights
+
+    step, start, loss_sum, loss_n = 0, time.time(), 0.0, 0
+    for epoch in range(args.epochs):
+        for idx in mnist_common.shard_batches(len(x), args.batch_size, rank,
+                                              world, epoch, args.seed):
+            grads.zero_()
+            loss = F.nll_loss(model(x[idx]), y[idx])
+            loss.backward()
+            if step == 0 and not grads_in_place(params, grads):
+                raise RuntimeError("autograd replaced p.grad: cannot push the "
+                                   "flat gradient buffer in place")
+            dense.step(grads, weights, step, tag=epoch)
+            step += 1
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            if rank == 0 and step % args.log_every == 0:
+                el = time.time() - start
+                print(f"worker 0: epoch {epoch} step {step} loss "
+                      f"{loss_sum / loss_n:.4f} "
+                      f"{step * args.batch_size * world / el:.0f} samples/s",
+                      flush=True)
+                loss_sum, loss_n = 0.0, 0
+            if args.max_steps and step >= args.max_steps:
+                break
+        if args.max_steps and step >= args.max_steps:
+            break
+    train_s = time.time() - start
+    dense.done(step)
+    if rank == 0:
+        tx, ty = mnist_common.load_mnist(args.data_dir, False, args.test_limit)
+        acc, test_loss = mnist_common.evaluate(model, tx, ty)
+        print(json.dumps({
+            "trainer": "ps", "servers": ps.num_servers(), "workers": world,
+            "batch_size": args.batch_size, "steps": step,
+            "samples": step * args.batch_size * world,
+            "train_s": round(train_s, 2),
+            "samples_per_s": round(step * args.batch_size * world / train_s, 1),
+            "test_accuracy": round(acc, 4), "test_loss": round(test_loss, 4),
+        }), flush=True)
+
+
+def main():
+    args = parse_args()
+    ps.start()
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    model = mnist_common.Net()
+    total = sum(p.numel() for p in model.parameters())
+    if ps.is_server():
+        init = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        opt = ps.OptimizerConfig(args.optimizer, lr=args.lr,
+                                 momentum=args.momentum
+                                 if args.optimizer == "sgd" else 0.0)
+        ps.dense.serve_dense(init.numpy(), args.chunk, opt, args.consistency,
+                             args.max_delay)
+    elif ps.is_worker():
+        run_worker(args, model, total)
+    ps.finalize()
+
+
+if __name__ == "__main__":
+    main()

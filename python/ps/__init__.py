@@ -1,0 +1,147 @@
+"""ps: the parameter server's worker and server API from Python.
+
+A job is launched by the tracker (``tracker/launch.py -s S -w W -- python3
+prog.py``); every process runs the same program and learns its role from
+the environment, as ``ps::Start`` does::
+
+    import ps
+    ps.start()                      # rendezvous + barrier of all nodes
+    if ps.role() == "worker":
+        kv = ps.KVWorker()
+        ts = kv.push(keys, grads)   # int64 keys, float32 values: no copy
+        kv.wait(ts)                 # releases the GIL; raises ps.Error
+        kv.wait(kv.pull(keys, out)) # pulled values land in `out`
+    ps.finalize()
+
+Buffers: NumPy arrays and torch CPU tensors (float32 values, int64 keys,
+int32 lens), C-contiguous. They are used in place, never copied: keep them
+unchanged until ``wait(ts)`` returns (the worker keeps them referenced until
+then). A pull writes into the caller's array or tensor.
+
+Errors: a bad environment, a failed rendezvous, a server that refused a
+request or died raise ``ps.Error`` (a RuntimeError) with the message; a
+wrong dtype ``TypeError``; a wrong size ``ValueError``. Unlike ``ps::Start``,
+nothing here ends the process.
+
+Dense models: ``ps.dense`` has ``DenseWorker`` (push a flat gradient, pull
+the flat weights) and ``serve_dense`` (a DenseShard server with a built-in
+SGD-with-momentum or Adam optimizer and bsp/bounded/async consistency), so
+a pure-Python job needs no C++ of its own. ``KVServer(handler)`` runs custom
+server logic in Python (slower: each request takes the GIL).
+"""
+
+from . import _ps
+from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_STEP, MAX_DENSE_STEP,
+                  SCHEDULER, SERVER_GROUP, WORKER_GROUP, DenseLayout,
+                  DenseServer, Error, OptimizerConfig, Placement, barrier,
+                  encode_dense_cmd, finalize, is_started, num_servers,
+                  num_workers, peer_failure, rank, role, start)
+
+__all__ = [
+    "ALL_GROUPS", "DENSE_DONE", "DENSE_STEP", "MAX_DENSE_STEP", "SCHEDULER",
+    "SERVER_GROUP", "WORKER_GROUP", "DenseLayout", "DenseServer", "Error",
+    "KVServer", "KVWorker", "OptimizerConfig", "Placement", "as_buffer",
+    "barrier", "encode_dense_cmd", "finalize", "is_started", "is_scheduler",
+    "is_server", "is_worker", "num_servers", "num_workers", "peer_failure",
+    "rank", "role", "start",
+]
+
+__version__ = "0.1.0"
+
+
+def is_worker() -> bool:
+    return role() == "worker"
+
+
+def is_server() -> bool:
+    return role() == "server"
+
+
+def is_scheduler() -> bool:
+    return role() == "scheduler"
+
+
+def as_buffer(x, what="array"):
+    """Returns `x` as an object with the buffer protocol, sharing its memory.
+
+    NumPy arrays (and anything with the buffer protocol) pass through; a
+    torch tensor must be on the CPU and contiguous, and becomes a NumPy view
+    of the same memory (``Tensor.numpy()``: no copy). The dtype is checked
+    where the buffer is used.
+    """
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        if x.device.type != "cpu":
+            raise TypeError(f"{what}: a torch tensor on {x.device}; ps takes "
+                            "CPU tensors (move it with .cpu())")
+        if not x.is_contiguous():
+            raise TypeError(f"{what}: a non-contiguous torch tensor; call "
+                            ".contiguous() first")
+        if x.requires_grad:
+            x = x.detach()  # same memory
+        return x.numpy()
+    return x
+
+
+class KVWorker:
+    """A float32 key-value worker on this process's node (after start()).
+
+    push/pull/pushpull return a timestamp; wait(ts) blocks (without the GIL)
+    until every server the call touched answered, and raises ps.Error with
+    the server's message on failure. keys: sorted, unique int64. Values per
+    key are uniform (len(vals) / len(keys)) unless `lens` (int32) gives each
+    key's count. Thread-safety: use one KVWorker from one thread at a time.
+    """
+
+    def __init__(self, app_id: int = 0, customer_id: int = 0):
+        self._kv = _ps.KVWorker(app_id, customer_id)
+
+    def push(self, keys, vals, lens=None, cmd: int = 0) -> int:
+        """Sends vals (no copy) to the servers owning keys."""
+        return self._kv.push(as_buffer(keys, "keys"), as_buffer(vals, "vals"),
+                             None if lens is None else as_buffer(lens, "lens"),
+                             cmd)
+
+    def pull(self, keys, out, lens=None, cmd: int = 0) -> int:
+        """Fetches the values of keys into `out` (in place) by wait(ts)."""
+        return self._kv.pull(as_buffer(keys, "keys"), as_buffer(out, "out"),
+                             None if lens is None else as_buffer(lens, "lens"),
+                             cmd)
+
+    def pushpull(self, keys, vals, out, cmd: int = 0) -> int:
+        """push then pull in one request; out has vals' size."""
+        return self._kv.pushpull(as_buffer(keys, "keys"),
+                                 as_buffer(vals, "vals"),
+                                 as_buffer(out, "out"), cmd)
+
+    def wait(self, ts: int) -> None:
+        """Blocks until request ts is answered; raises ps.Error on failure."""
+        self._kv.wait(ts)
+
+    def set_placement(self, placement: Placement) -> None:
+        """Routes keys by `placement` (before any request; same on all)."""
+        self._kv.set_placement(placement)
+
+    @property
+    def num_pending(self) -> int:
+        """Requests not yet waited for."""
+        return self._kv.num_pending
+
+
+class KVServer:
+    """A server whose requests run a Python handler (slower than DenseServer).
+
+    handler(meta, keys, vals, lens) -> None | vals | (vals, lens), called on
+    the node's receive thread with the GIL, one request at a time. meta is a
+    dict (push, pull, cmd, sender, timestamp); keys (uint64), vals (float32)
+    and lens (int32 or None) are read-only views valid during the call (copy
+    what you keep). Return values for a pull; an exception becomes the
+    worker's ps.Error. Keep the main thread in GIL-releasing calls (ps.barrier,
+    ps.finalize, time.sleep) while serving; close() before finalize().
+    """
+
+    def __init__(self, handler, app_id: int = 0):
+        self._server = _ps.KVServer(handler, app_id)
+
+    def close(self) -> None:
+        self._server.close()

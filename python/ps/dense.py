@@ -1,0 +1,128 @@
+"""Data-parallel training of a dense model on DenseShard servers.
+
+The model's parameters are one flat float32 vector cut into keys of `chunk`
+floats (DenseLayout) and placed on the servers by bytes (each holds about
+1/S), exactly as the C++ trainer does. A worker per step pushes its flat
+gradient and pulls the next weights (DenseWorker.step); each server owns
+its slice in a DenseShard that averages the workers' gradients and applies
+a built-in optimizer (serve_dense). Consistency: "bsp" (every step waits
+for all workers), "bounded" (stale by at most max_delay steps) or "async".
+"""
+
+from typing import Optional
+
+import numpy as np
+
+from . import _ps
+from . import as_buffer, KVWorker
+
+DEFAULT_CHUNK = 8192
+
+
+def dense_placement(layout: _ps.DenseLayout, num_servers: int) -> _ps.Placement:
+    """Keys [0, K) of `layout` cut so each server holds about 1/S bytes."""
+    keys = list(range(layout.num_keys))
+    sizes = [layout.length(k) * 4 for k in keys]
+    return _ps.Placement.by_bytes(keys, sizes, num_servers)
+
+
+def server_keys(layout, placement, rank):
+    """Server `rank`'s keys [first, end), clipped to the layout."""
+    k = layout.num_keys
+    return min(placement.begin(rank), k), min(placement.end(rank), k)
+
+
+class DenseWorker:
+    """Pushes flat gradients and pulls flat weights of a `total`-float model.
+
+    All workers and servers must use the same total and chunk. Buffers are
+    float32 arrays or CPU tensors of `total` elements, used in place.
+    """
+
+    def __init__(self, total: int, chunk: int = DEFAULT_CHUNK,
+                 app_id: int = 0):
+        self.layout = _ps.DenseLayout(total, chunk)
+        self.placement = dense_placement(self.layout, _ps.num_servers())
+        self.keys = np.arange(self.layout.num_keys, dtype=np.int64)
+        self.lens = np.array([self.layout.length(k) for k in range(
+            self.layout.num_keys)], dtype=np.int32)
+        self._kv = KVWorker(app_id)
+        self._kv.set_placement(self.placement)
+        # kDone goes to one key of every server that holds keys.
+        firsts = []
+        for s in range(self.placement.num_servers):
+            b, e = server_keys(self.layout, self.placement, s)
+            if b < e:
+                firsts.append(b)
+        self._done_keys = np.array(firsts, dtype=np.int64)
+        self._done_vals = np.zeros(len(firsts), dtype=np.float32)
+        self._done_lens = np.ones(len(firsts), dtype=np.int32)
+
+    def push(self, grad, step: int, tag: int = 0) -> int:
+        """Sends the gradient of `step` (tag: e.g. the epoch, for StepLR)."""
+        return self._kv.push(self.keys, grad, self.lens,
+                             _ps.encode_dense_cmd(_ps.DENSE_STEP, step, tag))
+
+    def pull(self, out, step: int, tag: int = 0) -> int:
+        """Fetches the weights to compute `step` on into `out` (in place)."""
+        return self._kv.pull(self.keys, out, self.lens,
+                             _ps.encode_dense_cmd(_ps.DENSE_STEP, step, tag))
+
+    def wait(self, ts: int) -> None:
+        self._kv.wait(ts)
+
+    def step(self, grad, weights, step: int, tag: int = 0) -> None:
+        """Pushes the gradient of `step`, pulls the weights of step + 1."""
+        push = self.push(grad, step, tag)
+        pull = self.pull(weights, step + 1, tag)
+        try:
+            self.wait(push)
+        finally:
+            self.wait(pull)
+
+    def done(self, steps: int) -> None:
+        """Tells every server this worker pushed `steps` steps and stops."""
+        self._kv.wait(self._kv.push(
+            self._done_keys, self._done_vals, self._done_lens,
+            _ps.encode_dense_cmd(_ps.DENSE_DONE, min(steps,
+                                                     _ps.MAX_DENSE_STEP))))
+
+
+def serve_dense(init, chunk: int = DEFAULT_CHUNK,
+                optimizer: Optional[_ps.OptimizerConfig] = None,
+                consistency: str = "bsp", max_delay: int = 0,
+                lr_step: int = 1, lr_gamma: float = 1.0,
+                timeout_s: Optional[float] = None,
+                app_id: int = 0) -> np.ndarray:
+    """Serves this server's slice of a dense model until every worker is done.
+
+    init: the whole model's initial flat weights (float32; the same on every
+    server and worker), of which this server keeps its slice. optimizer:
+    ps.OptimizerConfig("sgd", lr, momentum) or ("adam", lr, ...), applied
+    to the workers' averaged gradient; lr decays by lr_gamma every lr_step
+    tags (StepLR). Returns the final slice. Raises ps.Error when a worker
+    died or timeout_s passed.
+    """
+    init = np.ascontiguousarray(as_buffer(init, "init"), dtype=np.float32)
+    init = init.reshape(-1)
+    layout = _ps.DenseLayout(init.size, chunk)
+    placement = dense_placement(layout, _ps.num_servers())
+    first, end = server_keys(layout, placement, _ps.rank())
+    lo = layout.offset(first)
+    hi = lo if first == end else layout.offset(end - 1) + layout.length(end - 1)
+    server = _ps.DenseServer(layout, first, end, init[lo:hi],
+                             optimizer or _ps.OptimizerConfig(),
+                             consistency, max_delay, 0, lr_step, lr_gamma,
+                             app_id)
+    waited = 0.0
+    while not server.wait_all_done(1.0):
+        waited += 1.0
+        if server.failure is not None:
+            raise _ps.Error(f"server {_ps.rank()}: {server.failure}")
+        if timeout_s is not None and waited >= timeout_s:
+            raise _ps.Error(f"server {_ps.rank()}: workers not done after "
+                            f"{timeout_s} s ({server.updates_applied} "
+                            "updates applied)")
+    weights = server.weights()
+    del server
+    return weights

@@ -1,0 +1,163 @@
+// The `ps._ps` extension: the process's node (made from the tracker's
+// environment, as ps::Start does), a float KVWorker whose push, pull and
+// pushpull take caller buffers without copying them, the placement and
+// dense-layout helpers, a DenseShard server with a built-in optimizer, and a
+// KVServer whose request handler is a Python callable. python/ps/__init__.py
+// wraps it (torch tensors, docstrings); python/ps/_ps.pyi types it.
+//
+// Errors: a failed Status becomes ps.Error carrying its message; a wrong
+// dtype TypeError, a wrong size ValueError. Unlike ps::Start this node never
+// ends the process: a dead peer shows up as the error of the next wait().
+//
+// GIL: every call that may block (start, finalize, barrier, wait,
+// wait_all_done) releases it. A Python request handler runs on the node's
+// receive thread and takes the GIL there, so the main thread must not hold
+// it while blocking on the node (all blocking calls here release it).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/config.h"
+#include "ps/dense_server.h"
+#include "ps/kv_app.h"
+#include "ps/node.h"
+#include "ps/placement.h"
+#include "py_common.h"
+
+namespace py = pybind11;
+
+namespace ps {
+namespace python {
+
+namespace {
+
+struct Runtime {
+  std::unique_ptr<Node> node;
+  bool started = false;
+  bool finalized = false;
+};
+
+Runtime& State() {
+  static Runtime* runtime = new Runtime();  // outlives interpreter teardown
+  return *runtime;
+}
+
+}  // namespace
+
+Node* GetNode() {
+  Runtime& rt = State();
+  if (rt.node == nullptr) {
+    StatusOr<Config> config = Config::FromEnv();
+    if (!config.ok()) {
+      throw PsError("bad configuration: " + config.status().message());
+    }
+    rt.node = std::make_unique<Node>(*config);
+  }
+  return rt.node.get();
+}
+
+Node* StartedNode() {
+  if (!State().started) throw PsError("ps.start() has not been called");
+  return GetNode();
+}
+
+void Check(const Status& st) {
+  if (!st.ok()) throw PsError(st.ToString());
+}
+
+namespace {
+
+void Start(bool barrier) {
+  Node* node = GetNode();
+  if (State().started) throw PsError("ps.start() called twice");
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = node->Start();
+    if (st.ok() && barrier) st = node->Barrier(kAllGroups);
+  }
+  if (!st.ok()) {
+    throw PsError(std::string(RoleName(node->role())) +
+                  " failed to start: " + st.ToString());
+  }
+  State().started = true;
+}
+
+void Finalize(bool barrier) {
+  Runtime& rt = State();
+  if (!rt.started || rt.finalized) return;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = rt.node->Finalize(barrier);
+  }
+  rt.finalized = true;
+  Check(st);
+}
+
+void Barrier(int group) {
+  Node* node = StartedNode();
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = node->Barrier(group);
+  }
+  Check(st);
+}
+
+std::string Role() { return RoleName(GetNode()->role()); }
+
+int Rank() {
+  Node* node = GetNode();
+  // Before start, the rank the tracker asked for (PS_RANK), if any.
+  return State().started ? node->rank() : node->config().rank;
+}
+
+}  // namespace
+
+void BindNode(py::module_& m) {
+  m.def("start", &Start, py::arg("barrier") = true);
+  m.def("finalize", &Finalize, py::arg("barrier") = true);
+  m.def("barrier", &Barrier, py::arg("group") = kAllGroups);
+  m.def("role", &Role);
+  m.def("rank", &Rank);
+  m.def("num_workers", [] { return GetNode()->num_workers(); });
+  m.def("num_servers", [] { return GetNode()->num_servers(); });
+  m.def("is_started", [] { return State().started && !State().finalized; });
+  m.def("peer_failure", []() -> py::object {
+    Status st = StartedNode()->peer_failure();
+    if (st.ok()) return py::none();
+    return py::str(st.ToString());
+  });
+  m.attr("SCHEDULER") = kScheduler;
+  m.attr("SERVER_GROUP") = kServerGroup;
+  m.attr("WORKER_GROUP") = kWorkerGroup;
+  m.attr("ALL_GROUPS") = kAllGroups;
+}
+
+}  // namespace python
+}  // namespace ps
+
+PYBIND11_MODULE(_ps, m) {
+  m.doc() = "ps: the parameter server's worker and server API (see ps/__init__.py)";
+  static py::exception<ps::python::PsError> error(m, "Error",
+                                                  PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ps::python::PsError& e) {
+      error(e.what());
+    }
+  });
+  ps::python::BindNode(m);
+  ps::python::BindWorker(m);
+  ps::python::BindDense(m);
+  ps::python::BindServer(m);
+}

@@ -1,0 +1,82 @@
+"""A job for test_kv.py: a Python-handler server summing pushes, and
+DenseShard servers updated by SGD(lr=1); workers push known values from
+NumPy arrays and torch tensors and check exact results, in place."""
+
+import sys
+
+import numpy as np
+import torch
+
+import ps
+import ps.dense
+
+ps.start()
+W = ps.num_workers()
+mode = sys.argv[1]
+
+if mode == "handler":
+    store = {}
+
+    def handler(meta, keys, vals, lens):
+        k = len(vals) // len(keys) if meta["push"] else 0
+        for i, key in enumerate(keys.tolist()):
+            if meta["push"]:
+                store[key] = store.get(key, 0) + vals[i * k:(i + 1) * k]
+        if meta["pull"]:
+            return np.concatenate([store[key] for key in keys.tolist()])
+        return None
+
+    if ps.is_server():
+        server = ps.KVServer(handler)
+        ps.barrier(ps.WORKER_GROUP | ps.SERVER_GROUP)
+        server.close()
+    elif ps.is_worker():
+        kv = ps.KVWorker()
+        keys = np.array([3, 40000, 65000], dtype=np.int64)  # both servers
+        mine = torch.arange(12, dtype=torch.float32) * (ps.rank() + 1)
+        kv.wait(kv.push(torch.from_numpy(keys), mine))
+        ps.barrier(ps.WORKER_GROUP)
+        out = torch.full((12,), -1.0)
+        ptr = out.data_ptr()
+        kv.wait(kv.pull(keys, out))
+        want = np.arange(12, dtype=np.float32) * (W * (W + 1) / 2)
+        assert out.data_ptr() == ptr, "pull did not write in place"
+        assert np.array_equal(out.numpy(), want), (out, want)
+        # Wrong dtype, shape and order: clear errors before anything is sent.
+        errors = []
+        for call in (lambda: kv.push(keys, np.ones(12)),
+                     lambda: kv.push(keys.astype(np.int32), np.ones(12, np.float32)),
+                     lambda: kv.push(keys, np.ones(11, np.float32)),
+                     lambda: kv.push(keys[::-1].copy(), np.ones(12, np.float32)),
+                     lambda: kv.pull(keys, np.ones(12, np.float32)[::2]),
+                     lambda: kv.pull(keys, torch.ones(12, dtype=torch.float64))):
+            try:
+                call()
+                errors.append("no error")
+            except (TypeError, ValueError) as e:
+                errors.append(type(e).__name__ + ": " + str(e))
+        for e in errors:
+            print("error:", e, flush=True)
+        ps.barrier(ps.WORKER_GROUP | ps.SERVER_GROUP)
+        print(f"worker {ps.rank()}: handler sums exact", flush=True)
+
+elif mode == "dense":
+    total, chunk = 10007, 1000  # 11 keys, the last one short
+    init = np.arange(total, dtype=np.float32)
+    if ps.is_server():
+        ps.dense.serve_dense(init, chunk, ps.OptimizerConfig("sgd", lr=1.0))
+    elif ps.is_worker():
+        dense = ps.dense.DenseWorker(total, chunk)
+        weights = torch.zeros(total)
+        dense.wait(dense.pull(weights, 0))
+        assert np.array_equal(weights.numpy(), init)
+        for step in range(3):
+            grad = torch.full((total,), float(ps.rank() + 1))
+            dense.step(grad, weights, step)
+        # w -= mean over workers of (rank + 1), three times: exact in float.
+        want = init - 3 * (W + 1) / 2
+        assert np.array_equal(weights.numpy(), want), (weights[:4], want[:4])
+        dense.done(3)
+        print(f"worker {ps.rank()}: dense updates exact", flush=True)
+
+ps.finalize()
