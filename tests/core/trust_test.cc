@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <chrono>
 #include <climits>
 #include <map>
 #include <memory>
@@ -157,8 +158,13 @@ TEST(Trust, StopWithoutFinalizeIsReportedAtOnceNamingTheNode) {
                                           "without Finalize"),
             std::string::npos)
       << failure;
+  // Worker 0 hears of it on its own receive thread: wait for that, bounded.
+  for (int i = 0; i < 500 && c.workers[0]->peer_failure().ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_NE(c.workers[0]->peer_failure().message().find(name),
-            std::string::npos);
+            std::string::npos)
+      << c.workers[0]->peer_failure();
 }
 
 TEST(Trust, TimeoutsAtIntMaxDoNotOverflow) {
