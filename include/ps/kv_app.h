@@ -89,7 +89,9 @@ class KVWorker {
  public:
   using Callback = std::function<void()>;
 
-  // On DefaultNode() (ps::Start).
+  // On DefaultNode() (ps::Start). KVWorker(app_id) is older ps-lite's form:
+  // customer app_id.
+  explicit KVWorker(int app_id) : KVWorker(app_id, app_id) {}
   KVWorker(int app_id, int customer_id)
       : KVWorker(DefaultNode(), app_id, customer_id) {}
   // `node` must outlive this worker.

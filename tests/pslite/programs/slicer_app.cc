@@ -2,7 +2,9 @@
 // whatever the servers' key ranges (which would put every small key on
 // server 0). Each worker pushes 1000 small keys 10 times and pulls the sums
 // back in key order; each server reports how many keys it holds and checks
-// that they are all its residue.
+// that they are all its residue. Written in older ps-lite's forms (Start(),
+// KVWorker(app_id), Finalize()), with the key space set from code through
+// Environment::Init.
 #include "ps/ps.h"
 using namespace ps;
 
@@ -32,7 +34,7 @@ void ResidueSlicer(const KVPairs<float>& send, const std::vector<Range>& ranges,
 
 void RunWorker() {
   if (!IsWorker()) return;
-  KVWorker<float> kv(0, 0);
+  KVWorker<float> kv(0);
   kv.set_slicer(ResidueSlicer);
   const int num = 1000;
   std::vector<Key> keys(num);
@@ -61,10 +63,14 @@ void RunWorker() {
 }
 
 int main(int argc, char* argv[]) {
+  Environment::Init({{"PS_MAX_KEY", "1000"}});
+  CHECK_EQ(std::string(Environment::Get()->find("PS_MAX_KEY")), "1000");
   StartServer();
-  Start(0);
+  Start();
+  const std::vector<Range>& ranges = Postoffice::Get()->GetServerKeyRanges();
+  CHECK_EQ(ranges[0].end(), 1000u / NumServers());
   RunWorker();
-  Finalize(0, true);
+  Finalize();
   if (handle != nullptr) {
     size_t held = handle->store.size();
     for (const auto& kv : handle->store) {
