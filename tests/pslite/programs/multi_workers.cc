@@ -32,8 +32,10 @@ void RunWorker(int customer_id) {
   float err = 0;
   for (int i = 0; i < num; ++i) err += std::fabs(rets[i] - vals[i] * repeat);
   CHECK_EQ(err, 0.0f);
-  std::cout << "worker " << MyRank() << " customer " << customer_id << " ok"
-            << std::endl;
+  // One write per line: the two customers' threads print at once.
+  std::cout << ("worker " + std::to_string(MyRank()) + " customer " +
+                std::to_string(customer_id) + " ok\n")
+            << std::flush;
   Finalize(customer_id, true);
 }
 
