@@ -119,6 +119,10 @@ struct Config {
   static StatusOr<Config> FromEnvAndFlags(
       const std::map<std::string, std::string>& env);
 
+  // The process environment's DMLC_* and PS_* variables (what FromEnv
+  // reads).
+  static std::map<std::string, std::string> ProcessVariables();
+
   // "tcp://root_uri:root_port".
   std::string SchedulerAddress() const;
   // One line naming every field, for logs.

@@ -37,6 +37,13 @@
 // unless set; keys above go to the last server); dense models should call
 // SetPlacement(Placement::ByBytes(keys, sizes, NumServers())) so each server
 // holds about 1/S of the bytes. All workers must use the same placement.
+// Or, as in ps-lite, set_slicer(slicer): the slicer is given each request
+// and the servers' key ranges (the placement's) and says which server gets
+// which keys, in any pattern (a key may even go to several servers); pulled
+// values still come back in the request's key order (a key answered by
+// several servers: the lowest rank's answer). This path copies pulled
+// values once and never adopts a frame; the slicer runs on the calling
+// thread, once per request.
 //
 // Thread-safety: a KVWorker may be used from any number of threads at once
 // (SetPlacement before any request), several Waits on one timestamp
@@ -52,12 +59,14 @@
 #include <memory>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ps/base.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
 #include "ps/placement.h"
+#include "ps/range.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
 
@@ -80,7 +89,9 @@ class KVWorker {
  public:
   using Callback = std::function<void()>;
 
-  // On DefaultNode() (ps::Start).
+  // On DefaultNode() (ps::Start). KVWorker(app_id) is older ps-lite's form:
+  // customer app_id.
+  explicit KVWorker(int app_id) : KVWorker(app_id, app_id) {}
   KVWorker(int app_id, int customer_id)
       : KVWorker(DefaultNode(), app_id, customer_id) {}
   // `node` must outlive this worker.
@@ -143,6 +154,41 @@ class KVWorker {
     core_.SetPlacement(std::move(placement));
   }
   const Placement& placement() const { return core_.placement(); }
+
+  // ps-lite's slicer: sliced->at(i) = (whether server i gets a message, the
+  // keys (sorted, unique) and values it gets); `sliced` comes empty, the
+  // slicer resizes it to ranges.size(). ranges[i] is server i's key range.
+  using SlicedKVs = std::vector<std::pair<bool, KVPairs<Val>>>;
+  using Slicer =
+      std::function<void(const KVPairs<Val>& send,
+                         const std::vector<Range>& ranges, SlicedKVs* sliced)>;
+
+  // Replaces slicing by placement for this worker (set before any request).
+  // A slice that breaks the KV rules, a wrong number of slices, or a pulled
+  // key sent to no server fails the request (its Wait returns the error).
+  void set_slicer(const Slicer& slicer) {
+    CHECK(slicer);
+    core_.SetSlicer([slicer](const detail::RawKVPairs& raw,
+                             const std::vector<Range>& ranges,
+                             detail::RawSliced* out) {
+      KVPairs<Val> send;
+      send.keys = raw.keys;
+      send.vals = SArray<Val>(raw.vals);
+      send.lens = raw.lens;
+      send.priority = raw.priority;
+      SlicedKVs sliced;
+      slicer(send, ranges, &sliced);
+      out->resize(sliced.size());
+      for (size_t i = 0; i < sliced.size(); ++i) {
+        (*out)[i].first = sliced[i].first;
+        detail::RawKVPairs& part = (*out)[i].second;
+        part.keys = sliced[i].second.keys;
+        part.vals = SArray<char>(sliced[i].second.vals);
+        part.lens = sliced[i].second.lens;
+        part.priority = sliced[i].second.priority;
+      }
+    });
+  }
 
  private:
   int Send(bool push, bool pull, int cmd, const SArray<Key>& keys,

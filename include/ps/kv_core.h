@@ -16,9 +16,12 @@
 #include <functional>
 #include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "ps/base.h"
 #include "ps/placement.h"
+#include "ps/range.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
 
@@ -118,6 +121,12 @@ struct PullSink {
       adopt;  // null: always assemble
 };
 
+// A user slicer on bytes (KVWorker::set_slicer): fills `sliced` with one
+// (send?, slice) pair per server, ranges[s] being server s's key range.
+using RawSliced = std::vector<std::pair<bool, RawKVPairs>>;
+using RawSlicer = std::function<void(
+    const RawKVPairs& kvs, const std::vector<Range>& ranges, RawSliced* sliced)>;
+
 class KVWorkerCore {
  public:
   KVWorkerCore(Node* node, int app_id, int customer_id, int val_type,
@@ -132,6 +141,9 @@ class KVWorkerCore {
   size_t num_pending() const;
   void SetPlacement(Placement placement);
   const Placement& placement() const;
+  // Replaces slicing by placement (null: back to it). The ranges it is
+  // given are the placement's. Must not race with requests.
+  void SetSlicer(RawSlicer slicer);
 
  private:
   class Impl;

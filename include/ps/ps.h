@@ -11,7 +11,9 @@
 // the default node is made from the environment on first use, so servers
 // may build their KVServer (and any node a SimpleApp) before Start, as
 // ps-lite programs do. ps-lite's Postoffice::Get() (ps/internal/
-// postoffice.h) and SimpleApp (ps/simple_app.h) come with this header.
+// postoffice.h), Environment (ps/internal/env.h: values given to
+// Environment::Init before the default node is made override the process
+// environment's) and SimpleApp (ps/simple_app.h) come with this header.
 //
 // Thread-safety: Start/StartAsync/Finalize from any thread, one customer id
 // each; the accessors and Barrier from any thread between them.
@@ -22,6 +24,7 @@
 
 #include "ps/base.h"
 #include "ps/config.h"
+#include "ps/internal/env.h"
 #include "ps/internal/postoffice.h"
 #include "ps/internal/utils.h"
 #include "ps/kv_app.h"
@@ -50,6 +53,10 @@ void StartAsync(int customer_id, const char* argv0 = nullptr);
 // is a barrier of all nodes (when do_barrier), an ordered shutdown, then
 // the exit callback.
 void Finalize(int customer_id, bool do_barrier = true);
+// Older ps-lite releases' forms (one customer per process): Start(0, argv0)
+// and Finalize(0, true).
+void Start(const char* argv0 = nullptr);
+void Finalize();
 // Runs `cb` after the node stopped, in the last Finalize (ps-lite: e.g. to
 // delete a KVServer). A later registration replaces an earlier one.
 void RegisterExitCallback(const std::function<void()>& cb);

@@ -6,10 +6,15 @@
 // in place (ReplyInto); StorePullAnswer then finds it already there. A
 // server may refuse a request (an answer with control.error and no frames):
 // the request then ends with that error, naming the server.
+// A user slicer (SetSlicer) takes a simpler path: SliceByUser checks its
+// slices, and the pulled values are assembled key by key (AssembleByKey),
+// since its slices need not be contiguous runs of the request's keys.
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "kv/call_gate.h"
 #include "kv/request_tracker.h"
@@ -40,6 +45,10 @@ struct PullState {
   // key taken as uniform when they divide evenly), and an answer of another
   // size sets `misplaced`.
   std::vector<size_t> place;
+  // Set by a user slicer: the keys sent to server s are asked[s] (cut is
+  // then empty), and answers are assembled key by key.
+  bool by_key = false;
+  std::vector<SArray<Key>> asked;
 
   Mutex mu;
   bool abandoned GUARDED_BY(mu) = false;  // done; never touch the sink again
@@ -83,10 +92,15 @@ class KVWorkerCore::Impl {
   Status Wait(int ts);
   size_t num_pending() const { return tracker_.num_pending(); }
   Placement placement_;
+  RawSlicer slicer_;  // null: slice by placement_
 
  private:
   std::vector<int> TouchedServers(const std::vector<KVSlice>& slices,
                                   Status* dead) EXCLUDES(mu_);
+  // Runs the user slicer on `kvs` and checks its slices: one per server,
+  // each a valid KV list, and (for a pull) every key sent somewhere.
+  Status SliceByUser(const RawKVPairs& kvs, bool push, bool pull,
+                     std::vector<KVSlice>* slices) const;
   void SendSlices(int ts, bool push, bool pull, int cmd,
                   const std::vector<KVSlice>& slices, const PullState* state);
   // Where each server's answer goes in a direct pull destination of `bytes`
@@ -103,6 +117,9 @@ class KVWorkerCore::Impl {
       EXCLUDES(state->mu);
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
   Status AssemblePull(PullState* state) EXCLUDES(state->mu);
+  // The values of state->keys, in their order, from answers holding them
+  // in any order (the lowest rank's answer for a key sent to several).
+  Status AssembleByKey(PullState* state) REQUIRES(state->mu);
   // Hands a lone answer's frames to the sink as they are (no copy); false
   // when the sink or the answer does not allow it.
   bool Adopt(PullState* state) REQUIRES(state->mu);
@@ -127,7 +144,16 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     LOG(ERROR) << "KVWorker request rejected: " << st.message();
     return tracker_.StartFailed(st);
   }
-  std::vector<KVSlice> slices = SliceKVPairs(kvs, val_size_, placement_);
+  std::vector<KVSlice> slices;
+  if (slicer_) {
+    st = SliceByUser(kvs, push, pull, &slices);
+    if (!st.ok()) {
+      LOG(ERROR) << "KVWorker request rejected: " << st.message();
+      return tracker_.StartFailed(st);
+    }
+  } else {
+    slices = SliceKVPairs(kvs, val_size_, placement_);
+  }
   std::vector<int> servers = TouchedServers(slices, &st);
   if (!st.ok()) return tracker_.StartFailed(st);
   std::shared_ptr<PullState> state;
@@ -135,8 +161,14 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     state = std::make_shared<PullState>();
     state->sink = std::move(sink);
     state->keys = kvs.keys;
-    state->cut = placement_.Slice(kvs.keys.data(), kvs.keys.size());
-    if (state->sink.direct != nullptr && !state->sink.alloc_lens) {
+    if (slicer_) {
+      state->by_key = true;
+      for (const KVSlice& slice : slices) state->asked.push_back(slice.kvs.keys);
+    } else {
+      state->cut = placement_.Slice(kvs.keys.data(), kvs.keys.size());
+    }
+    if (state->sink.direct != nullptr && !state->sink.alloc_lens &&
+        !state->by_key) {
       state->place =
           DirectPlaces(state->cut, servers.size(), state->sink.direct_bytes);
     }
@@ -179,6 +211,47 @@ std::vector<int> KVWorkerCore::Impl::TouchedServers(
     servers.push_back(id);
   }
   return servers;
+}
+
+Status KVWorkerCore::Impl::SliceByUser(const RawKVPairs& kvs, bool push,
+                                       bool pull,
+                                       std::vector<KVSlice>* slices) const {
+  const int num_servers = placement_.num_servers();
+  std::vector<Range> ranges;
+  for (int s = 0; s < num_servers; ++s) {
+    ranges.emplace_back(placement_.begin(s), placement_.end(s));
+  }
+  RawSliced sliced;
+  slicer_(kvs, ranges, &sliced);
+  if (sliced.size() != ranges.size()) {
+    return Status::InvalidArgument(
+        "the slicer gave " + std::to_string(sliced.size()) + " slices for " +
+        std::to_string(ranges.size()) + " servers");
+  }
+  slices->assign(sliced.size(), KVSlice());
+  std::unordered_set<Key> sent;
+  for (size_t s = 0; s < sliced.size(); ++s) {
+    RawKVPairs& part = sliced[s].second;
+    // A slice without keys sends nothing (as placement slicing).
+    if (!sliced[s].first || part.keys.empty()) continue;
+    Status st = CheckKVPairs(part, val_size_, push);
+    if (!st.ok()) {
+      return Status::InvalidArgument("the slicer's slice for server " +
+                                     std::to_string(s) + ": " + st.message());
+    }
+    if (pull) sent.insert(part.keys.begin(), part.keys.end());
+    part.priority = kvs.priority;
+    (*slices)[s].touched = true;
+    (*slices)[s].kvs = std::move(part);
+  }
+  if (!pull) return Status::OK();
+  for (Key key : kvs.keys) {
+    if (sent.count(key) == 0) {
+      return Status::InvalidArgument("the slicer sent pulled key " +
+                                     std::to_string(key) + " to no server");
+    }
+  }
+  return Status::OK();
 }
 
 std::vector<size_t> KVWorkerCore::Impl::DirectPlaces(
@@ -279,11 +352,18 @@ Status KVWorkerCore::Impl::RefusalOf(const Message& msg) const {
 
 Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
                                            RawKVPairs answer) {
-  if (rank < 0 || static_cast<size_t>(rank) + 1 >= state->cut.size()) {
-    return Status::Corruption("no such server rank " + std::to_string(rank));
+  SArray<Key> asked;
+  if (state->by_key) {
+    if (rank < 0 || static_cast<size_t>(rank) >= state->asked.size()) {
+      return Status::Corruption("no such server rank " + std::to_string(rank));
+    }
+    asked = state->asked[rank];
+  } else {
+    if (rank < 0 || static_cast<size_t>(rank) + 1 >= state->cut.size()) {
+      return Status::Corruption("no such server rank " + std::to_string(rank));
+    }
+    asked = state->keys.segment(state->cut[rank], state->cut[rank + 1]);
   }
-  size_t begin = state->cut[rank], end = state->cut[rank + 1];
-  SArray<Key> asked = state->keys.segment(begin, end);
   if (answer.keys.size() != asked.size() ||
       std::memcmp(answer.keys.data(), asked.data(),
                   asked.size() * sizeof(Key)) != 0) {
@@ -323,6 +403,7 @@ Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
     state->answers.clear();
     return Status::OK();
   }
+  if (state->by_key) return AssembleByKey(state);
   if (Adopt(state)) return Status::OK();
   // A co-located server may have written its answer into the destination at
   // a place guessed from the sizes (ReplyInto), where another answer
@@ -354,6 +435,47 @@ Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
                     ? a.lens[i]
                     : static_cast<int>(a.vals.size() / val_size_ / n);
     }
+  }
+  state->answers.clear();
+  return Status::OK();
+}
+
+Status KVWorkerCore::Impl::AssembleByKey(PullState* state) {
+  struct Part {
+    const char* vals;
+    size_t bytes;
+  };
+  std::unordered_map<Key, Part> parts;
+  for (const auto& [rank, a] : state->answers) {  // ascending rank
+    size_t n = a.keys.size();
+    size_t uniform = n == 0 ? 0 : a.vals.size() / n;
+    const char* at = a.vals.data();
+    for (size_t i = 0; i < n; ++i) {
+      size_t bytes =
+          a.lens.empty() ? uniform : static_cast<size_t>(a.lens[i]) * val_size_;
+      parts.emplace(a.keys[i], Part{at, bytes});
+      at += bytes;
+    }
+  }
+  size_t total = 0;
+  for (Key key : state->keys) {
+    auto it = parts.find(key);
+    if (it == parts.end()) {
+      return Status::Corruption("no server answered pulled key " +
+                                std::to_string(key));
+    }
+    total += it->second.bytes;
+  }
+  // The destination may be presized: `parts` points into the answers only.
+  char* dst = state->sink.alloc_vals(total);
+  int* lens = state->sink.alloc_lens
+                  ? state->sink.alloc_lens(state->keys.size())
+                  : nullptr;
+  for (Key key : state->keys) {
+    const Part& part = parts[key];
+    if (part.bytes > 0) std::memcpy(dst, part.vals, part.bytes);
+    dst += part.bytes;
+    if (lens != nullptr) *lens++ = static_cast<int>(part.bytes / val_size_);
   }
   state->answers.clear();
   return Status::OK();
@@ -406,6 +528,9 @@ void KVWorkerCore::SetPlacement(Placement placement) {
   impl_->placement_ = std::move(placement);
 }
 const Placement& KVWorkerCore::placement() const { return impl_->placement_; }
+void KVWorkerCore::SetSlicer(RawSlicer slicer) {
+  impl_->slicer_ = std::move(slicer);
+}
 
 }  // namespace detail
 }  // namespace ps

@@ -411,6 +411,10 @@ StatusOr<Config> Config::FromEnv(
 
 StatusOr<Config> Config::FromEnv() { return FromEnv(ProcessEnvironment()); }
 
+std::map<std::string, std::string> Config::ProcessVariables() {
+  return ProcessEnvironment();
+}
+
 StatusOr<Config> Config::FromEnvAndFlags(
     const std::map<std::string, std::string>& env) {
   Settings settings = FromVariables(env);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -86,7 +87,13 @@ Node* DefaultNode() {
   DefaultState& state = State();
   std::lock_guard<std::mutex> lock(state.node_mu);
   if (state.node == nullptr) {
-    StatusOr<Config> config = Config::FromEnvAndFlags();
+    std::map<std::string, std::string> env = Config::ProcessVariables();
+    for (const auto& [name, value] : Environment::Get()->vars()) {
+      if (name.rfind("DMLC_", 0) == 0 || name.rfind("PS_", 0) == 0) {
+        env[name] = value;
+      }
+    }
+    StatusOr<Config> config = Config::FromEnvAndFlags(env);
     if (!config.ok()) Die("bad configuration: " + config.status().message());
     state.node = std::make_unique<Node>(*config);
   }
@@ -96,6 +103,8 @@ Node* DefaultNode() {
 void Start(int customer_id, const char* argv0) {
   StartDefault(customer_id, argv0, true);
 }
+void Start(const char* argv0) { Start(0, argv0); }
+void Finalize() { Finalize(0, true); }
 void StartAsync(int customer_id, const char* argv0) {
   StartDefault(customer_id, argv0, false);
 }

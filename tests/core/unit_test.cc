@@ -14,6 +14,7 @@
 #include "kv/request_tracker.h"
 #include "kv/slicer.h"
 #include "ps/config.h"
+#include "ps/internal/env.h"
 #include "ps/placement.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
@@ -640,6 +641,23 @@ TEST(RequestTracker, TimeoutNamesServers) {
   EXPECT_EQ(st.code(), Status::kTimeout);
   EXPECT_NE(st.message().find("from server 8, server 12"), std::string::npos)
       << st;
+}
+
+// ps-lite's Environment: values set from code first, then the process's.
+TEST(Environment, InitValuesOverrideTheProcessEnvironment) {
+  setenv("PS_TEST_ENV_A", "process", 1);
+  setenv("PS_TEST_ENV_B", "process", 1);
+  Environment* env = Environment::Init({{"PS_TEST_ENV_A", "code"}});
+  EXPECT_EQ(env, Environment::Get());
+  EXPECT_STREQ(env->find("PS_TEST_ENV_A"), "code");
+  EXPECT_STREQ(env->find("PS_TEST_ENV_B"), "process");
+  EXPECT_EQ(env->find("PS_TEST_ENV_NEVER_SET"), nullptr);
+  EXPECT_EQ(Environment::_GetSharedRef().get(), env);
+  Environment::Init({});
+  EXPECT_STREQ(env->find("PS_TEST_ENV_A"), "process");
+  EXPECT_TRUE(env->vars().empty());
+  unsetenv("PS_TEST_ENV_A");
+  unsetenv("PS_TEST_ENV_B");
 }
 
 }  // namespace

@@ -54,5 +54,9 @@ for way in tracker hand; do
 
   run $way 2 2 multi_workers
   expect "$tmp/out.log" "worker [01] customer [01] ok" 4
+
+  run $way 2 2 slicer_app
+  expect "$tmp/out.log" "worker [01] ok" 2
+  expect "$tmp/out.log" "server [01] holds 500 keys" 2
 done
 echo "all ps-lite programs passed, both ways"

@@ -32,10 +32,10 @@ void RunWorker(int customer_id) {
   float err = 0;
   for (int i = 0; i < num; ++i) err += std::fabs(rets[i] - vals[i] * repeat);
   CHECK_EQ(err, 0.0f);
-  // One write per line: the customers' threads print at the same time.
-  std::ostringstream line;
-  line << "worker " << MyRank() << " customer " << customer_id << " ok\n";
-  std::cout << line.str() << std::flush;
+  // One write per line: the two customers' threads print at once.
+  std::cout << ("worker " + std::to_string(MyRank()) + " customer " +
+                std::to_string(customer_id) + " ok\n")
+            << std::flush;
   Finalize(customer_id, true);
 }
 
