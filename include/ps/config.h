@@ -36,9 +36,10 @@
 //                            unset: plain TCP, no authentication  (unset)
 //   PS_MAX_MESSAGE_BYTES     a larger frame from the network is
 //                            refused before it is buffered, and its
-//                            sender disconnected                  (1 GiB)
-//   DMLC_PS_WATER_MARK       messages queued per peer and direction
-//                            (ZeroMQ high-water marks)            (1000)
+//                            sender disconnected; a larger message
+//                            is not sent (its request fails)      (1 GiB)
+//   DMLC_PS_WATER_MARK       messages queued per inbound connection
+//                            (ZeroMQ's receive high-water mark)   (1000)
 // ps-lite's names, read too: PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT
 // (seconds; the _MS names win when both are set), PS_RESEND (0 only:
 // resending does not exist, 1 is refused) and PS_RESEND_TIMEOUT (checked,

@@ -97,7 +97,15 @@ class KVServerCore::Impl {
   void Response(const KVMeta& req, const RawKVPairs& res) {
     Message msg = AnswerTo(req);
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
-    Send(req, &msg);
+    Status st = post_->Send(&msg);
+    if (st.code() == Status::kInvalidArgument) {
+      // Too large to send (PS_MAX_MESSAGE_BYTES): the worker learns why
+      // instead of waiting for an answer that never comes.
+      ResponseError(req, st);
+    } else if (!st.ok()) {
+      LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
+                   << " not sent: " << st;
+    }
   }
 
   void ResponseError(const KVMeta& req, const Status& error) {

@@ -30,6 +30,19 @@ struct NodeInfo {
   // The routing id of this node's connections ("host:port", see
   // Van::set_identity): what a message from it must arrive on.
   std::string Identity() const { return host + ":" + std::to_string(port); }
+  // Identity() == id, without building it (every received message asks).
+  bool HasIdentity(const std::string& id) const {
+    if (id.size() <= host.size() + 1 || id.compare(0, host.size(), host) != 0 ||
+        id[host.size()] != ':') {
+      return false;
+    }
+    int p = 0;
+    for (size_t i = host.size() + 1; i < id.size(); ++i) {
+      if (id[i] < '0' || id[i] > '9' || p > 65535) return false;
+      p = p * 10 + (id[i] - '0');
+    }
+    return p == port && id[host.size() + 1] != '0';
+  }
   // "server 1 (tcp://127.0.0.1:4000)"
   std::string Describe() const;
 };

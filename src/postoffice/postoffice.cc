@@ -13,13 +13,19 @@ namespace {
 constexpr size_t kMaxEarlyMessages = 10000;
 constexpr int kLingerMs = 1000;
 
+uint64_t MessageBytes(const Message& msg) {
+  uint64_t bytes = 0;
+  for (const SArray<char>& frame : msg.data) bytes += frame.size();
+  return bytes;
+}
+
 VanOptions VanOptionsOf(const Config& c) {
   VanOptions o;
   o.secret_key = c.secret_key;
   o.max_message_bytes = c.max_message_bytes;
   o.water_mark = c.water_mark;
-  // A peer that takes nothing for this long is as good as dead.
-  o.send_timeout_ms = std::max(c.heartbeat_timeout_ms, c.connect_timeout_ms);
+  o.heartbeat_interval_ms = c.heartbeat_interval_ms;
+  o.heartbeat_timeout_ms = c.heartbeat_timeout_ms;
   return o;
 }
 
@@ -147,9 +153,10 @@ void Postoffice::OnMessage(Message&& msg) {
     // registers the address its connection is named after.
     bool scheduler_add = IsScheduler() && cmd == pb::ADD_NODE;
     if (!scheduler_add && !SenderIsProvenLocked(msg)) {
-      // A peer may learn the node table (and send) before we do.
-      if (!ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
-          table_.Find(sender) == nullptr && early_.size() < kMaxEarlyMessages) {
+      // A peer may learn the node table (and send) before we do. Held
+      // up to a count and, in all, PS_MAX_MESSAGE_BYTES.
+      if (MayHoldEarly(msg)) {
+        early_bytes_ += MessageBytes(msg);
         early_.push_back(std::move(msg));
       }
       return;
@@ -182,11 +189,11 @@ void Postoffice::OnMessage(Message&& msg) {
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {
   int sender = msg.meta.sender();
   const NodeInfo* claimed = sender == my_id_ ? nullptr : table_.Find(sender);
-  std::string connection = Van::DescribeConnection(msg.from, msg.peer_address);
   if (claimed != nullptr) {
-    if (claimed->Identity() == msg.from) return true;
-    van_.CountDropped(connection, "it claims to be " + claimed->Describe() +
-                                      " in " + DebugString(msg));
+    if (claimed->HasIdentity(msg.from)) return true;
+    van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
+                      "it claims to be " + claimed->Describe() + " in " +
+                          DebugString(msg));
     return false;
   }
   if (!IsScheduler() && !ready_ && sender == kSchedulerId) {
@@ -194,18 +201,26 @@ bool Postoffice::SenderIsProvenLocked(const Message& msg) {
     if (EndsWith(msg.from, ":" + std::to_string(config_.root_port))) {
       return true;
     }
-    van_.CountDropped(connection, "it claims to be the scheduler at " +
-                                      config_.SchedulerAddress() + " in " +
-                                      DebugString(msg));
+    van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
+                      "it claims to be the scheduler at " +
+                          config_.SchedulerAddress() + " in " +
+                          DebugString(msg));
     return false;
   }
-  pb::Command cmd = msg.meta.control().cmd();
-  bool may_be_early = !ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
-                      early_.size() < kMaxEarlyMessages;
-  if (!may_be_early) {
-    van_.CountDropped(connection, "unknown sender of " + DebugString(msg));
+  if (!MayHoldEarly(msg)) {
+    van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
+                      "unknown sender of " + DebugString(msg));
   }
   return false;
+}
+
+bool Postoffice::MayHoldEarly(const Message& msg) const {
+  pb::Command cmd = msg.meta.control().cmd();
+  return !ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
+         table_.Find(msg.meta.sender()) == nullptr &&
+         early_.size() < kMaxEarlyMessages &&
+         early_bytes_ + MessageBytes(msg) <=
+             static_cast<uint64_t>(config_.max_message_bytes);
 }
 
 void Postoffice::OnControl(Message&& msg) {

@@ -144,6 +144,9 @@ class Postoffice {
   // Whether msg came on the connection of the node its header names (or,
   // before the node table, of the scheduler); else counts and drops it.
   bool SenderIsProvenLocked(const Message& msg) REQUIRES(mu_);
+  // Whether msg (of a sender not yet known) may wait in early_ for the
+  // node table: data or SHM_READY, within a count and a byte budget.
+  bool MayHoldEarly(const Message& msg) const REQUIRES(mu_);
   void OnPeerFailure(int id, const Status& why);
   void SendAll(std::vector<Message>* outbox) EXCLUDES(mu_);
   Message ControlMessage(pb::Command cmd, int recver, bool request) const;
@@ -191,6 +194,7 @@ class Postoffice {
   std::thread monitor_;
 
   std::vector<Message> early_;  // receive thread only: data before ready
+  uint64_t early_bytes_ = 0;    // receive thread only: their data bytes
 
   Mutex customers_mu_;
   CondVar customers_cv_{&customers_mu_};

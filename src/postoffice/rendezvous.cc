@@ -328,6 +328,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);
+    early_bytes_ = 0;
     cv_.SignalAll();
   }
   for (const auto& [id, why] : probed) {
@@ -349,7 +350,7 @@ std::string Postoffice::ProbeSharedMemory(const NodeInfo& peer) {
                  << "); it sends to this node through the socket";
     return page.status().message();
   }
-  van_.AcceptReferencesFrom(peer.id, peer.shm_probe.pid());
+  van_.AcceptReferencesFrom(peer.id, peer.Identity(), peer.shm_probe.pid());
   return "";
 }
 

@@ -128,6 +128,7 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   CHECK(router_ != nullptr) << ZmqError();
   SetIntOption(router_, ZMQ_RCVHWM, options_.water_mark);
   SetIntOption(router_, ZMQ_LINGER, 0);
+  SetHeartbeats(router_);
   int64_t max_bytes = options_.max_message_bytes;
   CHECK_EQ(zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes,
                           sizeof(max_bytes)),
@@ -204,6 +205,12 @@ void Van::Stop(int linger_ms) {
   router_ = nullptr;
 }
 
+void Van::SetHeartbeats(void* socket) const {
+  if (options_.heartbeat_interval_ms <= 0) return;
+  SetIntOption(socket, ZMQ_HEARTBEAT_IVL, options_.heartbeat_interval_ms);
+  SetIntOption(socket, ZMQ_HEARTBEAT_TIMEOUT, options_.heartbeat_timeout_ms);
+}
+
 Status Van::Connect(int id, const std::string& host, int port) {
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
@@ -212,9 +219,9 @@ Status Van::Connect(int id, const std::string& host, int port) {
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
   void* socket = peer->socket;
   if (socket == nullptr) return Status::Internal(ZmqError());
-  SetIntOption(socket, ZMQ_SNDHWM, options_.water_mark);
-  SetIntOption(socket, ZMQ_SNDTIMEO, options_.send_timeout_ms);
+  SetIntOption(socket, ZMQ_SNDHWM, 0);  // see VanOptions::water_mark
   SetIntOption(socket, ZMQ_LINGER, 0);
+  SetHeartbeats(socket);
   if (!options_.secret_key.empty()) {
     // Every node holds the job's key pair: the server key is the job's
     // public key, and the ZAP handler there admits only that client key.
@@ -247,7 +254,11 @@ void Van::Disconnect(int id) {
   MutexLock lock(&peers_mu_);
   peers_.erase(id);
   send_references_.erase(id);
-  accept_pid_.erase(id);
+  auto identity = accept_identity_.find(id);
+  if (identity != accept_identity_.end()) {
+    accept_pid_.erase(identity->second);
+    accept_identity_.erase(identity);
+  }
 }
 
 void Van::SendReferencesTo(int id) {
@@ -255,9 +266,10 @@ void Van::SendReferencesTo(int id) {
   send_references_.insert(id);
 }
 
-void Van::AcceptReferencesFrom(int id, int pid) {
+void Van::AcceptReferencesFrom(int id, const std::string& identity, int pid) {
   MutexLock lock(&peers_mu_);
-  accept_pid_[id] = pid;
+  accept_pid_[identity] = pid;
+  accept_identity_[id] = identity;
 }
 
 bool Van::IsConnected(int id) const { return FindPeer(id) != nullptr; }
@@ -300,16 +312,22 @@ Status Van::Send(Message* msg) {
     msg->meta.clear_reply_into();
   }
   std::string header = EncodeHeader(msg);
+  // The receiver refuses (and disconnects) what exceeds the limit: say so
+  // here, where the caller can still be told.
+  int64_t total = static_cast<int64_t>(header.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (!by_ref[i]) total += static_cast<int64_t>(msg->data[i].size());
+  }
+  if (total > options_.max_message_bytes) {
+    return Status::InvalidArgument(
+        "a message of " + std::to_string(total) + " bytes to " +
+        peer->address + " is larger than PS_MAX_MESSAGE_BYTES (" +
+        std::to_string(options_.max_message_bytes) +
+        "): raise it on every node, or send less per request");
+  }
   MutexLock lock(&peer->mu);
   int flags = n > 0 ? ZMQ_SNDMORE : 0;
   if (zmq_send(peer->socket, header.data(), header.size(), flags) < 0) {
-    if (zmq_errno() == EAGAIN) {
-      return Status::Unavailable(
-          "send to " + peer->address + ": its queue stayed full (" +
-          std::to_string(options_.water_mark) +
-          " messages, DMLC_PS_WATER_MARK) for " +
-          std::to_string(options_.send_timeout_ms) + " ms");
-    }
     return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
   }
   for (size_t i = 0; i < n; ++i) {
@@ -403,7 +421,10 @@ void Van::AuthLoop(void* zap, void* monitor) {
   while (true) {
     if (zmq_poll(items, 2, -1) < 0) {
       if (zmq_errno() == EINTR) continue;
-      break;  // ETERM: the van stops
+      // Without this thread CURVE would admit any client: only the van's
+      // own shutdown may end it.
+      CHECK_EQ(zmq_errno(), ETERM) << "auth thread: " << ZmqError();
+      break;
     }
     if (items[0].revents & ZMQ_POLLIN) AnswerZap(zap);
     if (items[1].revents & ZMQ_POLLIN) {
@@ -520,9 +541,10 @@ bool Van::ReceiveOne() {
   zmq_msg_t* header = &parts[1]->msg;
   StatusOr<Message> msg =
       Decode(static_cast<const char*>(zmq_msg_data(header)),
-             zmq_msg_size(header), std::move(frames), [this](int sender) {
+             zmq_msg_size(header), std::move(frames), [this, &from](int) {
                MutexLock lock(&peers_mu_);
-               auto it = accept_pid_.find(sender);
+               // By the connection, not by the sender the header claims.
+               auto it = accept_pid_.find(from);
                return it == accept_pid_.end() ? 0 : it->second;
              });
   if (!msg.ok()) {

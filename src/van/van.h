@@ -55,9 +55,15 @@ namespace ps {
 struct VanOptions {
   std::string secret_key;  // Z85 CurveZMQ secret key; empty: plain TCP
   int64_t max_message_bytes = int64_t{1} << 30;
+  // Inbound messages queued per connection (ZMQ_RCVHWM): past it ZeroMQ
+  // stops reading that connection. Our own outbound queues are bounded by
+  // the requests our code has in flight, and never block a send (a send
+  // that blocked on the receive thread could deadlock two nodes).
   int water_mark = 1000;
-  // A send to a peer whose queue is full fails after this long (-1: waits).
-  int send_timeout_ms = -1;
+  // ZeroMQ's own connection heartbeats (ZMTP PING), so that a connection
+  // whose peer vanished without a FIN is closed and its routing id freed.
+  int heartbeat_interval_ms = 0;  // 0: none
+  int heartbeat_timeout_ms = 0;
 };
 
 class Van {
@@ -88,9 +94,11 @@ class Van {
   Status Connect(int id, const std::string& host, int port);
   // Node `id` can map our shared memory: send it references.
   void SendReferencesTo(int id);
-  // We can map the shared memory of node `id`, process `pid`: resolve the
-  // references it sends.
-  void AcceptReferencesFrom(int id, int pid);
+  // We can map the shared memory of node `id`, process `pid`, whose
+  // connections carry routing id `identity`: resolve the references that
+  // arrive on them (only those: a header's claim of being node `id` is
+  // checked later, and references are resolved before).
+  void AcceptReferencesFrom(int id, const std::string& identity, int pid);
   // Moves the connection known as `old_id` to `new_id`.
   void Rekey(int old_id, int new_id);
   void Disconnect(int id);
@@ -125,6 +133,8 @@ class Van {
   void AuthLoop(void* zap, void* monitor);
   // Answers one ZAP request: admits the job's public key only.
   void AnswerZap(void* zap);
+  // ZMTP heartbeats on `socket`, when configured.
+  void SetHeartbeats(void* socket) const;
   // Prints `line` unless the rate limit says no (it then counts it).
   void Report(const std::string& line);
   std::shared_ptr<Peer> FindPeer(int id) const EXCLUDES(peers_mu_);
@@ -144,8 +154,9 @@ class Van {
   std::unordered_map<int, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
   std::unordered_set<int> send_references_
       GUARDED_BY(peers_mu_);  // node ids
-  std::unordered_map<int, int> accept_pid_
-      GUARDED_BY(peers_mu_);  // node id -> its pid
+  // Routing id -> pid, and node id -> routing id (to forget it).
+  std::unordered_map<std::string, int> accept_pid_ GUARDED_BY(peers_mu_);
+  std::unordered_map<int, std::string> accept_identity_ GUARDED_BY(peers_mu_);
 
   std::atomic<uint64_t> num_dropped_{0};
   std::atomic<uint64_t> num_refused_{0};

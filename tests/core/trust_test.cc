@@ -181,6 +181,35 @@ TEST(Trust, TimeoutsAtIntMaxDoNotOverflow) {
   for (Node* n : c.All()) n->Stop();
 }
 
+// A message over PS_MAX_MESSAGE_BYTES is refused where it is sent, with an
+// error naming the limit: a push at the worker, a pull's answer at the
+// server (which answers with the error instead).
+TEST(Trust, MessagesOverTheLimitFailTheirRequestNamingIt) {
+  Cluster c(1, 1, [](Config* cfg) { cfg->max_message_bytes = 1 << 20; });
+  ASSERT_TRUE(c.Start());
+  KVServer<float> server(c.servers[0].get(), 0);
+  server.set_request_handle(KVServerDefaultHandle<float>());
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  const size_t big = (1 << 20) / sizeof(float) + 1;  // floats
+  Status st = kv.Wait(kv.Push({1}, std::vector<float>(big, 1.0f)));
+  EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos)
+      << st;
+  // Two pushes that fit, whose sum the server then cannot send back whole.
+  const size_t half = big / 2 + 1;
+  ASSERT_TRUE(kv.Wait(kv.Push({1}, std::vector<float>(half, 1.0f))).ok());
+  ASSERT_TRUE(kv.Wait(kv.Push({2}, std::vector<float>(half, 1.0f))).ok());
+  std::vector<float> out;
+  st = kv.Wait(kv.Pull({1, 2}, &out));
+  EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos)
+      << st;
+  // The node keeps serving.
+  ASSERT_TRUE(kv.Wait(kv.Pull({1}, &out)).ok());
+  EXPECT_EQ(out.size(), half);
+  EXPECT_TRUE(c.Finalize());
+}
+
 TEST(Trust, ConnectionsAreNamedReadably) {
   EXPECT_EQ(Van::DescribeConnection("127.0.0.1:4000", "127.0.0.1"),
             "connection '127.0.0.1:4000' from 127.0.0.1");
