@@ -516,7 +516,15 @@ void Postoffice::Stop() {
     clean = finalized_;
     cv_.SignalAll();
   }
-  if (monitor_.joinable()) monitor_.join();
+  if (monitor_.joinable()) {
+    // A failure handler on the monitor thread may end the process (exit()
+    // runs this from there): it cannot join itself.
+    if (monitor_.get_id() == std::this_thread::get_id()) {
+      monitor_.detach();
+    } else {
+      monitor_.join();
+    }
+  }
   if (say_goodbye) {
     // Only Finalize is a clean departure: a node stopped without it (its
     // process exited early, e.g. after an error) is a failure, reported at

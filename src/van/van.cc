@@ -197,7 +197,14 @@ void Van::Stop(int linger_ms) {
   }
   zmq_ctx_shutdown(context_);  // wakes the receive thread with ETERM
   if (auth_.joinable()) auth_.join();
-  if (receiver_.joinable()) {
+  if (receiver_.joinable() &&
+      receiver_.get_id() == std::this_thread::get_id()) {
+    // Stopped from a handler on the receive thread (e.g. exit() there runs
+    // the node's destructor): this thread owns the ROUTER, so it closes it,
+    // and never returns to the loop.
+    receiver_.detach();
+    zmq_close(router_);
+  } else if (receiver_.joinable()) {
     receiver_.join();
   } else if (router_ != nullptr) {
     zmq_close(router_);
@@ -484,9 +491,10 @@ void Van::AnswerZap(void* zap) {
 }
 
 void Van::ReceiveLoop() {
-  while (ReceiveOne()) {
+  // router_ is gone when a handler stopped the van from this thread.
+  while (router_ != nullptr && ReceiveOne()) {
   }
-  zmq_close(router_);
+  if (router_ != nullptr) zmq_close(router_);
 }
 
 bool Van::ReceiveOne() {

@@ -459,6 +459,20 @@ TEST(Hostile, WorkerThatExitsWithoutFinalizeIsNamedAtOnce) {
   EXPECT_NE(out.find("launch: worker 1 (pid"), std::string::npos) << out;
 }
 
+// exit() inside a request handler stops the node from its own receive
+// thread: the process exits with its code (no abort on a self-join), and
+// the scheduler hears that it left without Finalize.
+TEST(Hostile, ExitInsideAHandlerIsACleanReportedFailure) {
+  std::string out;
+  EXPECT_EQ(RunFailing("exit-server", &out), 1);
+  EXPECT_NE(out.find("launch: server 0 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("was declared dead: it stopped without Finalize"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+  EXPECT_EQ(out.find("SIGABRT"), std::string::npos) << out;
+}
+
 TEST(Hostile, NodeOfAnotherJobShapeIsRefusedNamingBothValues) {
   std::string out;
   EXPECT_EQ(RunFailing("odd-shape", &out), 1);

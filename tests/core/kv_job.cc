@@ -11,6 +11,7 @@
 //   kill-server  server 0 kills itself on its first request
 //   freeze-server  server 0 stops itself (SIGSTOP) on its first request
 //   exit-worker  worker 1 exits 1 after its push, without Finalize
+//   exit-server  server 0 calls std::exit(3) inside its request handler
 //   odd-shape    worker 1 believes the job has one worker more
 //   hostile      as sum, but every node prints its port at start and each
 //                worker waits for the file $KV_JOB_GO before it pushes (an
@@ -199,11 +200,13 @@ int main(int argc, char** argv) {
     ps::KVServerDefaultHandle<float> store;
     bool suicide = mode == "kill-server" && ps::MyRank() == 0;
     bool freeze = mode == "freeze-server" && ps::MyRank() == 0;
+    bool quit = mode == "exit-server" && ps::MyRank() == 0;
     server.set_request_handle([&](const ps::KVMeta& m,
                                   const ps::KVPairs<float>& d,
                                   ps::KVServer<float>* s) {
       if (suicide) std::raise(SIGKILL);
       if (freeze) std::raise(SIGSTOP);
+      if (quit) std::exit(3);  // on the receive thread
       store(m, d, s);
     });
     ps::Finalize(0, true);
