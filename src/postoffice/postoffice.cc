@@ -323,7 +323,11 @@ void Postoffice::DispatchData(Message&& msg) {
       // Requests may come before the server set its request handle (a
       // worker may learn of the start barrier's end first): hold them, for
       // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests).
-      if (request && held_count_ < kMaxEarlyMessages) {
+      // Up to a count and PS_MAX_MESSAGE_BYTES in all.
+      if (request && held_count_ < kMaxEarlyMessages &&
+          held_bytes_ + MessageBytes(msg) <=
+              static_cast<uint64_t>(config_.max_message_bytes)) {
+        held_bytes_ += MessageBytes(msg);
         held_[key].push_back({std::move(msg), now});
         ++held_count_;
         return;
@@ -335,12 +339,19 @@ void Postoffice::DispatchData(Message&& msg) {
       customer->delivering = true;
     }
   }
+  if (customer == nullptr && request) {
+    // Too many early requests held already: refused now, not lost.
+    RefuseRequest(msg, Status::kUnavailable,
+                  "server " + std::to_string(rank()) +
+                      " holds too many requests for apps without a KVServer "
+                      "yet (app " +
+                      std::to_string(msg.meta.app_id()) + ")");
+    return;
+  }
   if (customer == nullptr) {
-    CountDropped(
-        msg.meta.sender(),
-        "no customer for app " + std::to_string(msg.meta.app_id()) +
-            (request ? ""
-                     : " customer " + std::to_string(msg.meta.customer_id())));
+    CountDropped(msg.meta.sender(),
+                 "no customer for app " + std::to_string(msg.meta.app_id()) +
+                     " customer " + std::to_string(msg.meta.customer_id()));
     return;
   }
   Deliver(customer);
@@ -382,6 +393,7 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
         return now - h.since <= max_age;
       });  // held in order of arrival
       for (auto h = held.begin(); h != young; ++h) {
+        held_bytes_ -= MessageBytes(h->msg);
         expired.push_back(std::move(h->msg));
       }
       held_count_ -= young - held.begin();
@@ -392,27 +404,32 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
   if (expired.empty()) return;
   const int my_rank = rank();
   for (const Message& req : expired) {
-    const pb::Meta& q = req.meta;
-    std::string why = "no KVServer for app " + std::to_string(q.app_id()) +
+    RefuseRequest(req, Status::kNotFound,
+                  "no KVServer for app " + std::to_string(req.meta.app_id()) +
                       " on server " + std::to_string(my_rank) + " within " +
                       std::to_string(config_.connect_timeout_ms) +
-                      " ms (PS_CONNECT_TIMEOUT_MS)";
-    CountDropped(q.sender(), why);
-    Message answer;
-    pb::Meta& m = answer.meta;
-    m.set_app_id(q.app_id());
-    m.set_customer_id(q.customer_id());
-    m.set_timestamp(q.timestamp());
-    m.set_request(false);
-    m.set_push(q.push());
-    m.set_pull(q.pull());
-    m.set_head(q.head());
-    m.set_recver(q.sender());
-    m.mutable_control()->set_error(why);
-    m.mutable_control()->set_error_code(Status::kNotFound);
-    Status st = Send(&answer);
-    if (!st.ok()) LOG(WARNING) << "refusing " << DebugString(req) << ": " << st;
+                      " ms (PS_CONNECT_TIMEOUT_MS)");
   }
+}
+
+void Postoffice::RefuseRequest(const Message& req, Status::Code code,
+                               const std::string& why) {
+  const pb::Meta& q = req.meta;
+  CountDropped(q.sender(), why);
+  Message answer;
+  pb::Meta& m = answer.meta;
+  m.set_app_id(q.app_id());
+  m.set_customer_id(q.customer_id());
+  m.set_timestamp(q.timestamp());
+  m.set_request(false);
+  m.set_push(q.push());
+  m.set_pull(q.pull());
+  m.set_head(q.head());
+  m.set_recver(q.sender());
+  m.mutable_control()->set_error(why);
+  m.mutable_control()->set_error_code(code);
+  Status st = Send(&answer);
+  if (!st.ok()) LOG(WARNING) << "refusing " << DebugString(req) << ": " << st;
 }
 
 void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
@@ -446,6 +463,7 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     auto held = held_.find(key);
     if (held == held_.end()) return;
     for (HeldRequest& h : held->second) {
+      held_bytes_ -= MessageBytes(h.msg);
       customer->mailbox.push_back(std::move(h.msg));
     }
     held_count_ -= held->second.size();

@@ -100,6 +100,9 @@ class Postoffice {
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
   void DispatchData(Message&& msg);
+  // Answers request `req` with an error (counted as a drop).
+  void RefuseRequest(const Message& req, Status::Code code,
+                     const std::string& why) EXCLUDES(mu_);
   void DispatchSimpleApp(Message&& msg);
   // Refuses (NotFound) the requests held for a KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
@@ -207,6 +210,7 @@ class Postoffice {
   std::map<CustomerKey, std::vector<HeldRequest>> held_
       GUARDED_BY(customers_mu_);  // no customer yet
   size_t held_count_ GUARDED_BY(customers_mu_) = 0;
+  uint64_t held_bytes_ GUARDED_BY(customers_mu_) = 0;  // their data bytes
 };
 
 }  // namespace core

@@ -210,6 +210,27 @@ TEST(Trust, MessagesOverTheLimitFailTheirRequestNamingIt) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// Requests for an app that has no KVServer yet are held, within
+// PS_MAX_MESSAGE_BYTES in all; one past that is refused at once, not lost.
+TEST(Trust, HeldRequestsAreBoundedInBytes) {
+  Cluster c(1, 1, [](Config* cfg) {
+    cfg->max_message_bytes = 64 << 10;
+    cfg->connect_timeout_ms = 1000;  // held ones are refused after this
+  });
+  ASSERT_TRUE(c.Start());
+  KVWorker<float> kv(c.workers[0].get(), /*app_id=*/7, 0);
+  const std::vector<float> vals((40 << 10) / sizeof(float), 1.0f);
+  int first = kv.Push({1}, vals);
+  Status second = kv.Wait(kv.Push({2}, vals));
+  EXPECT_EQ(second.code(), Status::kUnavailable) << second;
+  EXPECT_NE(second.message().find("holds too many requests"),
+            std::string::npos)
+      << second;
+  Status held = kv.Wait(first);
+  EXPECT_EQ(held.code(), Status::kNotFound) << held;
+  EXPECT_TRUE(c.Finalize());
+}
+
 TEST(Trust, ConnectionsAreNamedReadably) {
   EXPECT_EQ(Van::DescribeConnection("127.0.0.1:4000", "127.0.0.1"),
             "connection '127.0.0.1:4000' from 127.0.0.1");
