@@ -7,9 +7,10 @@ Every process runs this file; its role comes from the tracker. Servers hold
 the model's flat float32 vector in DenseShards (C++, started from Python by
 ps.dense.serve_dense) that average the workers' gradients and apply the
 optimizer. Each worker keeps its parameters and their gradients as views
-into two flat buffers: autograd writes p.grad into one, which is pushed as
-it is (no copy), and the next weights are pulled straight into the other,
-which is every parameter's storage. Workers train on disjoint shards of
+into two flat buffers in shared memory (ps.shared_array): autograd writes
+p.grad into one, which is pushed as it is (no copy; to a co-located server
+a reference), and a co-located server writes the next weights straight
+into the other, which is every parameter's storage. Workers train on disjoint shards of
 each epoch; worker 0 evaluates and prints one JSON summary line.
 """
 
@@ -49,7 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop each worker after this many steps (0: epochs)")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch threads per worker (0: cores / workers)")
+                   help="torch threads per worker (0: cores / (workers + "
+                   "servers), at least 1)")
     p.add_argument("--log-every", type=int, default=200, help="steps")
     return p.parse_args(argv)
 
@@ -80,10 +82,16 @@ def grads_in_place(params, flat_grad):
 
 def run_worker(args, model, total):
     rank, world = ps.rank(), ps.num_workers()
-    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
+    # The servers run on the same cores: on 2 cores with S = W = 1, one
+    # intra-op thread trains faster than two (which contend with the server).
+    torch.set_num_threads(args.threads or max(
+        1, (os.cpu_count() or 1) // (world + ps.num_servers())))
     params = list(model.parameters())
-    weights = torch.empty(total)
-    grads = torch.zeros(total)
+    # Both in shared memory: to a co-located server the gradient goes by
+    # reference and the next weights are written straight into `weights`
+    # (elsewhere, or with PS_SHM=0, the bytes travel through the socket).
+    weights = torch.from_numpy(ps.shared_array(total))
+    grads = torch.from_numpy(ps.shared_array(total))
     flatten_into(params, weights)
     attach_grads(params, grads)
     x, y = mnist_common.load_mnist(args.data_dir, True, args.train_limit)
@@ -126,6 +134,9 @@ def run_worker(args, model, total):
             "train_s": round(train_s, 2),
             "samples_per_s": round(step * args.batch_size * world / train_s, 1),
             "test_accuracy": round(acc, 4), "test_loss": round(test_loss, 4),
+            "threads": torch.get_num_threads(),
+            "shared_frames_sent": ps.num_shared_frames_sent(),
+            "shared_frames_received": ps.num_shared_frames_received(),
         }), flush=True)
 
 

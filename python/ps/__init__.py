@@ -18,6 +18,15 @@ int32 lens), C-contiguous. They are used in place, never copied: keep them
 unchanged until ``wait(ts)`` returns (the worker keeps them referenced until
 then). A pull writes into the caller's array or tensor.
 
+Co-located nodes: ``ps.shared_array(n)`` is a float32 NumPy array of n
+zeros in shared memory (``ps::SharedArray``; ``torch.from_numpy`` gives a
+tensor on the same memory, and any view keeps it alive). Pushed from, it
+goes to a server on the same host as a reference, not through the socket;
+pulled into, the server writes the answer straight into it (one memcpy).
+Elsewhere (another host, ``PS_SHM=0``) it is an ordinary array and the bytes
+travel as usual. ``ps.num_shared_frames_sent()`` / ``_received()`` count
+the data frames that went by reference.
+
 Errors: a bad environment, a failed rendezvous, a server that refused a
 request or died raise ``ps.Error`` (a RuntimeError) with the message; a
 wrong dtype ``TypeError``; a wrong size ``ValueError``. Unlike ``ps::Start``,
@@ -35,15 +44,17 @@ from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_STEP, MAX_DENSE_STEP,
                   SCHEDULER, SERVER_GROUP, WORKER_GROUP, DenseLayout,
                   DenseServer, Error, OptimizerConfig, Placement, barrier,
                   encode_dense_cmd, finalize, is_started, num_servers,
-                  num_workers, peer_failure, rank, role, start)
+                  num_shared_frames_received, num_shared_frames_sent,
+                  num_workers, peer_failure, rank, role, shared_array, start)
 
 __all__ = [
     "ALL_GROUPS", "DENSE_DONE", "DENSE_STEP", "MAX_DENSE_STEP", "SCHEDULER",
     "SERVER_GROUP", "WORKER_GROUP", "DenseLayout", "DenseServer", "Error",
     "KVServer", "KVWorker", "OptimizerConfig", "Placement", "as_buffer",
     "barrier", "encode_dense_cmd", "finalize", "is_started", "is_scheduler",
-    "is_server", "is_worker", "num_servers", "num_workers", "peer_failure",
-    "rank", "role", "start",
+    "is_server", "is_worker", "num_servers", "num_shared_frames_received",
+    "num_shared_frames_sent", "num_workers", "peer_failure", "rank", "role",
+    "shared_array", "start",
 ]
 
 __version__ = "0.1.0"

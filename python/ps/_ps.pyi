@@ -37,6 +37,12 @@ def num_servers() -> int: ...
 def is_started() -> bool: ...
 def peer_failure() -> Optional[str]:
     """None, or the first peer failure this node learned of."""
+def num_shared_frames_sent() -> int:
+    """Data frames this node sent as shared-memory references."""
+def num_shared_frames_received() -> int:
+    """Data frames this node received as shared-memory references."""
+def shared_array(n: int) -> np.ndarray:
+    """n float32 zeros in memory co-located nodes map (ps::SharedArray)."""
 def encode_dense_cmd(op: int, step: int, tag: int = 0) -> int:
     """The cmd of a DenseShard request (ps/dense_server.h)."""
 

@@ -1,9 +1,11 @@
 // The `ps._ps` extension: the process's node (made from the tracker's
 // environment, as ps::Start does), a float KVWorker whose push, pull and
 // pushpull take caller buffers without copying them, the placement and
-// dense-layout helpers, a DenseShard server with a built-in optimizer, and a
-// KVServer whose request handler is a Python callable. python/ps/__init__.py
-// wraps it (torch tensors, docstrings); python/ps/_ps.pyi types it.
+// dense-layout helpers, a DenseShard server with a built-in optimizer, a
+// KVServer whose request handler is a Python callable, and float32 arrays in
+// shared memory (shared_array) that go to co-located nodes by reference.
+// python/ps/__init__.py wraps it (torch tensors, docstrings);
+// python/ps/_ps.pyi types it.
 //
 // Errors: a failed Status becomes ps.Error carrying its message; a wrong
 // dtype TypeError, a wrong size ValueError. Unlike ps::Start this node never
@@ -29,6 +31,7 @@
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "ps/placement.h"
+#include "ps/shared_array.h"
 #include "py_common.h"
 
 namespace py = pybind11;
@@ -120,6 +123,20 @@ int Rank() {
   return State().started ? node->rank() : node->config().rank;
 }
 
+// A float32 NumPy array of n zeros in ps::SharedArray memory (memfd-backed,
+// mappable by co-located nodes); the array owns the allocation through its
+// base capsule, so any view of it (a torch.from_numpy tensor, a slice) keeps
+// the memory alive. The worker finds a buffer's shared region by address:
+// pushing it, or pulling into it, sends a reference to a co-located server
+// instead of the bytes.
+py::array_t<float> SharedFloatArray(size_t n) {
+  auto* kept = new SArray<float>(SharedArray<float>(n));
+  py::capsule owner(kept, [](void* p) { delete static_cast<SArray<float>*>(p); });
+  return py::array_t<float>({static_cast<py::ssize_t>(n)},
+                            {static_cast<py::ssize_t>(sizeof(float))},
+                            kept->data(), owner);
+}
+
 }  // namespace
 
 void BindNode(py::module_& m) {
@@ -136,6 +153,11 @@ void BindNode(py::module_& m) {
     if (st.ok()) return py::none();
     return py::str(st.ToString());
   });
+  m.def("num_shared_frames_sent",
+        [] { return GetNode()->num_shared_frames_sent(); });
+  m.def("num_shared_frames_received",
+        [] { return GetNode()->num_shared_frames_received(); });
+  m.def("shared_array", &SharedFloatArray, py::arg("n"));
   m.attr("SCHEDULER") = kScheduler;
   m.attr("SERVER_GROUP") = kServerGroup;
   m.attr("WORKER_GROUP") = kWorkerGroup;

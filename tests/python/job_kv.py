@@ -79,4 +79,36 @@ elif mode == "dense":
         dense.done(3)
         print(f"worker {ps.rank()}: dense updates exact", flush=True)
 
+elif mode == "shared":
+    # Gradients pushed from and weights pulled into ps.shared_array memory:
+    # to a co-located server both go by reference (unless PS_SHM=0).
+    total, chunk = 10000, 1000
+    init = np.arange(total, dtype=np.float32)
+    if ps.is_server():
+        ps.dense.serve_dense(init, chunk, ps.OptimizerConfig("sgd", lr=1.0))
+        print(f"server {ps.rank()}: shared frames received "
+              f"{ps.num_shared_frames_received()} sent "
+              f"{ps.num_shared_frames_sent()}", flush=True)
+    elif ps.is_worker():
+        dense = ps.dense.DenseWorker(total, chunk)
+        wbuf = ps.shared_array(total)
+        assert wbuf.dtype == np.float32 and wbuf.shape == (total,)
+        assert not wbuf.any()
+        weights = torch.from_numpy(wbuf)
+        del wbuf  # the tensor keeps the shared memory alive
+        grad = torch.from_numpy(ps.shared_array(total))
+        ptr = weights.data_ptr()
+        dense.wait(dense.pull(weights, 0))
+        assert np.array_equal(weights.numpy(), init)
+        for step in range(3):
+            grad.fill_(float(ps.rank() + 1))
+            dense.step(grad, weights, step)
+        want = init - 3 * (W + 1) / 2
+        assert weights.data_ptr() == ptr, "pull did not write in place"
+        assert np.array_equal(weights.numpy(), want), (weights[:4], want[:4])
+        dense.done(3)
+        print(f"worker {ps.rank()}: shared updates exact; shared frames sent "
+              f"{ps.num_shared_frames_sent()} received "
+              f"{ps.num_shared_frames_received()}", flush=True)
+
 ps.finalize()

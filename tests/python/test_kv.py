@@ -23,3 +23,23 @@ def test_dense_shards_apply_averaged_gradients_exactly(run_job):
     assert r.returncode == 0, r.stdout
     for w in range(2):
         assert f"worker {w}: dense updates exact" in r.stdout, r.stdout
+
+
+def test_shared_arrays_go_by_reference_to_a_colocated_server(run_job):
+    # One worker and one server on this host: 3 pushes of the gradient and
+    # 4 pulls of the weights (initial + 3 steps), every data frame a
+    # reference, and the pulled weights written in place.
+    r = run_job("job_kv.py", 1, 1, ["shared"], timeout=60)
+    assert r.returncode == 0, r.stdout
+    assert ("worker 0: shared updates exact; shared frames sent 3 "
+            "received 4") in r.stdout, r.stdout
+    assert "server 0: shared frames received 3 sent 4" in r.stdout, r.stdout
+
+
+def test_shared_arrays_travel_as_bytes_without_shared_memory(run_job):
+    r = run_job("job_kv.py", 1, 2, ["shared"], env={"PS_SHM": "0"},
+                timeout=60)
+    assert r.returncode == 0, r.stdout
+    for w in range(2):
+        assert (f"worker {w}: shared updates exact; shared frames sent 0 "
+                "received 0") in r.stdout, r.stdout
