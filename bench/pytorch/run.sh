@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side on this machine: the ps PyTorch trainer (S = 1, 2; W = 1, 2),
-# PyTorch's RPC parameter-server tutorial (W = 1) and DDP with gloo (2
+# PyTorch's RPC parameter-server tutorial (W = 1, and W = 2) and DDP with gloo (2
 # processes); same Net, batch 32, SGD(lr 0.01, momentum 0.9). Prints one
 # table row per run (wall = the whole job, start to exit).
 # Usage: bench/pytorch/run.sh [extra trainer args, e.g. --train-limit 12800]
@@ -33,5 +33,8 @@ for s in 1 2; do
   done
 done
 row rpc_tutorial_W1 $py bench/pytorch/rpc_ps.py --trainers 1 "$@"
+# The tutorial with two trainers: its server's in-place optimizer step races
+# the other trainer's backward. rc and the log say what happened.
+row rpc_tutorial_W2 $py bench/pytorch/rpc_ps.py --trainers 2 "$@"
 row ddp_gloo_2 $py bench/pytorch/ddp.py --procs 2 "$@"
 echo "logs: $out"
