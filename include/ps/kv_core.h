@@ -124,8 +124,9 @@ struct PullSink {
 // A user slicer on bytes (KVWorker::set_slicer): fills `sliced` with one
 // (send?, slice) pair per server, ranges[s] being server s's key range.
 using RawSliced = std::vector<std::pair<bool, RawKVPairs>>;
-using RawSlicer = std::function<void(
-    const RawKVPairs& kvs, const std::vector<Range>& ranges, RawSliced* sliced)>;
+using RawSlicer =
+    std::function<void(const RawKVPairs& kvs, const std::vector<Range>& ranges,
+                       RawSliced* sliced)>;
 
 class KVWorkerCore {
  public:

@@ -60,8 +60,7 @@ class SArray {
     }
   }
   SArray(V* data, size_t size, DeviceType src_device_type, int src_device_id,
-         DeviceType dst_device_type, int dst_device_id,
-         bool deletable = false)
+         DeviceType dst_device_type, int dst_device_id, bool deletable = false)
       : SArray(data, size, deletable) {
     src_device_type_ = src_device_type;
     src_device_id_ = src_device_id;
@@ -85,8 +84,7 @@ class SArray {
   }
 
   // Shares the buffer of `other` seen as elements of V (as the constructor).
-  template <typename W,
-            typename = std::enable_if_t<!std::is_same_v<W, V>>>
+  template <typename W, typename = std::enable_if_t<!std::is_same_v<W, V>>>
   void operator=(const SArray<W>& other) {
     *this = other.template Reinterpret<V>();
   }

@@ -31,8 +31,7 @@ namespace {
 class RangeOptimizers {
  public:
   RangeOptimizers(model::OptimizerConfig config, int lr_step, float lr_gamma)
-      : config_(std::move(config)),
-        schedule_(config_.lr, lr_step, lr_gamma) {}
+      : config_(std::move(config)), schedule_(config_.lr, lr_step, lr_gamma) {}
 
   void Update(float* w, const float* grad_sum, size_t offset, size_t n,
               int num_grads, int tag) {
@@ -186,8 +185,8 @@ void BindDense(py::module_& m) {
 
   py::class_<PyDenseServer>(m, "DenseServer")
       .def(py::init<const DenseLayout&, Key, Key, const py::object&,
-                    const model::OptimizerConfig&, const std::string&, int,
-                    int, int, float, int>(),
+                    const model::OptimizerConfig&, const std::string&, int, int,
+                    int, float, int>(),
            py::arg("layout"), py::arg("first_key"), py::arg("end_key"),
            py::arg("weights"), py::arg("optimizer"),
            py::arg("consistency") = "bsp", py::arg("max_delay") = 0,

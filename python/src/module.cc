@@ -131,7 +131,8 @@ int Rank() {
 // instead of the bytes.
 py::array_t<float> SharedFloatArray(size_t n) {
   auto* kept = new SArray<float>(SharedArray<float>(n));
-  py::capsule owner(kept, [](void* p) { delete static_cast<SArray<float>*>(p); });
+  py::capsule owner(kept,
+                    [](void* p) { delete static_cast<SArray<float>*>(p); });
   return py::array_t<float>({static_cast<py::ssize_t>(n)},
                             {static_cast<py::ssize_t>(sizeof(float))},
                             kept->data(), owner);
@@ -168,7 +169,8 @@ void BindNode(py::module_& m) {
 }  // namespace ps
 
 PYBIND11_MODULE(_ps, m) {
-  m.doc() = "ps: the parameter server's worker and server API (see ps/__init__.py)";
+  m.doc() =
+      "ps: the parameter server's worker and server API (see ps/__init__.py)";
   static py::exception<ps::python::PsError> error(m, "Error",
                                                   PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {

@@ -27,11 +27,11 @@ namespace {
 // the handler must copy what it keeps.
 template <typename T>
 py::array View(const SArray<T>& a) {
-  py::array_t<T> view(
-      {static_cast<py::ssize_t>(a.size())}, {sizeof(T)},
-      a.size() == 0 ? nullptr : a.data(),
-      py::capsule(new SArray<T>(a),
-                  [](void* p) { delete static_cast<SArray<T>*>(p); }));
+  py::array_t<T> view({static_cast<py::ssize_t>(a.size())}, {sizeof(T)},
+                      a.size() == 0 ? nullptr : a.data(),
+                      py::capsule(new SArray<T>(a), [](void* p) {
+                        delete static_cast<SArray<T>*>(p);
+                      }));
   py::detail::array_proxy(view.ptr())->flags &=
       ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return std::move(view);
@@ -77,8 +77,7 @@ class PyServer {
       m["timestamp"] = meta.timestamp;
       py::object lens = req.lens.empty() ? py::object(py::none())
                                          : py::object(View(req.lens));
-      py::object result =
-          handler_(m, View(req.keys), View(req.vals), lens);
+      py::object result = handler_(m, View(req.keys), View(req.vals), lens);
       KVPairs<float> res;
       if (meta.pull) {
         py::object vals = result, out_lens = py::none();
@@ -94,8 +93,8 @@ class PyServer {
         res.vals.resize(v.size);
         if (v.size) std::memcpy(res.vals.data(), v.data, v.size * 4);
         if (!out_lens.is_none()) {
-          FlatBuffer l = ViewBuffer(out_lens, Elem::kInt32, false,
-                                    "handler lens");
+          FlatBuffer l =
+              ViewBuffer(out_lens, Elem::kInt32, false, "handler lens");
           res.lens.resize(l.size);
           if (l.size) std::memcpy(res.lens.data(), l.data, l.size * 4);
         }

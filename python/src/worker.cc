@@ -88,10 +88,9 @@ class PyWorker {
                const py::object& out, int cmd) {
     Request r = Prepare(keys, &vals, py::none(), &out);
     if (r.vals.size() != r.out->size()) {
-      throw py::value_error("pushpull: vals has " +
-                            std::to_string(r.vals.size()) +
-                            " floats but out has " +
-                            std::to_string(r.out->size()));
+      throw py::value_error(
+          "pushpull: vals has " + std::to_string(r.vals.size()) +
+          " floats but out has " + std::to_string(r.out->size()));
     }
     int ts = kv_.ZPushPull(r.keys, r.vals, r.out.get(), nullptr, cmd);
     return Keep(ts, std::move(r));
@@ -225,7 +224,8 @@ void BindWorker(py::module_& m) {
           "by_bytes",
           [](const std::vector<Key>& keys, const std::vector<uint64_t>& bytes,
              int num_servers) {
-            StatusOr<Placement> p = Placement::ByBytes(keys, bytes, num_servers);
+            StatusOr<Placement> p =
+                Placement::ByBytes(keys, bytes, num_servers);
             Check(p.status());
             return *p;
           },

@@ -163,7 +163,8 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     state->keys = kvs.keys;
     if (slicer_) {
       state->by_key = true;
-      for (const KVSlice& slice : slices) state->asked.push_back(slice.kvs.keys);
+      for (const KVSlice& slice : slices)
+        state->asked.push_back(slice.kvs.keys);
     } else {
       state->cut = placement_.Slice(kvs.keys.data(), kvs.keys.size());
     }

@@ -141,7 +141,8 @@ void Postoffice::MonitorLoop() {
     }
     if (stop_monitor_) break;
     auto now = Clock::now();
-    if (interval > 0 && MsSince(last_tick, now) > config_.heartbeat_timeout_ms) {
+    if (interval > 0 &&
+        MsSince(last_tick, now) > config_.heartbeat_timeout_ms) {
       // This node itself was stopped (SIGSTOP, a debugger) or starved of
       // CPU: the silence it sees is its own, so it blames nobody for it.
       LOG(WARNING) << table_.Describe(my_id_) << " was stalled for "

@@ -6,7 +6,6 @@
 #include <gflags/gflags.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
-
 #include <zmq.h>
 
 #include <cerrno>
@@ -269,8 +268,7 @@ Status ReadPsLiteOptions(const Lookup& env, Config* c) {
                              "a positive number of milliseconds",
                              &resend_timeout));
   int local = 0;
-  PS_RETURN_IF_ERROR(
-      ReadInt(env, "DMLC_LOCAL", false, 0, 1, "0 or 1", &local));
+  PS_RETURN_IF_ERROR(ReadInt(env, "DMLC_LOCAL", false, 0, 1, "0 or 1", &local));
   if (local == 1 && !c->shm) {
     return Status::InvalidArgument(
         NameOf(env, "DMLC_LOCAL") + "='1' asks for local transport, but " +
@@ -316,8 +314,8 @@ Status ReadKeyFile(const Lookup& env, Config* c) {
   std::ifstream in(v->value);
   std::string line;
   if (!in || !std::getline(in, line)) {
-    return Status::InvalidArgument(name + ": cannot read the key file: " +
-                                   std::strerror(errno));
+    return Status::InvalidArgument(
+        name + ": cannot read the key file: " + std::strerror(errno));
   }
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) {
     line.pop_back();
@@ -325,9 +323,10 @@ Status ReadKeyFile(const Lookup& env, Config* c) {
   uint8_t key[32];
   if (line.size() != 40 || zmq_z85_decode(key, line.c_str()) == nullptr) {
     return Status::InvalidArgument(
-        name + " does not hold a CurveZMQ secret key (its first line must be "
-               "40 Z85 characters; make one with tracker/launch.py "
-               "--make-key FILE)");
+        name +
+        " does not hold a CurveZMQ secret key (its first line must be "
+        "40 Z85 characters; make one with tracker/launch.py "
+        "--make-key FILE)");
   }
   c->key_file = v->value;
   c->secret_key = line;

@@ -6,9 +6,9 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -28,11 +28,11 @@ struct DefaultState {
   // Held through Start's rendezvous and Finalize, so that several threads
   // (one customer each) start and stop the one node in turn.
   std::mutex start_mu;
-  bool started = false;  // guarded by start_mu
-  bool stopped = false;  // guarded by start_mu
-  std::set<int> customers;  // started, not yet finalized; start_mu
-  bool customer0_started = false;     // start_mu
-  std::condition_variable finalized;  // a customer finalized; start_mu
+  bool started = false;                 // guarded by start_mu
+  bool stopped = false;                 // guarded by start_mu
+  std::set<int> customers;              // started, not yet finalized; start_mu
+  bool customer0_started = false;       // start_mu
+  std::condition_variable finalized;    // a customer finalized; start_mu
   std::function<void()> exit_callback;  // start_mu
 };
 
@@ -124,8 +124,9 @@ void Finalize(int customer_id, bool do_barrier) {
         (customer_id != 0 && !state.customers.empty())) {
       return;
     }
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(node->config().barrier_timeout_ms);
+    auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(node->config().barrier_timeout_ms);
     while (!state.customers.empty()) {
       if (state.finalized.wait_until(lock, deadline) ==
           std::cv_status::timeout) {

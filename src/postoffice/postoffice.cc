@@ -173,7 +173,8 @@ void Postoffice::OnMessage(Message&& msg) {
         outbox.push_back(std::move(msg_dead));
       }
     }
-    if (!IsScheduler() && sender == kSchedulerId) scheduler_seen_ = Clock::now();
+    if (!IsScheduler() && sender == kSchedulerId)
+      scheduler_seen_ = Clock::now();
   }
   if (!outbox.empty()) {
     SendAll(&outbox);
@@ -191,9 +192,9 @@ bool Postoffice::SenderIsProvenLocked(const Message& msg) {
   const NodeInfo* claimed = sender == my_id_ ? nullptr : table_.Find(sender);
   if (claimed != nullptr) {
     if (claimed->HasIdentity(msg.from)) return true;
-    van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
-                      "it claims to be " + claimed->Describe() + " in " +
-                          DebugString(msg));
+    van_.CountDropped(
+        Van::DescribeConnection(msg.from, msg.peer_address),
+        "it claims to be " + claimed->Describe() + " in " + DebugString(msg));
     return false;
   }
   if (!IsScheduler() && !ready_ && sender == kSchedulerId) {

@@ -128,8 +128,8 @@ Status Postoffice::StartMember() {
   }
   if (!acked_) {
     return Status::Unavailable(
-        "scheduler at " + config_.SchedulerAddress() + " did not answer within " +
-        std::to_string(config_.connect_timeout_ms) +
+        "scheduler at " + config_.SchedulerAddress() +
+        " did not answer within " + std::to_string(config_.connect_timeout_ms) +
         " ms (PS_CONNECT_TIMEOUT_MS): is it running there" +
         (config_.secret_key.empty()
              ? ", and does it run without PS_KEY_FILE too?"
@@ -196,9 +196,8 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
           std::to_string(ctrl.num_servers()) +
           " DMLC_NUM_WORKER=" + std::to_string(ctrl.num_workers()) +
           ", the scheduler for DMLC_NUM_SERVER=" +
-          std::to_string(config_.num_servers) +
-          " DMLC_NUM_WORKER=" + std::to_string(config_.num_workers) +
-          ": refused");
+          std::to_string(config_.num_servers) + " DMLC_NUM_WORKER=" +
+          std::to_string(config_.num_workers) + ": refused");
     } else if (ready_ || have >= want) {
       st = Status::InvalidArgument(
           std::string("one ") + RoleName(node.role) +

@@ -75,8 +75,8 @@ class SimpleApp::Impl {
     Message msg = Build(req.head, body, req.timestamp, false, req.sender);
     Status st = node_->postoffice()->Send(&msg);
     if (!st.ok()) {
-      LOG(ERROR) << "SimpleApp response to "
-                 << node_->DescribeNode(req.sender) << ": " << st;
+      LOG(ERROR) << "SimpleApp response to " << node_->DescribeNode(req.sender)
+                 << ": " << st;
     }
   }
 
@@ -164,8 +164,7 @@ SimpleApp::SimpleApp(Node* node, int app_id, int customer_id)
 
 SimpleApp::~SimpleApp() = default;
 
-int SimpleApp::Request(int req_head, const std::string& req_body,
-                       int recv_id) {
+int SimpleApp::Request(int req_head, const std::string& req_body, int recv_id) {
   return impl_->Request(req_head, req_body, recv_id);
 }
 

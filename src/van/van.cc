@@ -130,9 +130,8 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   SetIntOption(router_, ZMQ_LINGER, 0);
   SetHeartbeats(router_);
   int64_t max_bytes = options_.max_message_bytes;
-  CHECK_EQ(zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes,
-                          sizeof(max_bytes)),
-           0)
+  CHECK_EQ(
+      zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes)), 0)
       << ZmqError();
   if (!options_.secret_key.empty()) {
     // The ZAP handler must exist before the first handshake.
@@ -327,8 +326,8 @@ Status Van::Send(Message* msg) {
   }
   if (total > options_.max_message_bytes) {
     return Status::InvalidArgument(
-        "a message of " + std::to_string(total) + " bytes to " +
-        peer->address + " is larger than PS_MAX_MESSAGE_BYTES (" +
+        "a message of " + std::to_string(total) + " bytes to " + peer->address +
+        " is larger than PS_MAX_MESSAGE_BYTES (" +
         std::to_string(options_.max_message_bytes) +
         "): raise it on every node, or send less per request");
   }
@@ -408,10 +407,11 @@ void Van::StartAuth() {
   CHECK(zap != nullptr) << ZmqError();
   CHECK_EQ(zmq_bind(zap, kZapEndpoint), 0) << ZmqError();
   std::string monitor_endpoint =
-      "inproc://ps-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  CHECK_EQ(zmq_socket_monitor(router_, monitor_endpoint.c_str(),
-                              kHandshakeFailures),
-           0)
+      "inproc://ps-monitor-" +
+      std::to_string(reinterpret_cast<uintptr_t>(this));
+  CHECK_EQ(
+      zmq_socket_monitor(router_, monitor_endpoint.c_str(), kHandshakeFailures),
+      0)
       << ZmqError();
   void* monitor = zmq_socket(context_, ZMQ_PAIR);
   CHECK(monitor != nullptr) << ZmqError();
@@ -478,15 +478,20 @@ void Van::AnswerZap(void* zap) {
     ok = public_key_ == key;
   }
   if (!ok) {
-    Report("refused a " + DescribeConnection(req.size() > 4 ? req[4] : "",
-                                              req.size() > 3 ? req[3] : "") +
+    Report("refused a " +
+           DescribeConnection(req.size() > 4 ? req[4] : "",
+                              req.size() > 3 ? req[3] : "") +
            ": it does not hold this job's key (PS_KEY_FILE)");
   }
-  const std::string reply[] = {"1.0", req.size() > 1 ? req[1] : "",
+  const std::string reply[] = {"1.0",
+                               req.size() > 1 ? req[1] : "",
                                ok ? "200" : "400",
-                               ok ? "OK" : "not this job's key", "", ""};
+                               ok ? "OK" : "not this job's key",
+                               "",
+                               ""};
   for (size_t i = 0; i < 6; ++i) {
-    zmq_send(zap, reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
+    zmq_send(zap, reply[i].data(), reply[i].size(),
+             i + 1 < 6 ? ZMQ_SNDMORE : 0);
   }
 }
 
@@ -530,8 +535,8 @@ bool Van::ReceiveOne() {
   }
   if (extra_parts > 0) {
     CountDropped(DescribeConnection(from, address),
-                 "more than " + std::to_string(kMaxParts - 1) +
-                     " frames or " + std::to_string(options_.max_message_bytes) +
+                 "more than " + std::to_string(kMaxParts - 1) + " frames or " +
+                     std::to_string(options_.max_message_bytes) +
                      " bytes (PS_MAX_MESSAGE_BYTES) in one message");
     return true;
   }

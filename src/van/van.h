@@ -152,8 +152,7 @@ class Van {
 
   mutable Mutex peers_mu_;  // guards the three below (not the sockets)
   std::unordered_map<int, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
-  std::unordered_set<int> send_references_
-      GUARDED_BY(peers_mu_);  // node ids
+  std::unordered_set<int> send_references_ GUARDED_BY(peers_mu_);  // node ids
   // Routing id -> pid, and node id -> routing id (to forget it).
   std::unordered_map<std::string, int> accept_pid_ GUARDED_BY(peers_mu_);
   std::unordered_map<int, std::string> accept_identity_ GUARDED_BY(peers_mu_);

@@ -60,8 +60,8 @@ class Job {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(),
-                    environ) != 0) {
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) !=
+        0) {
       pid_ = -1;
     }
     posix_spawn_file_actions_destroy(&actions);
@@ -258,15 +258,15 @@ void Attack(int scheduler_port, int server0_port, int server1_port,
     // As worker 0: a push of NaNs, then a pull of the weights.
     Stranger s0(context, server0_port, server_key);
     s0.Send(SpoofedPush(ServerRankToId(0)));
-    Message pull = SpoofedControl(pb::EMPTY, WorkerRankToId(0),
-                                  ServerRankToId(0), true);
+    Message pull =
+        SpoofedControl(pb::EMPTY, WorkerRankToId(0), ServerRankToId(0), true);
     pull.meta.set_pull(true);
     pull.meta.set_val_type(pb::FLOAT);
     pull.AddData(SArray<char>(SArray<Key>(std::vector<Key>{0})), pb::UINT64);
     s0.Send(pull);
     // As the scheduler: "worker 1 is dead" to server 0 and worker 0.
-    Message failed = SpoofedControl(pb::NODE_FAILED, kSchedulerId,
-                                    ServerRankToId(0), false);
+    Message failed =
+        SpoofedControl(pb::NODE_FAILED, kSchedulerId, ServerRankToId(0), false);
     pb::NodeInfo* dead = failed.meta.mutable_control()->add_node();
     dead->set_role(pb::WORKER);
     dead->set_id(WorkerRankToId(1));
@@ -391,8 +391,9 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
       EXPECT_EQ(total, expected) << line;
       workers_ok += std::string(verdict) == "ok";
     }
-    if (std::sscanf(line.c_str(), "[server %d] server %d holds %lld keys sum %lld",
-                    &p, &r, &keys, &sum) == 4) {
+    if (std::sscanf(line.c_str(),
+                    "[server %d] server %d holds %lld keys sum %lld", &p, &r,
+                    &keys, &sum) == 4) {
       server_sum += sum;
     }
   }
@@ -423,7 +424,7 @@ TEST(Hostile, WithoutKeysEverySpoofIsDroppedAndCounted) {
   ASSERT_EQ(c.size(), 5u);
   // Spoofed push, pull and NODE_FAILED, and the whole flood.
   EXPECT_GE(c["server 0"].dropped, kFloodMessages + 3);
-  EXPECT_GE(c["worker 0"].dropped, 1);    // NODE_FAILED "from the scheduler"
+  EXPECT_GE(c["worker 0"].dropped, 1);  // NODE_FAILED "from the scheduler"
   // TERMINATE and BARRIER as others, and one worker too many.
   EXPECT_GE(c["scheduler 0"].dropped, 3);
   // The oversize frame was refused before it was buffered.

@@ -21,7 +21,6 @@
 // The --ps_* flags (include/ps/config.h) are parsed and override the
 // environment.
 #include <gflags/gflags.h>
-
 #include <unistd.h>
 
 #include <chrono>

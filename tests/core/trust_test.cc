@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <memory>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -193,8 +193,7 @@ TEST(Trust, MessagesOverTheLimitFailTheirRequestNamingIt) {
   const size_t big = (1 << 20) / sizeof(float) + 1;  // floats
   Status st = kv.Wait(kv.Push({1}, std::vector<float>(big, 1.0f)));
   EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
-  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos) << st;
   // Two pushes that fit, whose sum the server then cannot send back whole.
   const size_t half = big / 2 + 1;
   ASSERT_TRUE(kv.Wait(kv.Push({1}, std::vector<float>(half, 1.0f))).ok());
@@ -202,8 +201,7 @@ TEST(Trust, MessagesOverTheLimitFailTheirRequestNamingIt) {
   std::vector<float> out;
   st = kv.Wait(kv.Pull({1, 2}, &out));
   EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
-  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES"), std::string::npos) << st;
   // The node keeps serving.
   ASSERT_TRUE(kv.Wait(kv.Pull({1}, &out)).ok());
   EXPECT_EQ(out.size(), half);
@@ -223,8 +221,7 @@ TEST(Trust, HeldRequestsAreBoundedInBytes) {
   int first = kv.Push({1}, vals);
   Status second = kv.Wait(kv.Push({2}, vals));
   EXPECT_EQ(second.code(), Status::kUnavailable) << second;
-  EXPECT_NE(second.message().find("holds too many requests"),
-            std::string::npos)
+  EXPECT_NE(second.message().find("holds too many requests"), std::string::npos)
       << second;
   Status held = kv.Wait(first);
   EXPECT_EQ(held.code(), Status::kNotFound) << held;

@@ -2,6 +2,7 @@
 // test does) 20 times and pulls the sums back; each server reports how
 // many keys it holds, which must be about 1/S of them.
 #include <cmath>
+
 #include "ps/ps.h"
 using namespace ps;
 
@@ -12,8 +13,10 @@ void StartServer() {
   auto server = new KVServer<float>(0);
   static KVServerDefaultHandle<float> h;
   handle = &h;
-  server->set_request_handle([](const KVMeta& meta, const KVPairs<float>& data,
-                                KVServer<float>* s) { (*handle)(meta, data, s); });
+  server->set_request_handle(
+      [](const KVMeta& meta, const KVPairs<float>& data, KVServer<float>* s) {
+        (*handle)(meta, data, s);
+      });
   RegisterExitCallback([server]() { delete server; });
 }
 

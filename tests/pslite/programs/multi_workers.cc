@@ -2,6 +2,7 @@
 // their own keys through their own KVWorker, as ps-lite's multi-worker
 // test does.
 #include <cmath>
+
 #include "ps/ps.h"
 using namespace ps;
 

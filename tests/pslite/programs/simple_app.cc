@@ -25,7 +25,8 @@ int main(int argc, char* argv[]) {
   if (IsScheduler()) {
     std::vector<int> ts;
     for (int i = 0; i < n; ++i) {
-      ts.push_back(app.Request(7, "ping", kScheduler + kServerGroup + kWorkerGroup));
+      ts.push_back(
+          app.Request(7, "ping", kScheduler + kServerGroup + kWorkerGroup));
     }
     for (int t : ts) app.Wait(t);
     int nodes = 1 + NumServers() + NumWorkers();

@@ -15,8 +15,10 @@ void StartServer() {
   auto server = new KVServer<float>(0);
   static KVServerDefaultHandle<float> h;
   handle = &h;
-  server->set_request_handle([](const KVMeta& meta, const KVPairs<float>& data,
-                                KVServer<float>* s) { (*handle)(meta, data, s); });
+  server->set_request_handle(
+      [](const KVMeta& meta, const KVPairs<float>& data, KVServer<float>* s) {
+        (*handle)(meta, data, s);
+      });
   RegisterExitCallback([server]() { delete server; });
 }
 
