@@ -6,8 +6,11 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "gtest/gtest.h"
+#include "ps/kv_app.h"
 #include "ps/node.h"
 
 namespace ps {
@@ -89,6 +92,37 @@ struct Cluster {
   std::unique_ptr<Node> scheduler;
   std::vector<std::unique_ptr<Node>> servers;
   std::vector<std::unique_ptr<Node>> workers;
+};
+
+// A cluster whose servers answer with KVServerDefaultHandle<float> (app 0)
+// once started, as most in-process tests want.
+struct DefaultJob : Cluster {
+  using Cluster::Cluster;
+  // Starts the nodes, then the servers' handles.
+  bool Start() {
+    if (!Cluster::Start()) return false;
+    handles.resize(servers.size());
+    for (size_t i = 0; i < servers.size(); ++i) {
+      kv_servers.push_back(
+          std::make_unique<KVServer<float>>(servers[i].get(), 0));
+      auto* handle = &handles[i];
+      kv_servers.back()->set_request_handle(
+          [handle](const KVMeta& m, const KVPairs<float>& d,
+                   KVServer<float>* s) { (*handle)(m, d, s); });
+    }
+    return true;
+  }
+  // The store of the server of rank r.
+  const std::unordered_map<Key, std::vector<float>>& StoreOf(int rank) {
+    for (size_t i = 0; i < servers.size(); ++i) {
+      if (servers[i]->rank() == rank) return handles[i].store;
+    }
+    ADD_FAILURE() << "no server of rank " << rank;
+    return handles[0].store;
+  }
+
+  std::vector<KVServerDefaultHandle<float>> handles;  // by server index
+  std::vector<std::unique_ptr<KVServer<float>>> kv_servers;
 };
 
 }  // namespace ps

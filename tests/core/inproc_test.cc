@@ -20,29 +20,6 @@
 namespace ps {
 namespace {
 
-// A cluster whose servers answer with KVServerDefaultHandle<float> (app 0)
-// once started, as most tests here want.
-struct DefaultJob : Cluster {
-  using Cluster::Cluster;
-  // Starts the nodes, then the servers' handles.
-  bool Start() {
-    if (!Cluster::Start()) return false;
-    handles.resize(servers.size());
-    for (size_t i = 0; i < servers.size(); ++i) {
-      kv_servers.push_back(
-          std::make_unique<KVServer<float>>(servers[i].get(), 0));
-      auto* handle = &handles[i];
-      kv_servers.back()->set_request_handle(
-          [handle](const KVMeta& m, const KVPairs<float>& d,
-                   KVServer<float>* s) { (*handle)(m, d, s); });
-    }
-    return true;
-  }
-
-  std::vector<KVServerDefaultHandle<float>> handles;  // by server index
-  std::vector<std::unique_ptr<KVServer<float>>> kv_servers;
-};
-
 TEST(InProc, RanksIdsAndGroups) {
   Cluster c(2, 3);
   ASSERT_TRUE(c.Start());

@@ -13,35 +13,6 @@
 namespace ps {
 namespace {
 
-// Servers answering with KVServerDefaultHandle<float> (app 0).
-struct SlicerJob : Cluster {
-  using Cluster::Cluster;
-  bool Start() {
-    if (!Cluster::Start()) return false;
-    handles.resize(servers.size());
-    for (size_t i = 0; i < servers.size(); ++i) {
-      kv_servers.push_back(
-          std::make_unique<KVServer<float>>(servers[i].get(), 0));
-      auto* handle = &handles[i];
-      kv_servers.back()->set_request_handle(
-          [handle](const KVMeta& m, const KVPairs<float>& d,
-                   KVServer<float>* s) { (*handle)(m, d, s); });
-    }
-    return true;
-  }
-  // The store of the server of rank r.
-  const std::unordered_map<Key, std::vector<float>>& StoreOf(int rank) {
-    for (size_t i = 0; i < servers.size(); ++i) {
-      if (servers[i]->rank() == rank) return handles[i].store;
-    }
-    ADD_FAILURE() << "no server of rank " << rank;
-    return handles[0].store;
-  }
-
-  std::vector<KVServerDefaultHandle<float>> handles;
-  std::vector<std::unique_ptr<KVServer<float>>> kv_servers;
-};
-
 // Even keys to server 0, odd keys to server 1 (values per key taken from
 // lens, or uniform); each slice keeps the request's key order.
 void ParitySlicer(const KVPairs<float>& send, const std::vector<Range>& ranges,
@@ -65,7 +36,7 @@ void ParitySlicer(const KVPairs<float>& send, const std::vector<Range>& ranges,
 
 TEST(Slicer, ParitySlicingPushesAndPullsInKeyOrder) {
   const int kW = 2;
-  SlicerJob c(2, kW);
+  DefaultJob c(2, kW);
   ASSERT_TRUE(c.Start());
   std::vector<Key> keys = {1, 2, 3, 10, 11, 40000, 40001};
   std::vector<int> lens = {1, 3, 2, 1, 4, 2, 1};  // 14 values
@@ -109,7 +80,7 @@ TEST(Slicer, ParitySlicingPushesAndPullsInKeyOrder) {
 }
 
 TEST(Slicer, EveryKeyToServerZeroWithThePlacementsRanges) {
-  SlicerJob c(3, 1);
+  DefaultJob c(3, 1);
   ASSERT_TRUE(c.Start());
   std::vector<Key> keys = {5, 30000, 60000};
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
@@ -139,7 +110,7 @@ TEST(Slicer, EveryKeyToServerZeroWithThePlacementsRanges) {
 }
 
 TEST(Slicer, KeySentToSeveralServersIsPulledOnce) {
-  SlicerJob c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   kv.set_slicer([](const KVPairs<float>& send, const std::vector<Range>& ranges,
@@ -157,7 +128,7 @@ TEST(Slicer, KeySentToSeveralServersIsPulledOnce) {
 }
 
 TEST(Slicer, SlicersBreakingTheRulesFailTheRequest) {
-  SlicerJob c(2, 1);
+  DefaultJob c(2, 1);
   ASSERT_TRUE(c.Start());
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   std::vector<Key> keys = {1, 2};
