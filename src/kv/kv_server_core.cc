@@ -1,8 +1,13 @@
 // KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
 // Response (AddKVFrames, Postoffice::Send) or ResponseError (an answer with
-// control.error and no frames).
+// control.error and no frames). With resending on (PS_RESEND_TIMEOUT_MS), a
+// request that comes again is applied once (Seen): dropped while its answer
+// is pending; once answered, answered again without applying its values.
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
+#include <unordered_map>
 
 #include "kv/call_gate.h"
 #include "kv/slicer.h"
@@ -87,6 +92,23 @@ class KVServerCore::Impl {
       return;
     }
     KVMeta meta = RequestMeta(m);
+    if (dedup_) {
+      Record again;
+      if (Seen(meta, &again)) {
+        post_->CountDuplicate();
+        if (!again.answered) return;  // its answer is on its way
+        if (!again.error.empty()) {
+          return ResponseError(meta, Status(static_cast<Status::Code>(
+                                                again.error_code),
+                                            again.error));
+        }
+        if (!m.pull()) return Response(meta, RawKVPairs());
+        // Serve the pull again, without the values it pushed (applied).
+        meta.push = false;
+        kvs->vals = SArray<char>();
+        kvs->lens = SArray<int>();
+      }
+    }
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
@@ -95,6 +117,7 @@ class KVServerCore::Impl {
   }
 
   void Response(const KVMeta& req, const RawKVPairs& res) {
+    if (dedup_) MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
     Status st = post_->Send(&msg);
@@ -110,6 +133,7 @@ class KVServerCore::Impl {
 
   void ResponseError(const KVMeta& req, const Status& error) {
     CHECK(!error.ok()) << "ResponseError with OK";
+    if (dedup_) MarkAnswered(req, error);
     Message msg = AnswerTo(req);
     msg.meta.mutable_control()->set_error(
         error.message().empty() ? "(no reason given)" : error.message());
@@ -177,10 +201,62 @@ class KVServerCore::Impl {
     return placed;
   }
 
+  // What this server did with one request of a worker's customer.
+  struct Record {
+    bool answered = false;
+    int error_code = 0;  // answered with this error (empty: with data)
+    std::string error;
+  };
+  // One worker customer's last requests.
+  struct Recent {
+    std::unordered_map<int, Record> by_ts;
+    std::deque<int> order;  // oldest first
+  };
+  // How many requests per worker customer are remembered: far more than
+  // can be in flight while one is resent.
+  static constexpr size_t kRecentPerCustomer = 4096;
+
+  // Whether req came before (its record in *again); else remembers it.
+  bool Seen(const KVMeta& req, Record* again) EXCLUDES(dedup_mu_) {
+    MutexLock lock(&dedup_mu_);
+    Recent& r = recent_[{req.sender, req.customer_id}];
+    auto it = r.by_ts.find(req.timestamp);
+    if (it != r.by_ts.end()) {
+      *again = it->second;
+      return true;
+    }
+    r.by_ts.emplace(req.timestamp, Record());
+    r.order.push_back(req.timestamp);
+    if (r.order.size() > kRecentPerCustomer) {
+      r.by_ts.erase(r.order.front());
+      r.order.pop_front();
+    }
+    return false;
+  }
+
+  void MarkAnswered(const KVMeta& req, const Status& error)
+      EXCLUDES(dedup_mu_) {
+    MutexLock lock(&dedup_mu_);
+    auto r = recent_.find({req.sender, req.customer_id});
+    if (r == recent_.end()) return;
+    auto it = r->second.by_ts.find(req.timestamp);
+    if (it == r->second.by_ts.end()) return;
+    it->second.answered = true;
+    if (!error.ok()) {
+      it->second.error_code = error.code();
+      it->second.error =
+          error.message().empty() ? "(no reason given)" : error.message();
+    }
+  }
+
   Postoffice* const post_;
   const int app_id_;
   const int val_type_;
   const size_t val_size_;
+  const bool dedup_ = post_->config().resend_timeout_ms > 0;
+  Mutex dedup_mu_;
+  // By (worker id, customer id).
+  std::map<std::pair<int, int>, Recent> recent_ GUARDED_BY(dedup_mu_);
   RawHandle handle_;
   bool registered_ = false;
   std::shared_ptr<CallGate> gate_;  // of the registered failure callback

@@ -9,8 +9,15 @@
 // A user slicer (SetSlicer) takes a simpler path: SliceByUser checks its
 // slices, and the pulled values are assembled key by key (AssembleByKey),
 // since its slices need not be contiguous runs of the request's keys.
+// Resending (PS_RESEND_TIMEOUT_MS): each slice is kept as sent until its
+// server answers; Resend (on the monitor thread's tick) sends it again when
+// due, and OnResponse lets go of a second answer (Answered). The server
+// applies a request once (KVServerCore's Seen).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -80,7 +87,12 @@ class KVWorkerCore::Impl {
         [this](Message&& msg) { OnResponse(std::move(msg)); },
         [this, gate = gate_](int id, const Status& why) {
           gate->Call([&] { OnFailure(id, why); });
-        });
+        },
+        resend_ms_ == 0 ? Postoffice::TickHandler()
+                        : [this, gate = gate_](Postoffice::Clock::time_point
+                                                   now) {
+                            gate->Call([&] { Resend(now); });
+                          });
   }
   ~Impl() {
     post_->UnregisterCustomer(false, app_id_, customer_id_);
@@ -124,6 +136,15 @@ class KVWorkerCore::Impl {
   // when the sink or the answer does not allow it.
   bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
+  // Keeps a copy of `msg` (request ts to `server`) until it is answered.
+  void KeepForResend(int ts, const Message& msg) EXCLUDES(resend_mu_);
+  // Sends again what is due and unanswered; forgets what needs no answer
+  // any more (done, failed, timed out).
+  void Resend(Postoffice::Clock::time_point now) EXCLUDES(resend_mu_);
+  // Whether server's answer to ts was awaited, came already (a second
+  // answer: let go), or was never asked for (the tracker says why).
+  enum class Answer { kAwaited, kDuplicate, kUnknown };
+  Answer Answered(int ts, int server) EXCLUDES(resend_mu_);
 
   Postoffice* const post_;
   const int app_id_;
@@ -134,6 +155,22 @@ class KVWorkerCore::Impl {
   RequestTracker tracker_;
   Mutex mu_;
   std::map<int, Status> dead_ GUARDED_BY(mu_);  // node id -> why
+
+  // A request to one server, as sent, until it is answered.
+  struct Unanswered {
+    Message msg;
+    Postoffice::Clock::time_point due;  // of the next resend
+    int sends = 1;
+  };
+  const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
+  Mutex resend_mu_;
+  // By (timestamp, server id).
+  std::map<std::pair<int, int>, Unanswered> unanswered_ GUARDED_BY(resend_mu_);
+  // The last kAnsweredKept (timestamp, server) answered, oldest first: a
+  // later answer to one of them is a duplicate, not a stranger's.
+  static constexpr size_t kAnsweredKept = 4096;
+  std::deque<std::pair<int, int>> answered_order_ GUARDED_BY(resend_mu_);
+  std::set<std::pair<int, int>> answered_ GUARDED_BY(resend_mu_);
 };
 
 int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
@@ -301,14 +338,78 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       *m.mutable_reply_into() = into;  // the van drops it for remote servers
     }
+    if (resend_ms_ > 0) KeepForResend(ts, msg);  // the answer may come first
     Status st = post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(m.recver(), st);
   }
 }
 
+void KVWorkerCore::Impl::KeepForResend(int ts, const Message& msg) {
+  auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+  MutexLock lock(&resend_mu_);
+  unanswered_[{ts, msg.meta.recver()}] = Unanswered{msg, due, 1};
+}
+
+void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
+  // The wait doubles with every send, up to this many timeouts: a large
+  // message on a slow link is not sent again and again while it travels.
+  constexpr int kMaxBackoff = 16;
+  std::vector<Message> due;
+  {
+    MutexLock lock(&resend_mu_);
+    for (auto it = unanswered_.begin(); it != unanswered_.end();) {
+      const auto [ts, server] = it->first;
+      Unanswered& u = it->second;
+      if (!tracker_.Awaits(ts, server)) {
+        it = unanswered_.erase(it);
+        continue;
+      }
+      if (now >= u.due) {
+        due.push_back(u.msg);
+        int backoff = std::min(kMaxBackoff, 1 << std::min(u.sends, 4));
+        u.due = now + std::chrono::milliseconds(int64_t{resend_ms_} * backoff);
+        ++u.sends;
+      }
+      ++it;
+    }
+  }
+  for (Message& msg : due) {
+    post_->CountResent();
+    if (post_->config().verbose >= 1) {
+      LOG(INFO) << "resending " << DebugString(msg);
+    }
+    Status st = post_->Send(&msg);
+    if (!st.ok()) {
+      LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
+                   << " failed: " << st;
+    }
+  }
+}
+
+KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
+  MutexLock lock(&resend_mu_);
+  std::pair<int, int> key{ts, server};
+  if (unanswered_.erase(key) == 0) {
+    return answered_.count(key) > 0 ? Answer::kDuplicate : Answer::kUnknown;
+  }
+  if (answered_.insert(key).second) answered_order_.push_back(key);
+  if (answered_order_.size() > kAnsweredKept) {
+    answered_.erase(answered_order_.front());
+    answered_order_.pop_front();
+  }
+  return Answer::kAwaited;
+}
+
 void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   int ts = msg.meta.timestamp();
   int sender = msg.meta.sender();
+  // A resent request answered twice: the second answer must not touch the
+  // caller's memory again. (One never asked for goes on, for the tracker
+  // to name.)
+  if (resend_ms_ > 0 && Answered(ts, sender) == Answer::kDuplicate) {
+    post_->CountDuplicate();
+    return;
+  }
   std::shared_ptr<PullState> state;
   if (msg.meta.pull()) {
     state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));

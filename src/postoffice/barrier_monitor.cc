@@ -1,5 +1,6 @@
 // Postoffice, continued: barriers (member and scheduler side), the monitor
 // thread (heartbeats, liveness, barrier deadlines) and peer failures.
+#include <algorithm>
 #include <utility>
 
 #include "postoffice/postoffice.h"
@@ -128,9 +129,16 @@ std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
 void Postoffice::MonitorLoop() {
   int interval = config_.heartbeat_interval_ms;
   int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
+  // Resends are due at PS_RESEND_TIMEOUT_MS granularity: tick at least
+  // twice as often (heartbeats still go once per interval).
+  if (config_.resend_timeout_ms > 0) {
+    int resend_tick = std::max(1, config_.resend_timeout_ms / 2);
+    tick = tick == 0 ? resend_tick : std::min(tick, resend_tick);
+  }
   MutexLock lock(&mu_);
   scheduler_seen_ = Clock::now();
   Clock::time_point last_tick = scheduler_seen_;
+  Clock::time_point last_heartbeat = scheduler_seen_;
   while (!stop_monitor_) {
     if (tick == 0) {
       while (!stop_monitor_) cv_.Wait();
@@ -163,7 +171,10 @@ void Postoffice::MonitorLoop() {
         }
       }
     } else if (interval > 0) {
-      outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+      if (MsSince(last_heartbeat, now) + tick / 2 >= interval) {
+        outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+        last_heartbeat = now;
+      }
       if (dead_.count(kSchedulerId) == 0 &&
           MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
         newly_dead.push_back(kSchedulerId);
@@ -177,6 +188,7 @@ void Postoffice::MonitorLoop() {
                                   " ms (PS_HEARTBEAT_TIMEOUT_MS)");
     }
     ExpireHeldRequests(now);
+    TickCustomers(now);
     lock.Lock();
   }
 }

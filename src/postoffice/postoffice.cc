@@ -5,12 +5,17 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <utility>
 
 namespace ps {
 
 namespace {
 constexpr size_t kMaxEarlyMessages = 10000;
+// How long a lost connection may take to come back before its node is
+// declared dead (Van::WatchConnections): ZeroMQ retries every 100 ms.
+constexpr int kLostConnectionGraceMs = 250;
 constexpr int kLingerMs = 1000;
 
 uint64_t MessageBytes(const Message& msg) {
@@ -65,6 +70,16 @@ Status Postoffice::Start() {
     me.host = config_.node_host;
     me.port = port();
     table_.Add(me);
+  }
+  if (IsScheduler()) {
+    // A member whose process dies closes its port: its connection drops
+    // and every reconnect is refused. Wait briefly for one that merely
+    // dropped (it comes back), then declare it dead, long before its
+    // heartbeats would be missed.
+    int grace = std::min(kLostConnectionGraceMs, config_.heartbeat_timeout_ms);
+    van_.WatchConnections(grace, [this](int id, const std::string& why) {
+      OnConnectionLost(id, why);
+    });
   }
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();
@@ -180,11 +195,28 @@ void Postoffice::OnMessage(Message&& msg) {
     SendAll(&outbox);
     return;
   }
+  if (DropForTest(msg)) return;
   if (cmd == pb::EMPTY) {
     DispatchData(std::move(msg));
   } else {
     OnControl(std::move(msg));
   }
+}
+
+bool Postoffice::DropForTest(const Message& msg) {
+  if (config_.drop_percent == 0 || msg.meta.control().cmd() != pb::EMPTY ||
+      msg.meta.simple_app()) {
+    return false;
+  }
+  if (drop_state_ == 0) drop_state_ = std::random_device()() | 1;
+  // xorshift64: cheap, and any sequence will do.
+  drop_state_ ^= drop_state_ << 13;
+  drop_state_ ^= drop_state_ >> 7;
+  drop_state_ ^= drop_state_ << 17;
+  if (static_cast<int>(drop_state_ % 100) >= config_.drop_percent) return false;
+  num_test_drops_.fetch_add(1);
+  if (config_.verbose >= 1) LOG(INFO) << "PS_DROP_MSG: " << DebugString(msg);
+  return true;
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {
@@ -450,10 +482,12 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
                                   DataHandler on_data,
-                                  FailureHandler on_failure) {
+                                  FailureHandler on_failure,
+                                  TickHandler on_tick) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
+  customer->on_tick = std::move(on_tick);
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
@@ -472,6 +506,49 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     customer->delivering = true;
   }
   Deliver(customer);  // the held requests, on this thread, in order
+}
+
+void Postoffice::OnConnectionLost(int id, const std::string& why) {
+  {
+    MutexLock lock(&mu_);
+    // Before the node table a member's absence is rendezvous' business; a
+    // member that said goodbye (TERMINATE) leaves without blame.
+    if (!ready_ || table_.Find(id) == nullptr || dead_.count(id) > 0 ||
+        departed_.count(id) > 0) {
+      return;
+    }
+  }
+  DeclareDead({id}, why);
+}
+
+void Postoffice::ReportResends() const {
+  uint64_t resent = num_resent(), dups = num_duplicates();
+  uint64_t drops = num_test_drops();
+  if (resent == 0 && dups == 0 && drops == 0) return;
+  std::string who;
+  {
+    MutexLock lock(&mu_);
+    who = my_id_ == 0 ? RoleName(config_.role) : table_.Describe(my_id_);
+  }
+  std::string line = who + ": " + std::to_string(resent) +
+                     " requests resent, " + std::to_string(dups) +
+                     " duplicates let go, " + std::to_string(drops) +
+                     " messages dropped by PS_DROP_MSG";
+  LOG(INFO) << line;
+  // The person running the job looks at stderr (glog keeps INFO in files).
+  std::fprintf(stderr, "ps: %s\n", line.c_str());
+}
+
+void Postoffice::TickCustomers(Clock::time_point now) {
+  std::vector<std::shared_ptr<Customer>> ticked;
+  {
+    MutexLock lock(&customers_mu_);
+    for (const auto& [key, customer] : customers_) {
+      if (customer->on_tick) ticked.push_back(customer);
+    }
+  }
+  // A customer unregistered meanwhile is kept off by its own gate.
+  for (const auto& customer : ticked) customer->on_tick(now);
 }
 
 void Postoffice::UnregisterCustomer(bool requests, int app_id,
@@ -532,7 +609,9 @@ void Postoffice::Stop() {
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
                   dead_.count(kSchedulerId) == 0;
-    clean = finalized_;
+    // A node that stops because a peer failed is not a second failure:
+    // blame stays with the peer.
+    clean = finalized_ || !peer_failure_.ok();
     cv_.SignalAll();
   }
   if (monitor_.joinable()) {
@@ -544,6 +623,7 @@ void Postoffice::Stop() {
       monitor_.join();
     }
   }
+  ReportResends();
   if (say_goodbye) {
     // Only Finalize is a clean departure: a node stopped without it (its
     // process exited early, e.g. after an error) is a failure, reported at
