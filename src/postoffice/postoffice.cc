@@ -71,16 +71,16 @@ Status Postoffice::Start() {
     me.port = port();
     table_.Add(me);
   }
-  if (IsScheduler()) {
-    // A member whose process dies closes its port: its connection drops
-    // and every reconnect is refused. Wait briefly for one that merely
-    // dropped (it comes back), then declare it dead, long before its
-    // heartbeats would be missed.
-    int grace = std::min(kLostConnectionGraceMs, config_.heartbeat_timeout_ms);
-    van_.WatchConnections(grace, [this](int id, const std::string& why) {
-      OnConnectionLost(id, why);
-    });
-  }
+  // A node whose process dies closes its port: its connection drops and
+  // every reconnect is refused. Wait briefly for one that merely dropped
+  // (it comes back), then declare it dead, long before its heartbeats
+  // would be missed. The scheduler watches every member; a member, the
+  // scheduler only (the scheduler tells it of the others).
+  int grace = std::min(kLostConnectionGraceMs, config_.heartbeat_timeout_ms);
+  van_.WatchConnections(
+      grace,
+      [this](int id, const std::string& why) { OnConnectionLost(id, why); },
+      IsScheduler() ? -1 : kSchedulerId);
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();
   if (!st.ok()) return st;
@@ -512,9 +512,10 @@ void Postoffice::OnConnectionLost(int id, const std::string& why) {
   {
     MutexLock lock(&mu_);
     // Before the node table a member's absence is rendezvous' business; a
-    // member that said goodbye (TERMINATE) leaves without blame.
+    // member that said goodbye (TERMINATE) leaves without blame, and so
+    // does the scheduler once this member finalized (it may end first).
     if (!ready_ || table_.Find(id) == nullptr || dead_.count(id) > 0 ||
-        departed_.count(id) > 0) {
+        departed_.count(id) > 0 || (!IsScheduler() && finalized_)) {
       return;
     }
   }

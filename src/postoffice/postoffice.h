@@ -156,7 +156,8 @@ class Postoffice {
   void MonitorLoop();
   // Runs the customers' tick handlers (resends). No lock held.
   void TickCustomers(Clock::time_point now) EXCLUDES(customers_mu_);
-  // Scheduler, watch thread: member `id`'s connection was lost for good.
+  // Watch thread: the connection to node `id` (a member, at the scheduler;
+  // the scheduler, at a member) was lost for good.
   void OnConnectionLost(int id, const std::string& why) EXCLUDES(mu_);
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);

@@ -251,17 +251,20 @@ Status Van::Connect(int id, const std::string& host, int port) {
     return Status::Unavailable("cannot connect to " + peer->address + ": " +
                                ZmqError());
   }
-  if (watch_grace_ms_ > 0) Watch(peer, socket);
+  if (watch_grace_ms_ > 0 && (watch_only_id_ < 0 || id == watch_only_id_)) {
+    Watch(peer, socket);
+  }
   peer_lock.Unlock();
   MutexLock lock(&peers_mu_);
   peers_[id] = std::move(peer);
   return Status::OK();
 }
 
-void Van::WatchConnections(int grace_ms, LostHandler lost) {
+void Van::WatchConnections(int grace_ms, LostHandler lost, int only_id) {
   CHECK(!watcher_.joinable()) << "WatchConnections() twice";
   CHECK_GT(grace_ms, 0);
   watch_grace_ms_ = grace_ms;
+  watch_only_id_ = only_id;
   lost_ = std::move(lost);
   watcher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ps-van-watch");

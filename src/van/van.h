@@ -100,9 +100,9 @@ class Van {
   // Reports a peer whose connection closed and did not come back within
   // `grace_ms`: lost(id, why), on the watch thread, under no lock of the
   // van, once per connection. Call before Start(); applies to the DEALERs
-  // opened from then on.
+  // opened from then on: all of them, or only node `only_id`'s.
   using LostHandler = std::function<void(int id, const std::string& why)>;
-  void WatchConnections(int grace_ms, LostHandler lost);
+  void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1);
 
   // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
   Status Connect(int id, const std::string& host, int port);
@@ -185,6 +185,7 @@ class Van {
     bool reported = false;
   };
   int watch_grace_ms_ = 0;  // 0: no watching
+  int watch_only_id_ = -1;  // -1: every peer
   LostHandler lost_;
   std::thread watcher_;  // "ps-van-watch"
   Mutex watch_mu_;

@@ -4,11 +4,18 @@
 //   BSP job ends with weights bit-identical to the same job without drops.
 // - A killed node: its connections close, and the scheduler declares it
 //   dead from that (not from missed heartbeats), naming it by role and
-//   rank; no healthy node is blamed.
+//   rank; no healthy node is blamed. A killed scheduler is named by the
+//   members the same way.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -158,6 +165,76 @@ void ExpectKilledNodeNamedFast(const std::string& node) {
   EXPECT_NE(r.out.find("launch: " + role + " " + rank + " (pid"),
             std::string::npos)
       << r.out;
+}
+
+// The pid of the process whose environment holds every one of `vars`
+// (KEY=VALUE), or -1.
+int FindProcess(const std::vector<std::string>& vars) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = readdir(proc)) {
+    int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string env = ReadBytes("/proc/" + std::string(e->d_name) + "/environ");
+    std::vector<std::string> entries;
+    for (size_t at = 0; at < env.size();) {
+      size_t end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      entries.push_back(env.substr(at, end - at));
+      at = end + 1;
+    }
+    bool all = true;
+    for (const std::string& v : vars) {
+      all = all && std::find(entries.begin(), entries.end(), v) != entries.end();
+    }
+    if (all) found = pid;
+  }
+  closedir(proc);
+  return found;
+}
+
+// kill -9 of the scheduler while the workers train: each member sees its
+// connection to the scheduler close for good and stops, naming it (the
+// job's heartbeats would take a minute).
+TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
+  const std::string out = TempPath("scheduler.out"), rc = TempPath("rc");
+  const int port = 20000 + getpid() % 20000;
+  std::string cmd =
+      std::string(PS_PYTHON) + " " + PS_LAUNCH +
+      " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
+      " --env PS_HEARTBEAT_INTERVAL_MS=1000"
+      " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
+      PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+      " --threads 1 --log_every_s 0.2 --test_limit 200";
+  ASSERT_EQ(std::system(("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc +
+                         ") &")
+                            .c_str()),
+            0);
+  // Until a worker reports a step (at most 60 s), then kill the scheduler.
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    training = ReadBytes(out).find("] worker 0 epoch 0 step") !=
+               std::string::npos;
+  }
+  ASSERT_TRUE(training) << ReadBytes(out);
+  int pid = FindProcess({"DMLC_ROLE=scheduler",
+                         "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << "no scheduler process on port " << port;
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  std::string code;
+  for (int i = 0; i < 1200 && code.empty(); ++i) {  // at most 120 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    code = ReadBytes(rc);
+  }
+  std::string text = ReadBytes(out);
+  EXPECT_EQ(code, "1\n") << text;
+  EXPECT_NE(text.find("launch: scheduler (pid"), std::string::npos) << text;
+  std::regex declared(R"(\[(server|worker) \d\] .*scheduler \(tcp://[^)]*\) was declared dead: its connection .* closed and could not be made again)");
+  EXPECT_TRUE(std::regex_search(text, declared)) << text;
+  std::remove(out.c_str());
+  std::remove(rc.c_str());
 }
 
 TEST(Detection, KilledServerDeclaredDeadByItsConnection) {
