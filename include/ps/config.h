@@ -45,6 +45,10 @@
 //                            the wait doubling each time up to
 //                            16x; receivers apply each request
 //                            once; 0: never resend                (1000)
+//   PS_REPLICAS              0 or 1: with 1 (needs >= 2 servers and
+//                            resending), server r's keys are also
+//                            held by server (r+1)%S, which takes
+//                            them over when r dies                (0)
 //   PS_DROP_MSG              tests and benchmarks only: drop this
 //                            percentage of received KV data and
 //                            barrier messages at random           (0)
@@ -67,6 +71,7 @@
 //   --ps_wait_spin_us PS_WAIT_SPIN_US     --ps_shm PS_SHM
 //   --ps_key_file PS_KEY_FILE             --ps_max_message_bytes
 //   --ps_water_mark DMLC_PS_WATER_MARK    --ps_resend_timeout_ms
+//   --ps_replicas PS_REPLICAS
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -117,6 +122,7 @@ struct Config {
   int water_mark = 1000;
   int resend_timeout_ms = 1000;  // 0: never resend
   int drop_percent = 0;          // tests: PS_DROP_MSG
+  int replicas = 0;              // 0 or 1 (PS_REPLICAS)
 
   // Reads the process environment. Errors name the variable and the value.
   static StatusOr<Config> FromEnv();

@@ -50,6 +50,9 @@ DEFINE_int64(ps_max_message_bytes, -1, "overrides PS_MAX_MESSAGE_BYTES");
 DEFINE_int32(ps_water_mark, -1, "overrides DMLC_PS_WATER_MARK");
 DEFINE_int32(ps_resend_timeout_ms, -1,
              "overrides PS_RESEND_TIMEOUT_MS (0: never resend)");
+DEFINE_int32(ps_replicas, -1,
+             "overrides PS_REPLICAS: 1 keeps every server's keys on a second "
+             "server too");
 
 namespace ps {
 
@@ -117,6 +120,7 @@ void ApplyFlags(Settings* s) {
   Override("DMLC_PS_WATER_MARK", "ps_water_mark", FLAGS_ps_water_mark, s);
   Override("PS_RESEND_TIMEOUT_MS", "ps_resend_timeout_ms",
            FLAGS_ps_resend_timeout_ms, s);
+  Override("PS_REPLICAS", "ps_replicas", FLAGS_ps_replicas, s);
 }
 
 // Looks a setting up by its variable name; nullptr when unset.
@@ -273,6 +277,20 @@ Status ReadResend(const Lookup& env, Config* c) {
   if (resend == 0) c->resend_timeout_ms = 0;
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_DROP_MSG", false, 0, 99,
                              "a percentage in [0, 99]", &c->drop_percent));
+  PS_RETURN_IF_ERROR(
+      ReadInt(env, "PS_REPLICAS", false, 0, 1, "0 or 1", &c->replicas));
+  if (c->replicas > 0 && c->num_servers < 2) {
+    return Status::InvalidArgument(
+        NameOf(env, "PS_REPLICAS") + "='1' needs at least 2 servers (" +
+        NameOf(env, "DMLC_NUM_SERVER") + " is " +
+        std::to_string(c->num_servers) + ")");
+  }
+  if (c->replicas > 0 && c->resend_timeout_ms == 0) {
+    return Status::InvalidArgument(
+        NameOf(env, "PS_REPLICAS") +
+        "='1' needs resending (a failover resends to the replica what the "
+        "dead server did not answer); PS_RESEND_TIMEOUT_MS is 0");
+  }
   return Status::OK();
 }
 
@@ -457,7 +475,7 @@ std::string Config::ToString() const {
      << " max_message_bytes=" << max_message_bytes
      << " water_mark=" << water_mark
      << " resend_timeout_ms=" << resend_timeout_ms
-     << " drop_percent=" << drop_percent;
+     << " drop_percent=" << drop_percent << " replicas=" << replicas;
   return os.str();
 }
 

@@ -335,15 +335,29 @@ void Postoffice::DispatchData(Message&& msg) {
     DispatchSimpleApp(std::move(msg));
     return;
   }
+  const int sender = msg.meta.sender();
+  // Replication: a push a primary forwards to its replica (for a worker),
+  // and the replica's answer; both for the server's KV layer.
+  bool replica_traffic = false;
+  if (config_.replicas > 0 && config_.role == Role::kServer &&
+      IsServerId(sender) && msg.meta.has_origin() &&
+      IsWorkerId(msg.meta.origin())) {
+    const int me = rank(), n = config_.num_servers;
+    replica_traffic = msg.meta.request()
+                          ? IdToRank(sender) == PrimaryOf(me, n)
+                          : IdToRank(sender) == ReplicaOf(me, n);
+  }
   bool request = msg.meta.request();
   bool ok_role =
-      request ? config_.role == Role::kServer && IsWorkerId(msg.meta.sender())
-              : config_.role == Role::kWorker && IsServerId(msg.meta.sender());
+      replica_traffic ||
+      (request ? config_.role == Role::kServer && IsWorkerId(sender)
+               : config_.role == Role::kWorker && IsServerId(sender));
   if (!ok_role) {
-    CountDropped(msg.meta.sender(), std::string("a ") + RoleName(config_.role) +
-                                        " does not take " + DebugString(msg));
+    CountDropped(sender, std::string("a ") + RoleName(config_.role) +
+                             " does not take " + DebugString(msg));
     return;
   }
+  if (replica_traffic) request = true;  // to the KVServer, either way
   CustomerKey key{request, msg.meta.app_id(),
                   request ? -1 : msg.meta.customer_id()};
   const Clock::time_point now = Clock::now();
@@ -372,7 +386,7 @@ void Postoffice::DispatchData(Message&& msg) {
       customer->delivering = true;
     }
   }
-  if (customer == nullptr && request) {
+  if (customer == nullptr && msg.meta.request()) {
     // Too many early requests held already: refused now, not lost.
     RefuseRequest(msg, Status::kUnavailable,
                   "server " + std::to_string(rank()) +
@@ -459,6 +473,8 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
   m.set_pull(q.pull());
   m.set_head(q.head());
   m.set_recver(q.sender());
+  if (q.has_shard()) m.set_shard(q.shard());
+  if (q.has_origin()) m.set_origin(q.origin());
   m.mutable_control()->set_error(why);
   m.mutable_control()->set_error_code(code);
   Status st = Send(&answer);

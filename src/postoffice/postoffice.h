@@ -66,6 +66,9 @@ class Postoffice {
   uint64_t num_refused() const { return van_.num_refused(); }
   const Van& van() const { return van_; }
   Status peer_failure() const;
+  // Replication: whether dead server `id`'s keys were taken over by its
+  // replica (the job goes on without it).
+  bool TakenOver(int id) const EXCLUDES(mu_);
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
@@ -151,6 +154,11 @@ class Postoffice {
   std::vector<Message> ReleaseBarrierLocked(int group, const Status& error)
       REQUIRES(mu_);
   void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
+  // Whether every member of `group` arrived but the servers taken over.
+  bool BarrierCompleteLocked(int group) REQUIRES(mu_);
+  // Whether dead server `id`'s keys are safe on its replica (Config::
+  // replicas): the replica lives and `id` held no dead primary's keys.
+  bool CoveredLocked(int id) const REQUIRES(mu_);
 
   // Monitor thread and failures.
   void MonitorLoop();
@@ -202,6 +210,7 @@ class Postoffice {
   std::map<int, Clock::time_point> last_seen_ GUARDED_BY(mu_);  // scheduler
   Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
   std::set<int> dead_ GUARDED_BY(mu_);
+  std::set<int> covered_ GUARDED_BY(mu_);  // dead servers taken over
   std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;

@@ -6,6 +6,8 @@
 //   dead from that (not from missed heartbeats), naming it by role and
 //   rank; no healthy node is blamed. A killed scheduler is named by the
 //   members the same way.
+// - Replication: with --replicas 1 a server killed at any step costs no
+//   step; the weights equal the fault-free job's bit for bit.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -43,12 +46,12 @@ Result Shell(const std::string& cmd) {
   return r;
 }
 
-// A BSP job of 2 servers and 2 workers; `env` are launch.py --env options
-// (later ones win).
-Result Launch(const std::string& env, const std::string& flags) {
+// A BSP job of S servers and 2 workers; `env` are launch.py options
+// (--env ones: later ones win).
+Result Launch(const std::string& env, const std::string& flags, int s = 2) {
   std::string cmd =
-      std::string(PS_PYTHON) + " " + PS_LAUNCH +
-      " -s 2 -w 2 --timeout 240"
+      std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " + std::to_string(s) +
+      " -w 2 --timeout 240"
       " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=5000"
       " --env PS_BARRIER_TIMEOUT_MS=60000 --env PS_RESEND_TIMEOUT_MS=100 " +
       env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
@@ -243,6 +246,67 @@ TEST(Detection, KilledServerDeclaredDeadByItsConnection) {
 
 TEST(Detection, KilledWorkerDeclaredDeadByItsConnection) {
   ExpectKilledNodeNamedFast("worker:0");
+}
+
+// With --replicas 1, a server killed (kill -9) at a step picked at random
+// costs nothing: its replica takes over its keys, the workers send it what
+// the dead server left unanswered, and the job ends with the weights of the
+// job that never failed (and never replicated), bit for bit.
+void ExpectFailoverLosesNothing(int servers, int victim,
+                                const std::string& env) {
+  std::srand(static_cast<unsigned>(std::time(nullptr)) ^ getpid());
+  const int step = 5 + std::rand() % 85;  // of 100
+  SCOPED_TRACE("server " + std::to_string(victim) + " killed after update " +
+               std::to_string(step));
+  const std::string flags = "--train_limit 3200 --overlap off";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("failed.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean, servers);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  Result b = Launch("--tolerate server " + env,
+                    flags + " --replicas 1 --dump_weights " + failed +
+                        " --die_node server:" + std::to_string(victim) +
+                        " --die_after_steps " + std::to_string(step),
+                    servers);
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const int heir = (victim + 1) % servers;
+  EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(b.out.find("the job survived the loss of server " +
+                       std::to_string(victim)),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(b.out.find("server " + std::to_string(heir) +
+                       " takes over its keys"),
+            std::string::npos)
+      << b.out;
+  // The heir applied every step of the dead server's keys, none twice.
+  EXPECT_NE(b.out.find("server " + std::to_string(heir) +
+                       " replica of server " + std::to_string(victim) +
+                       " done: 100 updates applied"),
+            std::string::npos)
+      << b.out;
+  for (int s = 0; s < servers; ++s) {
+    if (s != victim) {
+      EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;
+    }
+  }
+  std::string wa = ReadBytes(clean), wb = ReadBytes(failed);
+  ASSERT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ after the failover";
+  std::remove(clean.c_str());
+  std::remove(failed.c_str());
+}
+
+TEST(Replication, KilledServerCostsNoStepTwoServers) {
+  ExpectFailoverLosesNothing(2, 1, "");
+}
+
+// Three servers (server 0's keys go to server 1), and 1% of the messages
+// lost on top: the forwarded copies and their answers are made good too.
+TEST(Replication, KilledServerCostsNoStepThreeServersWithDrops) {
+  ExpectFailoverLosesNothing(3, 0, "--env PS_DROP_MSG=1");
 }
 
 }  // namespace
