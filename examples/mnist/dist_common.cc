@@ -2,11 +2,15 @@
 // mnist_dist (dist_common.h).
 #include "dist_common.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
 #include "model/backend.h"
+#include "ps/ps.h"
 
 namespace mnist {
 
@@ -14,6 +18,51 @@ void Die(const std::string& message) {
   std::fprintf(stderr, "mnist_dist: %s\n", message.c_str());
   std::fflush(stderr);
   std::exit(1);
+}
+
+CheckpointJob CheckpointJobOf(const TrainOptions& options) {
+  CheckpointJob job;
+  job.dir = options.checkpoint_dir;
+  job.num_servers = ps::NumServers();
+  job.num_workers = ps::NumWorkers();
+  job.model_floats = ModelLayout(options).total;
+  job.chunk = options.chunk;
+  return job;
+}
+
+namespace {
+std::atomic<bool> worker_lost{false};
+}  // namespace
+
+void GoOnWithoutDeadWorkers() {
+  ps::Node* node = ps::DefaultNode();
+  node->SetPeerFailureHandler([node](const ps::Status& why) {
+    // The status names the dead node first: "worker 1 (tcp://...) was
+    // declared dead: ...".
+    if (why.message().rfind("worker ", 0) == 0) {
+      worker_lost = true;
+      LOG(WARNING) << node->DescribeNode(node->id())
+                   << " goes on (--on_worker_failure continue): "
+                   << why.message();
+      return;
+    }
+    // As ps's own handler: other threads run, so no static destructors.
+    std::fprintf(stderr, "ps: %s stops: %s\n",
+                 node->DescribeNode(node->id()).c_str(), why.message().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+}
+
+bool WorkerLost() { return worker_lost.load(); }
+
+void FinalizeNode(const TrainOptions& options) {
+  if (options.on_worker_failure == ps::WorkerFailure::kStop) {
+    ps::Finalize(0, true);
+    return;
+  }
+  if (!ps::IsWorker()) ps::Barrier(0, ps::kScheduler | ps::kServerGroup);
+  ps::Finalize(0, false);
 }
 
 ps::DenseLayout ModelLayout(const TrainOptions& options) {

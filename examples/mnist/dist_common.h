@@ -13,6 +13,7 @@
 
 #include "model/backend.h"
 #include "model/dataset.h"
+#include "checkpoint.h"
 #include "model/optimizer.h"
 #include "ps/dense_server.h"
 #include "ps/placement.h"
@@ -47,6 +48,14 @@ struct TrainOptions {
   size_t chunk = 8192;  // floats per key
   double log_every_s = 2.0;
   std::string metrics_file, metrics_dir, dump_weights;
+  // Checkpoints (checkpoint.h) every checkpoint_every_steps steps into
+  // checkpoint_dir (none when empty); restore_step >= 0: the step main()
+  // chose to resume from (--restore).
+  std::string checkpoint_dir;
+  int checkpoint_every_steps = 0;
+  int restore_step = -1;
+  // A worker's death: stop the job, or go on with the others.
+  ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
   // Test hooks: the node named by die_node ("worker:R" or "server:R") kills
   // itself after die_after_steps steps (a server counts updates); the last
   // worker sleeps slow_worker_ms per step.
@@ -57,6 +66,20 @@ struct TrainOptions {
 
 // Prints "mnist_dist: <message>" to stderr and exits 1.
 [[noreturn]] void Die(const std::string& message);
+
+// The checkpoint folder and job shape of this job (S and W of ps::).
+CheckpointJob CheckpointJobOf(const TrainOptions& options);
+
+// --on_worker_failure continue: after ps::Start, a worker's death is noted
+// (WorkerLost) instead of ending this process; any other node's still ends
+// it. Any thread.
+void GoOnWithoutDeadWorkers();
+bool WorkerLost();
+// Ends this node: a barrier of everyone and ps::Finalize, or under
+// `continue` (the dead worker cannot join a barrier) a barrier of the
+// scheduler and servers only, while workers leave without one (they are
+// done once every server answered their kDone).
+void FinalizeNode(const TrainOptions& options);
 
 // The flat parameter vector cut into keys of options.chunk floats.
 ps::DenseLayout ModelLayout(const TrainOptions& options);

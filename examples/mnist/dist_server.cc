@@ -3,6 +3,7 @@
 // worker's Net, with the optimizer state of that slice.
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <utility>
@@ -52,14 +53,81 @@ class SliceUpdater {
     }
   }
 
+  // The updates counted and every range's optimizer state, for a
+  // checkpoint.
+  void Save(Packer* out) const {
+    out->Put<int32_t>(updates_);
+    out->Put<uint64_t>(optimizers_.size());
+    for (const auto& [range, optimizer] : optimizers_) {
+      out->Put<uint64_t>(range.first);
+      out->Put<uint64_t>(range.second);
+      out->PutString(optimizer->SaveState());
+    }
+  }
+  ps::Status Load(Unpacker* in) {
+    uint64_t count;
+    if (!in->Get(&updates_) || !in->Get(&count)) {
+      return ps::Status::Corruption("no optimizer state");
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t offset, n;
+      std::string state;
+      if (!in->Get(&offset) || !in->Get(&n) || !in->GetString(&state) ||
+          offset + n > slice_size_) {
+        return ps::Status::Corruption("optimizer state " + std::to_string(i) +
+                                      " is cut short or outside the slice");
+      }
+      auto made = ps::model::MakeOptimizer(options_.optimizer, n);
+      if (!made.ok()) return made.status();
+      PS_RETURN_IF_ERROR((*made)->LoadState(state));
+      optimizers_[{offset, n}] = std::move(made).value();
+    }
+    return ps::Status::OK();
+  }
+
  private:
   const TrainOptions& options_;
   const size_t slice_size_;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
-  int updates_ = 0;
+  int32_t updates_ = 0;
 };
+
+// A server's checkpoint payload: its slice of the weights, then the
+// updater's state.
+std::string ServerPayload(const float* w, size_t n,
+                          const SliceUpdater& updater) {
+  Packer out;
+  out.PutBytes(w, n * sizeof(float));
+  updater.Save(&out);
+  return out.data();
+}
+
+// Restores the slice and the updater from the checkpoint of `step`, or dies
+// naming the file.
+void LoadServer(const TrainOptions& options, int rank, int step,
+                std::vector<float>* slice, SliceUpdater* updater) {
+  const CheckpointJob job = CheckpointJobOf(options);
+  const std::string path =
+      CheckpointPath(job, step, CheckpointRole::kServer, rank);
+  auto payload = ReadCheckpoint(job, step, CheckpointRole::kServer, rank);
+  if (!payload.ok()) Die("--restore: " + payload.status().message());
+  Unpacker in(*payload);
+  std::string floats;
+  ps::Status st;
+  if (!in.GetString(&floats) || floats.size() != slice->size() * sizeof(float)) {
+    st = ps::Status::Corruption("weights are not the " +
+                                std::to_string(slice->size()) +
+                                " floats of this server's slice");
+  } else {
+    std::memcpy(slice->data(), floats.data(), floats.size());
+    st = updater->Load(&in);
+    if (st.ok() && !in.done()) st = ps::Status::Corruption("trailing bytes");
+  }
+  if (!st.ok()) Die("--restore: '" + path + "': " + st.message());
+  RemoveCheckpointsAfter(job, step, CheckpointRole::kServer, rank);
+}
 
 }  // namespace
 
@@ -97,17 +165,33 @@ int RunServer(const TrainOptions& options) {
   shard_options.max_delay =
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
+  shard_options.on_worker_failure = options.on_worker_failure;
+  shard_options.snapshot_every = options.checkpoint_every_steps;
   ps::KVServer<float> server(0);
   auto updater = std::make_shared<SliceUpdater>(options, slice.size());
+  if (options.restore_step >= 0) {
+    LoadServer(options, rank, options.restore_step, &slice, updater.get());
+    shard_options.first_step = options.restore_step;
+  }
+  ps::DenseSnapshot snapshot;
+  if (!options.checkpoint_dir.empty()) {
+    snapshot = [&options, rank, updater](int step, const float* w, size_t n) {
+      ps::Status st =
+          WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
+                          rank, step, ServerPayload(w, n, *updater));
+      if (!st.ok()) Die("checkpoint: " + st.message());
+    };
+  }
   ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
                        shard_options,
                        [updater](float* w, const float* g, size_t offset,
                                  size_t n, int num_grads, int step, int tag) {
                          (*updater)(w, g, offset, n, num_grads, step, tag);
-                       });
+                       },
+                       snapshot);
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
-  // the shard give up (failure()); a live one always sends done, so this
-  // wait ends.
+  // the shard give up (failure()), unless under `continue` the shard counts
+  // it done; a live one always sends done, so this wait ends.
   while (!shard.WaitAllDone(std::chrono::seconds(60))) {
     if (!shard.failure().ok()) {
       LOG(ERROR) << "server " << rank << ": " << shard.failure();
@@ -119,7 +203,7 @@ int RunServer(const TrainOptions& options) {
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
       "max staleness %d, %lld bad requests, %lld weight copies, %llu/%llu "
-      "frames sent/received by shared memory\n",
+      "frames sent/received by shared memory, %d workers lost\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
       static_cast<long long>(shard.bad_requests()),
@@ -127,9 +211,10 @@ int RunServer(const TrainOptions& options) {
       static_cast<unsigned long long>(
           ps::DefaultNode()->num_shared_frames_sent()),
       static_cast<unsigned long long>(
-          ps::DefaultNode()->num_shared_frames_received()));
+          ps::DefaultNode()->num_shared_frames_received()),
+      shard.workers_lost());
   std::fflush(stdout);
-  ps::Finalize(0, true);
+  FinalizeNode(options);
   return 0;
 }
 
