@@ -85,7 +85,9 @@ last line: the first process that a node's output reported as
 reporter; it may be a frozen process, still running until killed), waiting
 up to 2 s after the first non-zero exit for such a line; else the first
 process that exited non-zero. SIGINT, SIGTERM or SIGHUP to the launcher
-stops them likewise.
+stops them likewise. With --on-worker-failure continue, a worker that exits
+non-zero or is killed only gets a line saying so; the others run on, and
+the job's exit status is theirs.
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
@@ -348,6 +350,12 @@ def parse_args(argv):
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping "
                         "processes (default: %(default)s)")
+    parser.add_argument("--on-worker-failure", choices=("stop", "continue"),
+                        default="stop",
+                        help="stop: a worker that exits non-zero stops the "
+                        "job (default); continue: the job goes on without "
+                        "it (for programs that go on without a dead worker, "
+                        "e.g. mnist_dist --on_worker_failure continue)")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -457,6 +465,7 @@ class Job:
         self._reports = []
         self._reports_lock = threading.Lock()
         self._reported = threading.Event()
+        self.tolerated = []  # Workers that failed under continue.
 
     def start(self, port):
         plan = [("scheduler", None)]
@@ -535,10 +544,20 @@ class Job:
             except queue.Empty:
                 continue
             remaining -= 1
-            if returncode != 0:
+            if returncode != 0 and not self._tolerated(child, returncode):
                 self._await_report(deadline)
                 return "failed", child, returncode
         return "done", None, None
+
+    def _tolerated(self, child, returncode):
+        """--on-worker-failure continue: a worker's failure is only noted."""
+        if self.args.on_worker_failure != "continue" or child.role != "worker":
+            return False
+        self.tolerated.append(child)
+        self.mux.say(f"{child.name} (pid {child.pid}) "
+                     f"{describe_exit(returncode)}; the job goes on without "
+                     f"it (--on-worker-failure continue)")
+        return True
 
     def running(self):
         return [c for c in self.children if c.proc.poll() is None]
@@ -641,7 +660,13 @@ def run_job(args, job, port):
     total = len(job.children)
     if outcome == "done":
         elapsed = time.monotonic() - start
-        mux.say(f"all {plural(total, 'process')} exited 0 in {elapsed:.1f} s")
+        if not job.tolerated:
+            mux.say(f"all {plural(total, 'process')} exited 0 in "
+                    f"{elapsed:.1f} s")
+            return EXIT_OK
+        lost = ", ".join(c.name for c in job.tolerated)
+        mux.say(f"{plural(total - len(job.tolerated), 'process')} exited 0 "
+                f"in {elapsed:.1f} s; the job went on without {lost}")
         return EXIT_OK
     if outcome == "failed":
         mux.say(describe_failure(job, failed, returncode, others))
