@@ -1,0 +1,216 @@
+// Checkpoints and failures of mnist_dist end to end, through
+// tracker/launch.py on 127.0.0.1 with real processes: a job killed after a
+// checkpoint and relaunched with --restore ends with the very bytes of the
+// job that was never killed; --restore refuses another job shape, and a new
+// job a used folder, in every role; a worker killed (SIGKILL) under
+// --on_worker_failure continue leaves a job that ends with exit 0, the same
+// bytes every time. Every job runs under a timeout; every exit code and
+// number printed is checked.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Runs `cmd` through sh with stderr joined to stdout.
+Result Shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const char* kEnv =
+    " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=2000"
+    " --env PS_CONNECT_TIMEOUT_MS=5000 --env PS_RENDEZVOUS_TIMEOUT_MS=20000"
+    " --env PS_BARRIER_TIMEOUT_MS=60000";
+
+// 2 servers, 2 workers; `launch` are launch.py's flags, `flags`
+// mnist_dist's. 640 images, batch 16: 20 steps an epoch.
+Result Launch(const std::string& launch, const std::string& flags) {
+  return Shell(std::string(PS_PYTHON) + " " + PS_LAUNCH +
+               " -s 2 -w 2 --timeout 120" + kEnv + " " + launch + " -- " +
+               PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+               " --threads 1 --train_limit 640 --test_limit 200"
+               " --batch_size 16 --optimizer adam --lr 2e-3 " +
+               flags);
+}
+
+std::string TempDir(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/checkpoint_job_test_" +
+                     std::to_string(getpid()) + "_" + name;
+  Shell("rm -rf " + path + " && mkdir -p " + path);
+  return path;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+std::string FinalAccuracy(const Result& r) {
+  std::smatch m;
+  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
+  return std::regex_search(r.out, m, re) ? m[1].str() : "none";
+}
+
+// "server R done: ... N updates applied, ... L workers lost", per server.
+std::vector<std::pair<int, int>> UpdatesAndLost(const Result& r) {
+  std::vector<std::pair<int, int>> v;
+  std::regex re(
+      R"(server \d+ done: .*: (\d+) updates applied, .* (\d+) workers lost)");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    v.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
+  }
+  return v;
+}
+
+// Two epochs (40 steps) with dropout and Adam, checkpoints every 5 steps.
+// Worker 1 kills itself after 27 steps: the launcher stops the others at
+// once. Step 25 is complete on disk by then (worker 1 finishing step 26
+// means every node passed step 25) and step 30 cannot be (worker 1 never
+// pushes step 27), so the relaunch resumes at 25 in every role and, BSP
+// with two workers being exact (a sum of two gradients does not depend on
+// their order), ends with the bytes of the run that was never killed.
+TEST(Checkpoint, KilledJobRestoresToTheSameBytes) {
+  const std::string whole_dir = TempDir("whole"), dir = TempDir("killed");
+  const std::string whole_bin = whole_dir + "/weights.bin",
+                    restored_bin = dir + "/weights.bin";
+  const std::string common = " --epochs 2 --checkpoint_every_steps 5";
+  Result whole = Launch("", common + " --checkpoint_dir " + whole_dir +
+                                " --dump_weights " + whole_bin);
+  ASSERT_EQ(whole.rc, 0) << whole.out;
+  for (const auto& [updates, lost] : UpdatesAndLost(whole)) {
+    EXPECT_EQ(updates, 40);
+    EXPECT_EQ(lost, 0);
+  }
+  Result killed = Launch("", common + " --checkpoint_dir " + dir +
+                                 " --die_node worker:1 --die_after_steps 27");
+  ASSERT_EQ(killed.rc, 1) << killed.out;
+  EXPECT_NE(killed.out.find("launch: worker 1 (pid"), std::string::npos)
+      << killed.out;
+
+  Result restored = Launch("", common + " --checkpoint_dir " + dir +
+                                   " --restore --dump_weights " + restored_bin);
+  ASSERT_EQ(restored.rc, 0) << restored.out;
+  EXPECT_EQ(Count(restored.out, "restore: resuming from the checkpoint of "
+                                "step 25 in " +
+                                    dir),
+            4)
+      << restored.out;
+  std::vector<std::pair<int, int>> reports = UpdatesAndLost(restored);
+  ASSERT_EQ(reports.size(), 2u) << restored.out;
+  for (const auto& [updates, lost] : reports) EXPECT_EQ(updates, 40);
+  const std::string a = ReadBytes(whole_bin), b = ReadBytes(restored_bin);
+  EXPECT_EQ(a.size(), 1199882u * 4);
+  EXPECT_TRUE(a == b) << "the restored job's weights differ";
+  EXPECT_EQ(FinalAccuracy(restored), FinalAccuracy(whole)) << restored.out;
+  EXPECT_NE(FinalAccuracy(whole), "none") << whole.out;
+
+  // Another job shape, in a server and a worker (they fail before ps::Start,
+  // so no scheduler is needed; `timeout 20` bounds them).
+  for (const char* role : {"server", "worker"}) {
+    Result r = Shell(std::string("DMLC_ROLE=") + role +
+                     " DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=3"
+                     " timeout 20 " +
+                     PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                     " --train_limit 640 --checkpoint_every_steps 5"
+                     " --checkpoint_dir " +
+                     dir + " --restore");
+    EXPECT_EQ(r.rc, 1) << role << ": " << r.out;
+    EXPECT_NE(r.out.find("mnist_dist: --restore: '" + dir +
+                         "/step-00000040.server-0.ckpt' was written by a job "
+                         "of 2 servers, 2 workers"),
+              std::string::npos)
+        << role << ": " << r.out;
+    EXPECT_NE(r.out.find("this job has 2 servers, 3 workers"),
+              std::string::npos)
+        << role << ": " << r.out;
+    // A new job (no --restore) must not mix its files with these.
+    r = Shell(std::string("DMLC_ROLE=") + role +
+              " DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2"
+              " timeout 20 " +
+              PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+              " --train_limit 640 --checkpoint_every_steps 5"
+              " --checkpoint_dir " +
+              dir);
+    EXPECT_EQ(r.rc, 1) << role << ": " << r.out;
+    EXPECT_NE(r.out.find("mnist_dist: --checkpoint_dir: '" + dir +
+                         "' already holds checkpoints"),
+              std::string::npos)
+        << role << ": " << r.out;
+  }
+  Shell("rm -rf " + whole_dir + " " + dir);
+}
+
+// Worker 1 kills itself (SIGKILL) after 5 of its 20 steps; under continue
+// the launcher and the other nodes go on: the servers apply all 20 steps
+// (from step 5 on with worker 0's gradient alone), worker 0 reports its
+// accuracy, and every process left exits 0. The outcome does not depend on
+// when the death was noticed: a second run ends with the same bytes.
+TEST(Checkpoint, KilledWorkerUnderContinueLetsTheJobFinish) {
+  const std::string dir = TempDir("continue");
+  std::string bytes[2];
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const std::string bin = dir + "/weights" + std::to_string(run) + ".bin";
+    Result r = Launch("--on-worker-failure continue",
+                      "--on_worker_failure continue --die_node worker:1 "
+                      "--die_after_steps 5 --dump_weights " +
+                          bin);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("launch: worker 1 (pid"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("was killed by signal SIGKILL; the job goes on "
+                         "without it"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("launch: 4 processes exited 0"), std::string::npos)
+        << r.out;
+    std::vector<std::pair<int, int>> reports = UpdatesAndLost(r);
+    ASSERT_EQ(reports.size(), 2u) << r.out;
+    for (const auto& [updates, lost] : reports) {
+      EXPECT_EQ(updates, 20);
+      EXPECT_EQ(lost, 1);
+    }
+    EXPECT_EQ(r.out.find("worker 1 final"), std::string::npos) << r.out;
+    const std::string acc = FinalAccuracy(r);
+    ASSERT_NE(acc, "none") << r.out;
+    EXPECT_GE(std::stod(acc), 60.0) << r.out;
+    bytes[run] = ReadBytes(bin);
+    EXPECT_EQ(bytes[run].size(), 1199882u * 4);
+  }
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "the two runs' weights differ";
+  Shell("rm -rf " + dir);
+}
+
+}  // namespace
