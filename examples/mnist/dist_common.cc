@@ -32,7 +32,68 @@ CheckpointJob CheckpointJobOf(const TrainOptions& options) {
 
 namespace {
 std::atomic<bool> worker_lost{false};
+constexpr int kClockApp = 1;
+// Request heads; the body is the step. Worker 0 announces to the servers,
+// server 0 forwards to the workers (workers have no connections to each
+// other).
+constexpr int kAnnounce = 1;
+constexpr int kForward = 2;
 }  // namespace
+
+ClockCheckpoints::ClockCheckpoints(double every_s)
+    : every_s_(every_s), app_(kClockApp) {
+  app_.set_request_handle([this](const ps::SimpleData& req,
+                                 ps::SimpleApp* app) {
+    const int step = std::atoi(req.body.c_str());
+    std::function<void(int)> sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      steps_.insert(step);
+      sink = sink_;
+    }
+    if (sink) sink(step);
+    // Before the answer that lets worker 0 push the step: this server's
+    // answers to the workers' pulls of that step come after the forward on
+    // the same connections, so each worker records the step before it can
+    // finish the step before it. (Not waited on: a handle must not wait;
+    // the app keeps one small record per forward.)
+    if (req.head == kAnnounce && ps::IsServer() && ps::MyRank() == 0) {
+      app->Request(kForward, req.body, ps::kWorkerGroup);
+    }
+    app->Response(req);
+  });
+}
+
+void ClockCheckpoints::SetSink(std::function<void(int step)> sink) {
+  std::set<int> before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink_ = sink;
+    before = steps_;
+  }
+  if (sink) {
+    for (int step : before) sink(step);
+  }
+}
+
+void ClockCheckpoints::MaybeAnnounce(int steps) {
+  if (std::chrono::duration<double>(Clock::now() - last_).count() < every_s_ ||
+      WorkerLost()) {
+    return;
+  }
+  last_ = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_.insert(steps + 1);
+  }
+  app_.Wait(
+      app_.Request(kAnnounce, std::to_string(steps + 1), ps::kServerGroup));
+}
+
+bool ClockCheckpoints::Announced(int steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return steps_.count(steps) > 0;
+}
 
 void GoOnWithoutDeadWorkers() {
   ps::Node* node = ps::DefaultNode();

@@ -4,10 +4,14 @@
 #ifndef PS_EXAMPLES_MNIST_DIST_COMMON_H_
 #define PS_EXAMPLES_MNIST_DIST_COMMON_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,9 +21,12 @@
 #include "model/optimizer.h"
 #include "ps/dense_server.h"
 #include "ps/placement.h"
+#include "ps/simple_app.h"
 #include "ps/status.h"
 
 namespace mnist {
+
+class ClockCheckpoints;
 
 struct TrainOptions {
   ps::model::DatasetKind dataset = ps::model::DatasetKind::kMnist;
@@ -53,6 +60,8 @@ struct TrainOptions {
   // chose to resume from (--restore).
   std::string checkpoint_dir;
   int checkpoint_every_steps = 0;
+  double checkpoint_every_s = 0;
+  ClockCheckpoints* clock = nullptr;  // with checkpoint_every_s; not owned
   int restore_step = -1;
   // A worker's death: stop the job, or go on with the others.
   ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
@@ -69,6 +78,38 @@ struct TrainOptions {
 
 // The checkpoint folder and job shape of this job (S and W of ps::).
 CheckpointJob CheckpointJobOf(const TrainOptions& options);
+
+// --checkpoint_every_s: worker 0 picks the checkpoint steps by its clock.
+// At a step boundary (t steps done, step t not pushed yet) when T seconds
+// passed since the last, it announces step t + 1 to every server (a
+// SimpleApp request, app 1) and waits for their answers before it pushes
+// step t; server 0 forwards it to every worker before it answers. No server
+// can apply step t before worker 0 pushed it, and no worker can finish step
+// t before server 0 answered its pull for step t + 1, which server 0 sends
+// after the forward on the same connection, so every node knows of step
+// t + 1 before it gets there: the servers snapshot when they have applied
+// t + 1 updates, the workers write their files when they have done t + 1
+// steps.
+class ClockCheckpoints {
+ public:
+  // Before ps::Start, in every server and worker of the job.
+  explicit ClockCheckpoints(double every_s);
+  // Servers: `sink` gets each announced step (those before this call too).
+  void SetSink(std::function<void(int step)> sink);
+  // Worker 0, at the boundary with `steps` done (see above).
+  void MaybeAnnounce(int steps);
+  // Workers: whether a checkpoint was announced at `steps`.
+  bool Announced(int steps);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const double every_s_;
+  Clock::time_point last_ = Clock::now();  // worker 0's last announcement
+  std::mutex mu_;  // the receive thread's handle vs. the training thread
+  std::set<int> steps_;
+  std::function<void(int)> sink_;
+  ps::SimpleApp app_;  // last: its handle uses the members above
+};
 
 // --on_worker_failure continue: after ps::Start, a worker's death is noted
 // (WorkerLost) instead of ending this process; any other node's still ends

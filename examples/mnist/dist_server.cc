@@ -189,6 +189,9 @@ int RunServer(const TrainOptions& options) {
                          (*updater)(w, g, offset, n, num_grads, step, tag);
                        },
                        snapshot);
+  if (options.clock != nullptr) {
+    options.clock->SetSink([&shard](int step) { shard.SnapshotAt(step); });
+  }
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
   // the shard give up (failure()), unless under `continue` the shard counts
   // it done; a live one always sends done, so this wait ends.
@@ -214,6 +217,7 @@ int RunServer(const TrainOptions& options) {
           ps::DefaultNode()->num_shared_frames_received()),
       shard.workers_lost());
   std::fflush(stdout);
+  if (options.clock != nullptr) options.clock->SetSink(nullptr);
   FinalizeNode(options);
   return 0;
 }

@@ -247,14 +247,14 @@ Position LoadWorker(const TrainOptions& options, int rank, int step,
   return at;
 }
 
-// Writes this worker's checkpoint every --checkpoint_every_steps steps,
-// until a worker was lost (its files would never complete a step again).
+// Writes this worker's checkpoint every --checkpoint_every_steps steps and
+// at the steps worker 0 announced (--checkpoint_every_s), until a worker was lost (its files would never complete a step again).
 void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
                      const ps::model::Net& net) {
-  if (options.checkpoint_dir.empty() ||
-      at.steps % options.checkpoint_every_steps != 0 || WorkerLost()) {
-    return;
-  }
+  const int every = options.checkpoint_every_steps;
+  const bool due = (every > 0 && at.steps % every == 0) ||
+                   (options.clock != nullptr && options.clock->Announced(at.steps));
+  if (options.checkpoint_dir.empty() || !due || WorkerLost()) return;
   ps::Status st =
       WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
                       at.steps, WorkerPayload(at, net));
@@ -297,6 +297,9 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     size_t logged = 0;
     bool have = batcher.Next(&batch);
     while (have) {
+      if (options.clock != nullptr && rank == 0) {
+        options.clock->MaybeAnnounce(sum.steps);
+      }
       const int lr_period = LrPeriod(options, epoch, sum.steps);
       loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
                                        batch.size, [&](size_t first_float) {

@@ -64,6 +64,9 @@ DEFINE_string(checkpoint_dir, "",
               "--checkpoint_every_steps steps");
 DEFINE_int32(checkpoint_every_steps, 0,
              "steps between checkpoints (needs --checkpoint_dir)");
+DEFINE_double(checkpoint_every_s, 0,
+              "or (and) about every this many seconds, at a step worker 0 "
+              "picks");
 DEFINE_bool(restore, false,
             "resume from the newest complete checkpoint in --checkpoint_dir "
             "(same -s, -w, --chunk and training flags)");
@@ -163,10 +166,17 @@ mnist::TrainOptions OptionsFromFlags() {
   o.checkpoint_every_steps = FLAGS_checkpoint_every_steps;
   CheckFlag(FLAGS_checkpoint_every_steps >= 0, "checkpoint_every_steps",
             "must be >= 0");
-  CheckFlag(o.checkpoint_dir.empty() || FLAGS_checkpoint_every_steps > 0,
-            "checkpoint_every_steps", "must be > 0 with --checkpoint_dir");
-  CheckFlag(!o.checkpoint_dir.empty() || FLAGS_checkpoint_every_steps == 0,
-            "checkpoint_every_steps", "needs --checkpoint_dir");
+  o.checkpoint_every_s = FLAGS_checkpoint_every_s;
+  CheckFlag(FLAGS_checkpoint_every_s >= 0, "checkpoint_every_s",
+            "must be >= 0");
+  CheckFlag(o.checkpoint_dir.empty() || FLAGS_checkpoint_every_steps > 0 ||
+                FLAGS_checkpoint_every_s > 0,
+            "checkpoint_every_steps",
+            "(or --checkpoint_every_s) must be > 0 with --checkpoint_dir");
+  CheckFlag(!o.checkpoint_dir.empty() || (FLAGS_checkpoint_every_steps == 0 &&
+                                          FLAGS_checkpoint_every_s == 0),
+            "checkpoint_every_steps",
+            "(and --checkpoint_every_s) needs --checkpoint_dir");
   CheckFlag(!FLAGS_restore || !o.checkpoint_dir.empty(), "restore",
             "needs --checkpoint_dir");
   CheckFlag(o.checkpoint_dir.empty() ||
@@ -238,6 +248,13 @@ int main(int argc, char** argv) {
   }
   const bool go_on =
       options.on_worker_failure == ps::WorkerFailure::kContinue;
+  // Made before ps::Start (its handle must be set before requests come);
+  // lives until the process ends.
+  std::unique_ptr<mnist::ClockCheckpoints> clock;
+  if (options.checkpoint_every_s > 0 && role != "scheduler") {
+    clock = std::make_unique<mnist::ClockCheckpoints>(options.checkpoint_every_s);
+    options.clock = clock.get();
+  }
   if (role == "worker") {
     // Every worker loads the test split too so a bad file fails in all;
     // worker 0 evaluates it.

@@ -73,7 +73,8 @@
 //              returns true once every live worker sent kDone.
 //
 // Snapshots (kBsp): each time every key of the shard has had exactly t
-// updates applied, t a multiple of snapshot_every, the shard calls the
+// updates applied, t a multiple of snapshot_every or a step named by
+// SnapshotAt before it was reached, the shard calls the
 // snapshot callback with t and its weights (a consistent state: no key has
 // any of step t applied yet), before it answers a pull for step t; none
 // after a worker was lost. A restored shard (first_step = t) starts with
@@ -156,7 +157,8 @@ struct DenseShardOptions {
   // A restored shard: `weights` already hold this many updates of every
   // key, and workers resume at this step.
   int first_step = 0;
-  // kBsp: call the snapshot callback every this many steps (0: never).
+  // kBsp: call the snapshot callback every this many steps (0: only at
+  // SnapshotAt's steps).
   int snapshot_every = 0;
 };
 
@@ -187,6 +189,11 @@ class DenseShard {
   ~DenseShard();
   DenseShard(const DenseShard&) = delete;
   DenseShard& operator=(const DenseShard&) = delete;
+
+  // Also snapshot at `step` (see Snapshots), e.g. a step a worker picked
+  // by the clock; it must come before that step's update can be applied.
+  // Any thread.
+  void SnapshotAt(int step);
 
   // Blocks until every worker sent kDone, a worker died (see Failures) or
   // `timeout` passes; true if all sent kDone.

@@ -87,6 +87,10 @@ class DenseShard::Impl {
   int64_t bad_requests() const { return bad_requests_.load(); }
   int64_t weight_copies() const { return weight_copies_.load(); }
   int workers_lost() const { return workers_lost_.load(); }
+  void SnapshotAt(int step) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    snapshot_at_.insert(step);
+  }
 
  private:
   struct RangeSum {     // the pushes of one (step, range)
@@ -165,6 +169,7 @@ class DenseShard::Impl {
   std::map<int, int> last_push_ GUARDED_BY(mu_);
   std::set<int> dead_ GUARDED_BY(mu_);
   int last_snapshot_ GUARDED_BY(mu_);
+  std::set<int> snapshot_at_ GUARDED_BY(mu_);  // SnapshotAt's steps
 
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
@@ -473,13 +478,15 @@ void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
 
 void DenseShard::Impl::MaybeSnapshot() {
   const int every = options_.snapshot_every;
-  if (!snapshot_ || every == 0 || key_applied_.empty() ||
+  if (!snapshot_ || key_applied_.empty() ||
       options_.consistency != Consistency::kBsp || workers_lost_.load() > 0) {
     return;
   }
   const auto [lo, hi] =
       std::minmax_element(key_applied_.begin(), key_applied_.end());
-  if (*lo != *hi || *lo <= last_snapshot_ || *lo % every != 0) return;
+  if (*lo != *hi || *lo <= last_snapshot_) return;
+  const bool asked = snapshot_at_.erase(*lo) > 0;
+  if (!asked && (every == 0 || *lo % every != 0)) return;
   last_snapshot_ = *lo;
   snapshot_(*lo, weights_.data(), weights_.size());
 }
@@ -583,5 +590,6 @@ int DenseShard::max_staleness() const { return impl_->max_staleness(); }
 int64_t DenseShard::bad_requests() const { return impl_->bad_requests(); }
 int64_t DenseShard::weight_copies() const { return impl_->weight_copies(); }
 int DenseShard::workers_lost() const { return impl_->workers_lost(); }
+void DenseShard::SnapshotAt(int step) { impl_->SnapshotAt(step); }
 
 }  // namespace ps

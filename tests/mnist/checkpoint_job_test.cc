@@ -1,7 +1,8 @@
 // Checkpoints and failures of mnist_dist end to end, through
 // tracker/launch.py on 127.0.0.1 with real processes: a job killed after a
 // checkpoint and relaunched with --restore ends with the very bytes of the
-// job that was never killed; --restore refuses another job shape, and a new
+// job that was never killed (checkpoints every N steps, or at steps worker
+// 0 picks by the clock); --restore refuses another job shape, and a new
 // job a used folder, in every role; a worker killed (SIGKILL) under
 // --on_worker_failure continue leaves a job that ends with exit 0, the same
 // bytes every time. Every job runs under a timeout; every exit code and
@@ -137,6 +138,32 @@ TEST(Checkpoint, KilledJobRestoresToTheSameBytes) {
   EXPECT_EQ(FinalAccuracy(restored), FinalAccuracy(whole)) << restored.out;
   EXPECT_NE(FinalAccuracy(whole), "none") << whole.out;
 
+  // By the clock (--checkpoint_every_s): the step worker 0 picked last
+  // before the kill at 30 is not known in advance, but every role resumes
+  // from the same one, and the end is the same.
+  const std::string clock_dir = TempDir("clock");
+  const std::string clock_flags =
+      " --epochs 2 --checkpoint_every_s 0.2 --checkpoint_dir " + clock_dir;
+  killed = Launch("", clock_flags + " --die_node worker:1 --die_after_steps 30");
+  ASSERT_EQ(killed.rc, 1) << killed.out;
+  restored = Launch("", clock_flags + " --restore --dump_weights " +
+                            restored_bin);
+  ASSERT_EQ(restored.rc, 0) << restored.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      restored.out, m,
+      std::regex(R"(resuming from the checkpoint of step (\d+))")))
+      << restored.out;
+  const int clock_step = std::stoi(m[1]);
+  EXPECT_GE(clock_step, 1);
+  EXPECT_LE(clock_step, 30);
+  EXPECT_EQ(Count(restored.out, "resuming from the checkpoint of step " +
+                                    m[1].str() + " in "),
+            4)
+      << restored.out;
+  EXPECT_TRUE(ReadBytes(restored_bin) == a)
+      << "the job restored from step " << clock_step << " differs";
+
   // Another job shape, in a server and a worker (they fail before ps::Start,
   // so no scheduler is needed; `timeout 20` bounds them).
   for (const char* role : {"server", "worker"}) {
@@ -170,7 +197,7 @@ TEST(Checkpoint, KilledJobRestoresToTheSameBytes) {
               std::string::npos)
         << role << ": " << r.out;
   }
-  Shell("rm -rf " + whole_dir + " " + dir);
+  Shell("rm -rf " + whole_dir + " " + dir + " " + clock_dir);
 }
 
 // Worker 1 kills itself (SIGKILL) after 5 of its 20 steps; under continue
