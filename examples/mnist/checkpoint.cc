@@ -39,9 +39,8 @@ std::string Errno(const std::string& what, const std::string& path) {
 }
 
 uint32_t Crc(const std::string& bytes, size_t n) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
-            static_cast<uInt>(n)));
+  return static_cast<uint32_t>(crc32(
+      0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n)));
 }
 
 std::string Shape(int servers, int workers, uint64_t floats, uint64_t chunk) {
@@ -90,28 +89,30 @@ ps::StatusOr<std::string> LoadChecked(const CheckpointJob& job, int step,
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"),
                                           &std::fclose);
   if (!f) {
-    if (errno == ENOENT) return ps::Status::NotFound("'" + path + "' is missing");
+    if (errno == ENOENT)
+      return ps::Status::NotFound("'" + path + "' is missing");
     return ps::Status::IOError(Errno("cannot read", path));
   }
   std::string bytes;
   char buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) bytes.append(buf, n);
-  if (std::ferror(f.get())) return ps::Status::IOError(Errno("cannot read", path));
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0)
+    bytes.append(buf, n);
+  if (std::ferror(f.get()))
+    return ps::Status::IOError(Errno("cannot read", path));
   Header h;
   if (bytes.size() < sizeof(h) + sizeof(uint32_t)) {
     return ps::Status::Corruption("'" + path + "' is truncated (" +
-                               std::to_string(bytes.size()) + " bytes)");
+                                  std::to_string(bytes.size()) + " bytes)");
   }
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
     return ps::Status::Corruption("'" + path + "' is no checkpoint file");
   }
   if (h.version != kVersion) {
-    return ps::Status::Corruption("'" + path + "' has version " +
-                               std::to_string(h.version) +
-                               " (this program reads " +
-                               std::to_string(kVersion) + ")");
+    return ps::Status::Corruption(
+        "'" + path + "' has version " + std::to_string(h.version) +
+        " (this program reads " + std::to_string(kVersion) + ")");
   }
   const uint64_t want = sizeof(h) + h.payload_bytes + sizeof(uint32_t);
   if (bytes.size() != want) {
@@ -122,13 +123,14 @@ ps::StatusOr<std::string> LoadChecked(const CheckpointJob& job, int step,
   uint32_t crc;
   std::memcpy(&crc, bytes.data() + bytes.size() - sizeof(crc), sizeof(crc));
   if (crc != Crc(bytes, bytes.size() - sizeof(crc))) {
-    return ps::Status::Corruption("'" + path + "' is corrupt: checksum mismatch");
+    return ps::Status::Corruption("'" + path +
+                                  "' is corrupt: checksum mismatch");
   }
   if (h.role != static_cast<int>(role) || h.rank != rank || h.step != step) {
-    return ps::Status::Corruption("'" + path + "' holds " +
-                               RoleName(static_cast<CheckpointRole>(h.role)) +
-                               " " + std::to_string(h.rank) + "'s step " +
-                               std::to_string(h.step));
+    return ps::Status::Corruption(
+        "'" + path + "' holds " +
+        RoleName(static_cast<CheckpointRole>(h.role)) + " " +
+        std::to_string(h.rank) + "'s step " + std::to_string(h.step));
   }
   if (h.num_servers != job.num_servers || h.num_workers != job.num_workers ||
       h.model_floats != job.model_floats || h.chunk != job.chunk) {
@@ -214,12 +216,14 @@ ps::Status WriteCheckpoint(const CheckpointJob& job, CheckpointRole role,
   for (auto it = all->rbegin(); it != all->rend() && complete < 0; ++it) {
     bool whole = true;
     for (int s = 0; s < job.num_servers && whole; ++s) {
-      whole = access(CheckpointPath(job, *it, CheckpointRole::kServer, s).c_str(),
-                     F_OK) == 0;
+      whole =
+          access(CheckpointPath(job, *it, CheckpointRole::kServer, s).c_str(),
+                 F_OK) == 0;
     }
     for (int w = 0; w < job.num_workers && whole; ++w) {
-      whole = access(CheckpointPath(job, *it, CheckpointRole::kWorker, w).c_str(),
-                     F_OK) == 0;
+      whole =
+          access(CheckpointPath(job, *it, CheckpointRole::kWorker, w).c_str(),
+                 F_OK) == 0;
     }
     if (whole) complete = *it;
   }

@@ -42,26 +42,26 @@ constexpr int kForward = 2;
 
 ClockCheckpoints::ClockCheckpoints(double every_s)
     : every_s_(every_s), app_(kClockApp) {
-  app_.set_request_handle([this](const ps::SimpleData& req,
-                                 ps::SimpleApp* app) {
-    const int step = std::atoi(req.body.c_str());
-    std::function<void(int)> sink;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      steps_.insert(step);
-      sink = sink_;
-    }
-    if (sink) sink(step);
-    // Before the answer that lets worker 0 push the step: this server's
-    // answers to the workers' pulls of that step come after the forward on
-    // the same connections, so each worker records the step before it can
-    // finish the step before it. (Not waited on: a handle must not wait;
-    // the app keeps one small record per forward.)
-    if (req.head == kAnnounce && ps::IsServer() && ps::MyRank() == 0) {
-      app->Request(kForward, req.body, ps::kWorkerGroup);
-    }
-    app->Response(req);
-  });
+  app_.set_request_handle(
+      [this](const ps::SimpleData& req, ps::SimpleApp* app) {
+        const int step = std::atoi(req.body.c_str());
+        std::function<void(int)> sink;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          steps_.insert(step);
+          sink = sink_;
+        }
+        if (sink) sink(step);
+        // Before the answer that lets worker 0 push the step: this server's
+        // answers to the workers' pulls of that step come after the forward on
+        // the same connections, so each worker records the step before it can
+        // finish the step before it. (Not waited on: a handle must not wait;
+        // the app keeps one small record per forward.)
+        if (req.head == kAnnounce && ps::IsServer() && ps::MyRank() == 0) {
+          app->Request(kForward, req.body, ps::kWorkerGroup);
+        }
+        app->Response(req);
+      });
 }
 
 void ClockCheckpoints::SetSink(std::function<void(int step)> sink) {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "model/backend.h"
 #include "model/dataset.h"
-#include "checkpoint.h"
 #include "model/optimizer.h"
 #include "ps/dense_server.h"
 #include "ps/placement.h"

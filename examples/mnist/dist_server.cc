@@ -116,7 +116,8 @@ void LoadServer(const TrainOptions& options, int rank, int step,
   Unpacker in(*payload);
   std::string floats;
   ps::Status st;
-  if (!in.GetString(&floats) || floats.size() != slice->size() * sizeof(float)) {
+  if (!in.GetString(&floats) ||
+      floats.size() != slice->size() * sizeof(float)) {
     st = ps::Status::Corruption("weights are not the " +
                                 std::to_string(slice->size()) +
                                 " floats of this server's slice");
@@ -182,13 +183,12 @@ int RunServer(const TrainOptions& options) {
       if (!st.ok()) Die("checkpoint: " + st.message());
     };
   }
-  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
-                       shard_options,
-                       [updater](float* w, const float* g, size_t offset,
-                                 size_t n, int num_grads, int step, int tag) {
-                         (*updater)(w, g, offset, n, num_grads, step, tag);
-                       },
-                       snapshot);
+  ps::DenseShard shard(
+      &server, layout, begin, end, std::move(slice), shard_options,
+      [updater](float* w, const float* g, size_t offset, size_t n,
+                int num_grads, int step,
+                int tag) { (*updater)(w, g, offset, n, num_grads, step, tag); },
+      snapshot);
   if (options.clock != nullptr) {
     options.clock->SetSink([&shard](int step) { shard.SnapshotAt(step); });
   }

@@ -248,12 +248,14 @@ Position LoadWorker(const TrainOptions& options, int rank, int step,
 }
 
 // Writes this worker's checkpoint every --checkpoint_every_steps steps and
-// at the steps worker 0 announced (--checkpoint_every_s), until a worker was lost (its files would never complete a step again).
+// at the steps worker 0 announced (--checkpoint_every_s), until a worker was
+// lost (its files would never complete a step again).
 void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
                      const ps::model::Net& net) {
   const int every = options.checkpoint_every_steps;
-  const bool due = (every > 0 && at.steps % every == 0) ||
-                   (options.clock != nullptr && options.clock->Announced(at.steps));
+  const bool due =
+      (every > 0 && at.steps % every == 0) ||
+      (options.clock != nullptr && options.clock->Announced(at.steps));
   if (options.checkpoint_dir.empty() || !due || WorkerLost()) return;
   ps::Status st =
       WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
@@ -402,9 +404,9 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   }
   ps::Status st = exchange.PullInitial(from.steps);
   if (!st.ok()) Die("initial pull: " + st.ToString());
-  Summary sum = Train(options, "worker", rank, num_workers, net.get(),
-                      &exchange, train, test,
-                      options.restore_step >= 0 ? &from : nullptr);
+  Summary sum =
+      Train(options, "worker", rank, num_workers, net.get(), &exchange, train,
+            test, options.restore_step >= 0 ? &from : nullptr);
   st = exchange.Done(sum.steps);
   if (!st.ok()) Die("done: " + st.ToString());
   const double rate = sum.samples / sum.train_s;

@@ -160,8 +160,8 @@ mnist::TrainOptions OptionsFromFlags() {
                 (stat(o.metrics_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
             "metrics_dir", "must be an existing folder");
   o.dump_weights = FLAGS_dump_weights;
-  o.on_worker_failure =
-      OrDie("on_worker_failure", ps::ParseWorkerFailure(FLAGS_on_worker_failure));
+  o.on_worker_failure = OrDie("on_worker_failure",
+                              ps::ParseWorkerFailure(FLAGS_on_worker_failure));
   o.checkpoint_dir = FLAGS_checkpoint_dir;
   o.checkpoint_every_steps = FLAGS_checkpoint_every_steps;
   CheckFlag(FLAGS_checkpoint_every_steps >= 0, "checkpoint_every_steps",
@@ -179,10 +179,10 @@ mnist::TrainOptions OptionsFromFlags() {
             "(and --checkpoint_every_s) needs --checkpoint_dir");
   CheckFlag(!FLAGS_restore || !o.checkpoint_dir.empty(), "restore",
             "needs --checkpoint_dir");
-  CheckFlag(o.checkpoint_dir.empty() ||
-                (stat(o.checkpoint_dir.c_str(), &st) == 0 &&
-                 S_ISDIR(st.st_mode)),
-            "checkpoint_dir", "must be an existing folder");
+  CheckFlag(
+      o.checkpoint_dir.empty() ||
+          (stat(o.checkpoint_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
+      "checkpoint_dir", "must be an existing folder");
   CheckFlag(o.checkpoint_dir.empty() || o.consistency == ps::Consistency::kBsp,
             "checkpoint_dir",
             "needs --consistency bsp (checkpoints are taken at step "
@@ -212,8 +212,8 @@ int PickCheckpoint(const mnist::TrainOptions& o) {
     std::printf("restore: skipping unusable checkpoints: %s\n",
                 skipped.c_str());
   }
-  std::printf("restore: resuming from the checkpoint of step %d in %s\n",
-              *step, o.checkpoint_dir.c_str());
+  std::printf("restore: resuming from the checkpoint of step %d in %s\n", *step,
+              o.checkpoint_dir.c_str());
   std::fflush(stdout);
   return *step;
 }
@@ -246,13 +246,13 @@ int main(int argc, char** argv) {
     Die("DMLC_ROLE is not set: launch through tracker/launch.py, or pass "
         "--local");
   }
-  const bool go_on =
-      options.on_worker_failure == ps::WorkerFailure::kContinue;
+  const bool go_on = options.on_worker_failure == ps::WorkerFailure::kContinue;
   // Made before ps::Start (its handle must be set before requests come);
   // lives until the process ends.
   std::unique_ptr<mnist::ClockCheckpoints> clock;
   if (options.checkpoint_every_s > 0 && role != "scheduler") {
-    clock = std::make_unique<mnist::ClockCheckpoints>(options.checkpoint_every_s);
+    clock =
+        std::make_unique<mnist::ClockCheckpoints>(options.checkpoint_every_s);
     options.clock = clock.get();
   }
   if (role == "worker") {

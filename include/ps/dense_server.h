@@ -83,8 +83,8 @@
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, under the shard's mutex (which only the failure handle also takes);
 // the updater and the snapshot callback run there (under that mutex: they
-// must not call back into the shard). The accessors below may be called from any
-// thread; weights() only while no request is in flight (e.g. after
+// must not call back into the shard). The accessors below may be called from
+// any thread; weights() only while no request is in flight (e.g. after
 // WaitAllDone). The destructor unregisters the shard from its server (it
 // waits for a running request) so the server may outlive it.
 #ifndef PS_DENSE_SERVER_H_

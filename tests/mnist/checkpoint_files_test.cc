@@ -3,8 +3,6 @@
 // steps are skipped and named, the previous step stays until the new one is
 // complete, and corrupt, torn and other jobs' files are refused naming the
 // file.
-#include "checkpoint.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+
+#include "checkpoint.h"
 
 namespace mnist {
 namespace {

@@ -13,12 +13,11 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <memory>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
@@ -103,7 +102,8 @@ void KillJob(int parent) {
 
 // The newest step of any checkpoint file in `dir` (-1: none).
 int NewestFileStep(const std::string& dir) {
-  Result r = Shell("ls " + dir + " | sed -n 's/^step-0*\\([0-9]*\\)\\..*/\\1/p'"
+  Result r = Shell("ls " + dir +
+                   " | sed -n 's/^step-0*\\([0-9]*\\)\\..*/\\1/p'"
                    " | sort -n | tail -1");
   return r.out.empty() ? -1 : std::atoi(r.out.c_str());
 }
@@ -150,9 +150,10 @@ class Checkpoint : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string dir = TempDir("whole");
-    Result whole = Launch("", " --epochs 2 --checkpoint_every_steps 5"
-                              " --checkpoint_dir " + dir +
-                              " --dump_weights " + dir + "/weights.bin");
+    Result whole = Launch("",
+                          " --epochs 2 --checkpoint_every_steps 5"
+                          " --checkpoint_dir " +
+                              dir + " --dump_weights " + dir + "/weights.bin");
     whole_rc_ = whole.rc;
     whole_out_ = whole.out;
     whole_bytes_ = ReadBytes(dir + "/weights.bin");
@@ -172,9 +173,10 @@ class Checkpoint : public ::testing::Test {
   void ExpectSameEnd(const Result& restored, const std::string& bin,
                      const std::string& dir, int step) {
     ASSERT_EQ(restored.rc, 0) << restored.out;
-    EXPECT_EQ(Count(restored.out, "restore: resuming from the checkpoint of "
-                                  "step " +
-                                      std::to_string(step) + " in " + dir),
+    EXPECT_EQ(Count(restored.out,
+                    "restore: resuming from the checkpoint of "
+                    "step " +
+                        std::to_string(step) + " in " + dir),
               4)
         << restored.out;
     std::vector<std::pair<int, int>> reports = UpdatesAndLost(restored.out);
@@ -203,7 +205,8 @@ TEST_F(Checkpoint, KilledJobRestoresToTheSameBytes) {
   const std::string dir = TempDir("killed"), bin = dir + "/weights.bin";
   const std::string flags =
       " --epochs 2 --checkpoint_every_steps 5 --checkpoint_dir " + dir;
-  Result killed = Launch("", flags + " --die_node worker:1 --die_after_steps 27");
+  Result killed =
+      Launch("", flags + " --die_node worker:1 --die_after_steps 27");
   ASSERT_EQ(killed.rc, 1) << killed.out;
   EXPECT_NE(killed.out.find("launch: worker 1 (pid"), std::string::npos)
       << killed.out;

@@ -408,8 +408,8 @@ TEST(DenseShard, ContinueGoesOnWithoutADeadWorker) {
   KVServer<float> server(cluster.servers[0].get(), 0);
   DenseShardOptions options{Consistency::kBsp, 0, 2};
   options.on_worker_failure = WorkerFailure::kContinue;
-  DenseShard shard(&server, kLayout, 0, 2, std::vector<float>(8, 0.0f),
-                   options, SubtractMean);
+  DenseShard shard(&server, kLayout, 0, 2, std::vector<float>(8, 0.0f), options,
+                   SubtractMean);
   std::vector<std::vector<float>> pulled;  // worker 0's, after each step
   std::vector<std::thread> workers;
   for (int r = 0; r < 2; ++r) {
