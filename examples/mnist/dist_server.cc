@@ -1,6 +1,7 @@
 // The server role of mnist_dist: one DenseShard holding this server's slice
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -176,11 +177,20 @@ int RunServer(const TrainOptions& options) {
   }
   ps::DenseSnapshot snapshot;
   if (!options.checkpoint_dir.empty()) {
+    // On the shard's receive thread: requests wait for the write.
     snapshot = [&options, rank, updater](int step, const float* w, size_t n) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::string payload = ServerPayload(w, n, *updater);
       ps::Status st =
           WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
-                          rank, step, ServerPayload(w, n, *updater));
+                          rank, step, payload);
       if (!st.ok()) Die("checkpoint: " + st.message());
+      LOG(INFO) << "server " << rank << ": checkpoint of step " << step << ", "
+                << payload.size() << " bytes, written in "
+                << std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count()
+                << " ms";
     };
   }
   ps::DenseShard shard(

@@ -97,6 +97,7 @@ class DenseShard::Impl {
     Key end = 0;        // the range is [first key of the map entry, end)
     SArray<float> sum;  // the first pushed frame, summed into
     int count = 0;
+    std::vector<int> from;  // the pushing workers' ids
     int tag = 0;
   };
   struct PendingPull {
@@ -126,6 +127,10 @@ class DenseShard::Impl {
   // Whether `count` pushes of [begin, end) for `step` are all it waits for
   // and every key of it has step - 1 applied (Advance would apply it).
   bool AppliesAt(int step, Key begin, Key end, int count) const REQUIRES(mu_);
+  // The pushes of `s` by workers still expected at `step`: a worker lost
+  // (kContinue) at that step may have pushed before it died; its gradient
+  // is summed, but the range still waits for every live worker's.
+  int Counted(const RangeSum& s, int step) const REQUIRES(mu_);
   bool PullReady(const SArray<Key>& keys, int step) const REQUIRES(mu_);
   // Offset of key k (or of end_key_, the slice's size) within weights_.
   size_t SliceOffset(Key k) const REQUIRES(mu_);
@@ -394,6 +399,7 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     for (size_t i = 0; i < s.sum.size(); ++i) s.sum[i] += g[i];
   }
   ++s.count;
+  s.from.push_back(meta.sender);
   Advance();
   if (!meta.pull) server_->Response(meta);
   return true;
@@ -423,6 +429,16 @@ bool DenseShard::Impl::AppliesAt(int step, Key begin, Key end,
   return true;
 }
 
+int DenseShard::Impl::Counted(const RangeSum& s, int step) const {
+  if (dead_.empty()) return s.count;
+  int n = 0;
+  for (int id : s.from) {
+    auto done = done_steps_.find(id);
+    n += done == done_steps_.end() || done->second > step;
+  }
+  return n;
+}
+
 int DenseShard::Impl::ExpectedAt(int step) const {
   int n = options_.num_workers;
   for (const auto& [worker, steps] : done_steps_) n -= steps <= step;
@@ -448,7 +464,7 @@ void DenseShard::Impl::Advance() {
     const int step = it->first.first;
     const Key begin = it->first.second;
     const RangeSum& s = it->second;
-    if (!AppliesAt(step, begin, s.end, s.count)) {
+    if (!AppliesAt(step, begin, s.end, Counted(s, step))) {
       ++it;
       continue;
     }
