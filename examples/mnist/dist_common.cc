@@ -162,9 +162,9 @@ std::string DescribeFloats(size_t lo, size_t hi) {
   return os.str();
 }
 
-ps::Status MetricsLog::Open(const std::string& path) {
+ps::Status MetricsLog::Open(const std::string& path, bool append) {
   if (path.empty()) return ps::Status::OK();
-  file_.reset(std::fopen(path.c_str(), "w"));
+  file_.reset(std::fopen(path.c_str(), append ? "a" : "w"));
   if (!file_) {
     return ps::Status::IOError("cannot write metrics file '" + path + "'");
   }

@@ -139,8 +139,9 @@ std::string DescribeFloats(size_t lo, size_t hi);
 // closed (no path) log ignores writes. Not thread-safe.
 class MetricsLog {
  public:
-  // "" opens nothing. Error names the path.
-  ps::Status Open(const std::string& path);
+  // "" opens nothing; `append` (a restored run) keeps what the file holds.
+  // Error names the path.
+  ps::Status Open(const std::string& path, bool append = false);
   void Progress(double time, int epoch, int64_t step, double loss,
                 double samples_per_s);
   void Accuracy(double time, int epoch, int64_t step, double accuracy,

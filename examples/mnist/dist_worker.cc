@@ -270,7 +270,7 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
               const ps::model::Dataset& train, const ps::model::Dataset& test,
               const Position* from = nullptr) {
   MetricsLog metrics;
-  ps::Status st = metrics.Open(MetricsPath(options, rank));
+  ps::Status st = metrics.Open(MetricsPath(options, rank), from != nullptr);
   if (!st.ok()) Die(st.ToString());
   net->set_training(options.dropout);
   if (from == nullptr) net->SeedDropout(options.seed * 1000003ull + rank);
