@@ -85,7 +85,11 @@ last line: the first process that a node's output reported as
 reporter; it may be a frozen process, still running until killed), waiting
 up to 2 s after the first non-zero exit for such a line; else the first
 process that exited non-zero. SIGINT, SIGTERM or SIGHUP to the launcher
-stops them likewise.
+stops them likewise. With --tolerate ROLE (server or worker), a process of
+that role that exits non-zero or is killed only gets a line saying so; the
+others run on, and the job's exit status is theirs: for jobs that survive
+it (mnist_dist --replicas 1 for servers, --on_worker_failure continue for
+workers).
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private

@@ -1,8 +1,10 @@
 // The server role of mnist_dist: one DenseShard holding this server's slice
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <utility>
@@ -55,6 +57,38 @@ class SliceUpdater {
     }
   }
 
+  // The updates counted and every range's optimizer state, for a
+  // checkpoint.
+  void Save(Packer* out) const {
+    out->Put<int32_t>(updates_);
+    out->Put<uint64_t>(optimizers_.size());
+    for (const auto& [range, optimizer] : optimizers_) {
+      out->Put<uint64_t>(range.first);
+      out->Put<uint64_t>(range.second);
+      out->PutString(optimizer->SaveState());
+    }
+  }
+  ps::Status Load(Unpacker* in) {
+    uint64_t count;
+    if (!in->Get(&updates_) || !in->Get(&count)) {
+      return ps::Status::Corruption("no optimizer state");
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t offset, n;
+      std::string state;
+      if (!in->Get(&offset) || !in->Get(&n) || !in->GetString(&state) ||
+          offset + n > slice_size_) {
+        return ps::Status::Corruption("optimizer state " + std::to_string(i) +
+                                      " is cut short or outside the slice");
+      }
+      auto made = ps::model::MakeOptimizer(options_.optimizer, n);
+      if (!made.ok()) return made.status();
+      PS_RETURN_IF_ERROR((*made)->LoadState(state));
+      optimizers_[{offset, n}] = std::move(made).value();
+    }
+    return ps::Status::OK();
+  }
+
  private:
   const TrainOptions& options_;
   const size_t slice_size_;
@@ -62,7 +96,7 @@ class SliceUpdater {
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
-  int updates_ = 0;
+  int32_t updates_ = 0;
 };
 
 // The floats of keys [begin, end): [*lo, *hi) of the flat vector.
@@ -78,6 +112,42 @@ ps::DenseUpdater UpdaterOf(std::shared_ptr<SliceUpdater> updater) {
                    int num_grads, int step, int tag) {
     (*updater)(w, g, offset, n, num_grads, step, tag);
   };
+}
+
+// A server's checkpoint payload: its slice of the weights, then the
+// updater's state.
+std::string ServerPayload(const float* w, size_t n,
+                          const SliceUpdater& updater) {
+  Packer out;
+  out.PutBytes(w, n * sizeof(float));
+  updater.Save(&out);
+  return out.data();
+}
+
+// Restores the slice and the updater from the checkpoint of `step`, or dies
+// naming the file.
+void LoadServer(const TrainOptions& options, int rank, int step,
+                std::vector<float>* slice, SliceUpdater* updater) {
+  const CheckpointJob job = CheckpointJobOf(options);
+  const std::string path =
+      CheckpointPath(job, step, CheckpointRole::kServer, rank);
+  auto payload = ReadCheckpoint(job, step, CheckpointRole::kServer, rank);
+  if (!payload.ok()) Die("--restore: " + payload.status().message());
+  Unpacker in(*payload);
+  std::string floats;
+  ps::Status st;
+  if (!in.GetString(&floats) ||
+      floats.size() != slice->size() * sizeof(float)) {
+    st = ps::Status::Corruption("weights are not the " +
+                                std::to_string(slice->size()) +
+                                " floats of this server's slice");
+  } else {
+    std::memcpy(slice->data(), floats.data(), floats.size());
+    st = updater->Load(&in);
+    if (st.ok() && !in.done()) st = ps::Status::Corruption("trailing bytes");
+  }
+  if (!st.ok()) Die("--restore: '" + path + "': " + st.message());
+  RemoveCheckpointsAfter(job, step, CheckpointRole::kServer, rank);
 }
 
 }  // namespace
@@ -114,10 +184,19 @@ int RunServer(const TrainOptions& options) {
   shard_options.max_delay =
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
+  shard_options.on_worker_failure = options.on_worker_failure;
+  shard_options.snapshot_every = options.checkpoint_every_steps;
   ps::KVServer<float> server(0);
+  auto updater = std::make_shared<SliceUpdater>(options, slice.size(), true);
+  if (options.restore_step >= 0) {
+    LoadServer(options, rank, options.restore_step, &slice, updater.get());
+    shard_options.first_step = options.restore_step;
+  }
   // PS_REPLICAS=1 (--replicas 1): this server also holds the keys of the
   // server before it, with their own optimizer state, so that it can take
-  // them over when that server dies. Made first (dense_server.h).
+  // them over when that server dies. Made first (dense_server.h). (Not
+  // checkpointed: with checkpoints, a restore starts both copies from the
+  // primary's file.)
   std::unique_ptr<ps::DenseShard> replica;
   const int replica_of =
       ps::DefaultNode()->config().replicas > 0
@@ -134,19 +213,44 @@ int RunServer(const TrainOptions& options) {
                 static_cast<unsigned long long>(rend));
     ps::DenseShardOptions replica_options = shard_options;
     replica_options.replica = true;
+    replica_options.snapshot_every = 0;
+    std::vector<float> rslice(all.begin() + rlo, all.begin() + rhi);
+    auto rupdater = std::make_shared<SliceUpdater>(options, rhi - rlo, false);
+    if (options.restore_step >= 0) {
+      LoadServer(options, replica_of, options.restore_step, &rslice,
+                 rupdater.get());
+    }
     replica = std::make_unique<ps::DenseShard>(
-        &server, layout, rbegin, rend,
-        std::vector<float>(all.begin() + rlo, all.begin() + rhi),
-        replica_options,
-        UpdaterOf(std::make_shared<SliceUpdater>(options, rhi - rlo, false)));
+        &server, layout, rbegin, rend, std::move(rslice), replica_options,
+        UpdaterOf(rupdater));
   }
   all = {};
-  ps::DenseShard shard(
-      &server, layout, begin, end, std::move(slice), shard_options,
-      UpdaterOf(std::make_shared<SliceUpdater>(options, hi - lo, true)));
+  ps::DenseSnapshot snapshot;
+  if (!options.checkpoint_dir.empty()) {
+    // On the shard's receive thread: requests wait for the write.
+    snapshot = [&options, rank, updater](int step, const float* w, size_t n) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::string payload = ServerPayload(w, n, *updater);
+      ps::Status st =
+          WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
+                          rank, step, payload);
+      if (!st.ok()) Die("checkpoint: " + st.message());
+      LOG(INFO) << "server " << rank << ": checkpoint of step " << step << ", "
+                << payload.size() << " bytes, written in "
+                << std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count()
+                << " ms";
+    };
+  }
+  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
+                       shard_options, UpdaterOf(updater), snapshot);
+  if (options.clock != nullptr) {
+    options.clock->SetSink([&shard](int step) { shard.SnapshotAt(step); });
+  }
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
-  // the shard give up (failure()); a live one always sends done, so this
-  // wait ends.
+  // the shard give up (failure()), unless under `continue` the shard counts
+  // it done; a live one always sends done, so this wait ends.
   for (ps::DenseShard* s : {&shard, replica.get()}) {
     while (s != nullptr && !s->WaitAllDone(std::chrono::seconds(60))) {
       if (!s->failure().ok()) {
@@ -165,7 +269,7 @@ int RunServer(const TrainOptions& options) {
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
       "max staleness %d, %lld bad requests, %lld weight copies, %llu/%llu "
-      "frames sent/received by shared memory\n",
+      "frames sent/received by shared memory, %d workers lost\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
       static_cast<long long>(shard.bad_requests()),
@@ -173,9 +277,11 @@ int RunServer(const TrainOptions& options) {
       static_cast<unsigned long long>(
           ps::DefaultNode()->num_shared_frames_sent()),
       static_cast<unsigned long long>(
-          ps::DefaultNode()->num_shared_frames_received()));
+          ps::DefaultNode()->num_shared_frames_received()),
+      shard.workers_lost());
   std::fflush(stdout);
-  ps::Finalize(0, true);
+  if (options.clock != nullptr) options.clock->SetSink(nullptr);
+  FinalizeNode(options);
   return 0;
 }
 
