@@ -280,6 +280,75 @@ TEST_F(Checkpoint, JobKilledFromOutsideRestoresToTheSameBytes) {
   Shell("rm -rf " + dir + " " + dir + ".log");
 }
 
+// The child of `parent` whose environment says DMLC_ROLE=`role` (-1: none).
+int ChildWithRole(int parent, const std::string& role) {
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), &closedir);
+  if (proc == nullptr) return -1;
+  while (dirent* e = readdir(proc.get())) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    const std::string dir = "/proc/" + std::string(e->d_name);
+    std::ifstream stat(dir + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    int ppid = -1;
+    if (close == std::string::npos ||
+        std::sscanf(line.c_str() + close + 1, " %*c %d", &ppid) != 1 ||
+        ppid != parent) {
+      continue;
+    }
+    const std::string env = ReadBytes(dir + "/environ");
+    if (env.find(std::string("DMLC_ROLE=") + role + '\0') !=
+        std::string::npos) {
+      return pid;
+    }
+  }
+  return -1;
+}
+
+// The scheduler killed (SIGKILL) while the job trains: every member sees
+// its connection to the scheduler close for good and stops, naming it; the
+// job relaunched with --restore resumes from the last complete checkpoint
+// and ends with the bytes of the job never stopped. (The last worker sleeps
+// every step so that the job is still training when the kill comes; sleep
+// changes no number.)
+TEST_F(Checkpoint, KilledSchedulerRestoresToTheSameBytes) {
+  const std::string dir = TempDir("scheduler"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_steps 5 --checkpoint_dir " + dir;
+  const int launcher =
+      LaunchInBackground(flags + " --slow_worker_ms 100", dir + ".log");
+  ASSERT_GT(launcher, 0);
+  for (int i = 0; i < 6000 && NewestFileStep(dir) < 10; ++i) {
+    usleep(20 * 1000);  // bounded: 6000 x 20 ms
+  }
+  const int scheduler = ChildWithRole(launcher, "scheduler");
+  ASSERT_GT(scheduler, 0) << ReadBytes(dir + ".log");
+  ASSERT_EQ(kill(scheduler, SIGKILL), 0);
+  for (int i = 0; i < 3000 && kill(launcher, 0) == 0; ++i) {
+    usleep(20 * 1000);  // bounded: 60 s
+  }
+  const std::string log = ReadBytes(dir + ".log");
+  EXPECT_NE(log.find("launch: scheduler (pid"), std::string::npos) << log;
+  EXPECT_NE(log.find("scheduler (tcp://"), std::string::npos) << log;
+  EXPECT_NE(log.find("closed and could not be made again"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("final: test accuracy"), std::string::npos)
+      << "the job ended before the scheduler was killed: " << log;
+
+  Result restored = Launch("", flags + " --restore --dump_weights " + bin);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      restored.out, m,
+      std::regex(R"(resuming from the checkpoint of step (\d+))")))
+      << restored.out;
+  const int step = std::stoi(m[1]);
+  EXPECT_GE(step, 10);
+  ExpectSameEnd(restored, bin, dir, step);
+  Shell("rm -rf " + dir + " " + dir + ".log");
+}
+
 // Worker 1 kills itself (SIGKILL) after 5 of its 20 steps; under continue
 // the launcher and the other nodes go on: the servers apply all 20 steps
 // (from step 5 on with worker 0's gradient alone), worker 0 reports its
