@@ -198,19 +198,19 @@ int RunServer(const TrainOptions& options) {
   // checkpointed: with checkpoints, a restore starts both copies from the
   // primary's file.)
   std::unique_ptr<ps::DenseShard> replica;
-  const int replica_of =
-      ps::DefaultNode()->config().replicas > 0
-          ? ps::PrimaryOf(rank, ps::NumServers())
-          : -1;
+  const int replica_of = ps::DefaultNode()->config().replicas > 0
+                             ? ps::PrimaryOf(rank, ps::NumServers())
+                             : -1;
   if (replica_of >= 0) {
     ps::Key rbegin, rend;
     ServerKeys(*placement, layout, replica_of, &rbegin, &rend);
     size_t rlo, rhi;
     FloatsOf(layout, rbegin, rend, &rlo, &rhi);
-    std::printf("server %d also holds the keys of server %d: [%llu, %llu) "
-                "(replica)\n",
-                rank, replica_of, static_cast<unsigned long long>(rbegin),
-                static_cast<unsigned long long>(rend));
+    std::printf(
+        "server %d also holds the keys of server %d: [%llu, %llu) "
+        "(replica)\n",
+        rank, replica_of, static_cast<unsigned long long>(rbegin),
+        static_cast<unsigned long long>(rend));
     ps::DenseShardOptions replica_options = shard_options;
     replica_options.replica = true;
     replica_options.snapshot_every = 0;

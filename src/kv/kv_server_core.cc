@@ -128,10 +128,10 @@ class KVServerCore::Impl {
     if (for_replica &&
         (replicas_ == 0 ||
          meta.shard != PrimaryOf(me, post_->config().num_servers))) {
-      ResponseError(meta, Status::InvalidArgument(
-                              "server " + std::to_string(me) +
-                              " holds no keys of server " +
-                              std::to_string(meta.shard)));
+      ResponseError(meta,
+                    Status::InvalidArgument("server " + std::to_string(me) +
+                                            " holds no keys of server " +
+                                            std::to_string(meta.shard)));
       return;
     }
     const bool forward = !for_replica && m.push() && ForwardsPushes();
@@ -147,9 +147,9 @@ class KVServerCore::Impl {
         }
         if (!again.answered) return;
         if (!again.error.empty()) {
-          return ResponseError(meta, Status(static_cast<Status::Code>(
-                                                again.error_code),
-                                            again.error));
+          return ResponseError(
+              meta,
+              Status(static_cast<Status::Code>(again.error_code), again.error));
         }
         if (!m.pull()) return Response(meta, RawKVPairs());
         // Serve the pull again, without the values it pushed (applied).
@@ -246,8 +246,9 @@ class KVServerCore::Impl {
     MutexLock lock(&replica_mu_);
     if (!replica_handle_) {
       return ResponseError(
-          meta, Status::NotFound("server " + std::to_string(post_->rank()) +
-                                 " has no replica handle (set_replica_handle)"));
+          meta,
+          Status::NotFound("server " + std::to_string(post_->rank()) +
+                           " has no replica handle (set_replica_handle)"));
     }
     replica_handle_(meta, kvs);
   }
@@ -263,9 +264,7 @@ class KVServerCore::Impl {
         ReplicaOf(post_->rank(), post_->config().num_servers));
   }
 
-  bool ForwardsPushes() const {
-    return replicas_ > 0 && !replica_dead_.load();
-  }
+  bool ForwardsPushes() const { return replicas_ > 0 && !replica_dead_.load(); }
 
   // Sends a copy of the push `msg` to the replica, as the worker's.
   void Forward(const Message& msg, const KVMeta& meta, const RawKVPairs& kvs) {

@@ -92,10 +92,9 @@ class KVWorkerCore::Impl {
           gate->Call([&] { OnFailure(id, why); });
         },
         resend_ms_ == 0 ? Postoffice::TickHandler()
-                        : [this, gate = gate_](Postoffice::Clock::time_point
-                                                   now) {
-                            gate->Call([&] { Resend(now); });
-                          });
+                        : [this, gate = gate_](
+                              Postoffice::Clock::time_point
+                                  now) { gate->Call([&] { Resend(now); }); });
   }
   ~Impl() {
     post_->UnregisterCustomer(false, app_id_, customer_id_);
@@ -141,8 +140,7 @@ class KVWorkerCore::Impl {
   void OnFailure(int id, const Status& why);
   // Keeps a copy of `msg` (request ts for server `slot`'s keys) until it
   // is answered.
-  void KeepForResend(int ts, int slot, const Message& msg)
-      EXCLUDES(resend_mu_);
+  void KeepForResend(int ts, int slot, const Message& msg) EXCLUDES(resend_mu_);
   // Replication: the node that serves server `slot`'s keys (its replica,
   // once it died), and the switch to the replica.
   int RouteOf(int slot) EXCLUDES(mu_);
@@ -352,7 +350,8 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       *m.mutable_reply_into() = into;  // the van drops it for remote servers
     }
-    if (resend_ms_ > 0) KeepForResend(ts, slot, msg);  // the answer may come first
+    if (resend_ms_ > 0)
+      KeepForResend(ts, slot, msg);  // the answer may come first
     Status st = post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(slot, st);
   }

@@ -303,10 +303,10 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
     cv_.SignalAll();
   }
   if (covered) {
-    std::string line = why.message() + "; server " +
-                       std::to_string(ReplicaOf(IdToRank(id),
-                                                config_.num_servers)) +
-                       " takes over its keys (PS_REPLICAS)";
+    std::string line =
+        why.message() + "; server " +
+        std::to_string(ReplicaOf(IdToRank(id), config_.num_servers)) +
+        " takes over its keys (PS_REPLICAS)";
     LOG(WARNING) << line;
     // Where glog keeps warnings in its files, the person running the job
     // still sees the failover on stderr.

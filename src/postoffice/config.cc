@@ -280,10 +280,10 @@ Status ReadResend(const Lookup& env, Config* c) {
   PS_RETURN_IF_ERROR(
       ReadInt(env, "PS_REPLICAS", false, 0, 1, "0 or 1", &c->replicas));
   if (c->replicas > 0 && c->num_servers < 2) {
-    return Status::InvalidArgument(
-        NameOf(env, "PS_REPLICAS") + "='1' needs at least 2 servers (" +
-        NameOf(env, "DMLC_NUM_SERVER") + " is " +
-        std::to_string(c->num_servers) + ")");
+    return Status::InvalidArgument(NameOf(env, "PS_REPLICAS") +
+                                   "='1' needs at least 2 servers (" +
+                                   NameOf(env, "DMLC_NUM_SERVER") + " is " +
+                                   std::to_string(c->num_servers) + ")");
   }
   if (c->replicas > 0 && c->resend_timeout_ms == 0) {
     return Status::InvalidArgument(

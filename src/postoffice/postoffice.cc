@@ -343,9 +343,8 @@ void Postoffice::DispatchData(Message&& msg) {
       IsServerId(sender) && msg.meta.has_origin() &&
       IsWorkerId(msg.meta.origin())) {
     const int me = rank(), n = config_.num_servers;
-    replica_traffic = msg.meta.request()
-                          ? IdToRank(sender) == PrimaryOf(me, n)
-                          : IdToRank(sender) == ReplicaOf(me, n);
+    replica_traffic = msg.meta.request() ? IdToRank(sender) == PrimaryOf(me, n)
+                                         : IdToRank(sender) == ReplicaOf(me, n);
   }
   bool request = msg.meta.request();
   bool ok_role =

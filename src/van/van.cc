@@ -356,9 +356,11 @@ void Van::WatchLoop() {
         }
       }
       if (id < 0) continue;  // no longer a peer
-      lost_(id, "its connection (" + address + ") closed and could not be "
-                "made again within " + std::to_string(watch_grace_ms_) +
-                " ms: its process is gone");
+      lost_(id, "its connection (" + address +
+                    ") closed and could not be "
+                    "made again within " +
+                    std::to_string(watch_grace_ms_) +
+                    " ms: its process is gone");
     }
   }
   for (Watched& w : watched) zmq_close(w.monitor);

@@ -765,10 +765,9 @@ TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
     const float want0 = kW * kRounds * (kRounds + 1) / 2;
     const float want1 = kRounds * (kW * (kW + 1) / 2);
     if (out != std::vector<float>{want0, want1}) {
-      return Status::Internal("pulled " + std::to_string(out[0]) + ", " +
-                              std::to_string(out[1]) + "; want " +
-                              std::to_string(want0) + ", " +
-                              std::to_string(want1));
+      return Status::Internal(
+          "pulled " + std::to_string(out[0]) + ", " + std::to_string(out[1]) +
+          "; want " + std::to_string(want0) + ", " + std::to_string(want1));
     }
     PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
     // PushPull: the answer holds this push (each worker adds 0 to key 3 and

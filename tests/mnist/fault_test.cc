@@ -14,10 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
-
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -25,6 +23,7 @@
 #include <iterator>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -95,8 +94,9 @@ Counters ResendCounters(const std::string& out) {
 
 int UpdatesOf(const std::string& out, int server) {
   std::smatch m;
-  std::regex re("server " + std::to_string(server) +
-                R"( done: consistency \w+ max_delay \d+: (\d+) updates applied)");
+  std::regex re(
+      "server " + std::to_string(server) +
+      R"( done: consistency \w+ max_delay \d+: (\d+) updates applied)");
   return std::regex_search(out, m, re) ? std::stoi(m[1]) : -1;
 }
 
@@ -114,8 +114,7 @@ void ExpectSameWeightsUnderDrops(const std::string& how) {
   Result a = Launch("", flags + " --dump_weights " + clean);
   ASSERT_EQ(a.rc, 0) << a.out;
   EXPECT_EQ(ResendCounters(a.out).dropped, 0) << a.out;
-  Result b =
-      Launch("--env PS_DROP_MSG=1", flags + " --dump_weights " + lossy);
+  Result b = Launch("--env PS_DROP_MSG=1", flags + " --dump_weights " + lossy);
   ASSERT_EQ(b.rc, 0) << b.out;
   Counters c = ResendCounters(b.out);
   EXPECT_GT(c.dropped, 0) << b.out;
@@ -157,10 +156,9 @@ void ExpectKilledNodeNamedFast(const std::string& node) {
   for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), declared);
        it != std::sregex_iterator(); ++it) {
     const std::string who = (*it)[2], why = (*it)[3];
-    EXPECT_EQ(who, role + " " + rank) << "a healthy node was blamed: "
-                                      << it->str();
-    EXPECT_NE(why.find("closed and could not be made again"),
-              std::string::npos)
+    EXPECT_EQ(who, role + " " + rank)
+        << "a healthy node was blamed: " << it->str();
+    EXPECT_NE(why.find("closed and could not be made again"), std::string::npos)
         << it->str();
     ++named;
   }
@@ -189,7 +187,8 @@ int FindProcess(const std::vector<std::string>& vars) {
     }
     bool all = true;
     for (const std::string& v : vars) {
-      all = all && std::find(entries.begin(), entries.end(), v) != entries.end();
+      all =
+          all && std::find(entries.begin(), entries.end(), v) != entries.end();
     }
     if (all) found = pid;
   }
@@ -203,27 +202,26 @@ int FindProcess(const std::vector<std::string>& vars) {
 TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
   const std::string out = TempPath("scheduler.out"), rc = TempPath("rc");
   const int port = 20000 + getpid() % 20000;
-  std::string cmd =
-      std::string(PS_PYTHON) + " " + PS_LAUNCH +
-      " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
-      " --env PS_HEARTBEAT_INTERVAL_MS=1000"
-      " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
-      PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-      " --threads 1 --log_every_s 0.2 --test_limit 200";
-  ASSERT_EQ(std::system(("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc +
-                         ") &")
-                            .c_str()),
-            0);
+  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                    " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
+                    " --env PS_HEARTBEAT_INTERVAL_MS=1000"
+                    " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
+                    PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                    " --threads 1 --log_every_s 0.2 --test_limit 200";
+  ASSERT_EQ(
+      std::system(
+          ("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc + ") &").c_str()),
+      0);
   // Until a worker reports a step (at most 60 s), then kill the scheduler.
   bool training = false;
   for (int i = 0; i < 600 && !training; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    training = ReadBytes(out).find("] worker 0 epoch 0 step") !=
-               std::string::npos;
+    training =
+        ReadBytes(out).find("] worker 0 epoch 0 step") != std::string::npos;
   }
   ASSERT_TRUE(training) << ReadBytes(out);
-  int pid = FindProcess({"DMLC_ROLE=scheduler",
-                         "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  int pid = FindProcess(
+      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
   ASSERT_GT(pid, 0) << "no scheduler process on port " << port;
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   std::string code;
@@ -234,7 +232,8 @@ TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
   std::string text = ReadBytes(out);
   EXPECT_EQ(code, "1\n") << text;
   EXPECT_NE(text.find("launch: scheduler (pid"), std::string::npos) << text;
-  std::regex declared(R"(\[(server|worker) \d\] .*scheduler \(tcp://[^)]*\) was declared dead: its connection .* closed and could not be made again)");
+  std::regex declared(
+      R"(\[(server|worker) \d\] .*scheduler \(tcp://[^)]*\) was declared dead: its connection .* closed and could not be made again)");
   EXPECT_TRUE(std::regex_search(text, declared)) << text;
   std::remove(out.c_str());
   std::remove(rc.c_str());
@@ -277,15 +276,15 @@ void ExpectFailoverLosesNothing(int servers, int victim,
                        std::to_string(victim)),
             std::string::npos)
       << b.out;
-  EXPECT_NE(b.out.find("server " + std::to_string(heir) +
-                       " takes over its keys"),
-            std::string::npos)
+  EXPECT_NE(
+      b.out.find("server " + std::to_string(heir) + " takes over its keys"),
+      std::string::npos)
       << b.out;
   // The heir applied every step of the dead server's keys, none twice.
-  EXPECT_NE(b.out.find("server " + std::to_string(heir) +
-                       " replica of server " + std::to_string(victim) +
-                       " done: 100 updates applied"),
-            std::string::npos)
+  EXPECT_NE(
+      b.out.find("server " + std::to_string(heir) + " replica of server " +
+                 std::to_string(victim) + " done: 100 updates applied"),
+      std::string::npos)
       << b.out;
   for (int s = 0; s < servers; ++s) {
     if (s != victim) {
