@@ -19,7 +19,8 @@
 //   PS_RENDEZVOUS_TIMEOUT_MS all nodes must register within this  (60000)
 //   PS_BARRIER_TIMEOUT_MS    a barrier must complete within this  (1800000)
 //   PS_HEARTBEAT_INTERVAL_MS heartbeat period; 0 disables         (1000)
-//   PS_HEARTBEAT_TIMEOUT_MS  silent this long = dead              (10000)
+//   PS_HEARTBEAT_TIMEOUT_MS  silent this long = dead: two missed
+//                            heartbeats and half an interval      (2500)
 //   PS_REQUEST_TIMEOUT_MS    KVWorker::Wait gives up; 0 = never   (0)
 //   PS_WAIT_SPIN_US          KVWorker::Wait spins (yielding) this
 //                            long before it blocks; 0 = never     (100)
@@ -106,7 +107,7 @@ struct Config {
   int rendezvous_timeout_ms = 60000;
   int barrier_timeout_ms = 1800000;
   int heartbeat_interval_ms = 1000;
-  int heartbeat_timeout_ms = 10000;
+  int heartbeat_timeout_ms = 2500;
   int request_timeout_ms = 0;
   // A reply that comes within this many microseconds of Wait is picked up
   // without a thread wake-up (bench/kv: the one-float round trip).

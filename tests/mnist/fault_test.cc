@@ -239,6 +239,56 @@ TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
   std::remove(rc.c_str());
 }
 
+// A server frozen (SIGSTOP) keeps its port, so its connections stay up:
+// with the default heartbeats (1 s, dead after 2.5 s) the scheduler
+// declares it dead once it missed two, naming it, and no other node.
+TEST(Detection, FrozenServerDeclaredDeadAfterTwoMissedHeartbeats) {
+  const std::string out = TempPath("frozen.out"), rc = TempPath("frozen.rc");
+  const int port = 20000 + (getpid() + 7) % 20000;
+  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                    " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
+                    " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                    " --threads 1 --log_every_s 0.2 --test_limit 200";
+  ASSERT_EQ(std::system(("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc +
+                         ") &")
+                            .c_str()),
+            0);
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {  // at most 60 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    training =
+        ReadBytes(out).find("] worker 0 epoch 0 step") != std::string::npos;
+  }
+  ASSERT_TRUE(training) << ReadBytes(out);
+  int pid = FindProcess({"DMLC_ROLE=server", "PS_RANK=1",
+                         "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << "no server 1 on port " << port;
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  std::string code;
+  for (int i = 0; i < 1200 && code.empty(); ++i) {  // at most 120 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    code = ReadBytes(rc);
+  }
+  kill(pid, SIGKILL);  // the launcher stopped it already; never leave it
+  std::string text = ReadBytes(out);
+  EXPECT_EQ(code, "1\n") << text;
+  EXPECT_NE(text.find("launch: server 1 (pid"), std::string::npos) << text;
+  std::regex declared(
+      R"((scheduler|server \d+|worker \d+) \(tcp://[^)]*\) was declared dead: (.*))");
+  int named = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), declared);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ((*it)[1].str(), "server 1") << it->str();
+    EXPECT_NE((*it)[2].str().find("no heartbeat for more than 2500 ms"),
+              std::string::npos)
+        << it->str();
+    ++named;
+  }
+  EXPECT_GE(named, 1) << text;
+  std::remove(out.c_str());
+  std::remove(rc.c_str());
+}
+
 TEST(Detection, KilledServerDeclaredDeadByItsConnection) {
   ExpectKilledNodeNamedFast("server:1");
 }
