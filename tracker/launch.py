@@ -453,7 +453,7 @@ def remote_script(env, command, cwd, with_key, grace):
         f" sleep {grace:g}; kill -KILL -$p; }} <&3 >/dev/null 2>&1 &",
         "w=$!",
         "exec 3<&-",
-        "wait $p; r=$?",
+        "wait $p 2>/dev/null; r=$?",
         'kill $w 2>/dev/null; [ -z "$d" ] || rm -rf "$d"; exit $r']
     return "\n".join(lines)
 
@@ -1178,7 +1178,10 @@ def run_rank(argv, env, name, host):
     mux.say(f"{name} (pid {proc.pid}) on {host} {describe_exit(returncode)}")
     if returncode > 0:
         return returncode
-    signal.signal(-returncode, signal.SIG_DFL)  # Die as the program did.
+    try:  # Die as the program did (SIGKILL has no handler to reset).
+        signal.signal(-returncode, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
     os.kill(os.getpid(), -returncode)
     return 128 - returncode
 
