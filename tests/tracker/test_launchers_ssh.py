@@ -1,0 +1,141 @@
+"""launch.py --launcher ssh through a real sshd that the test starts.
+
+The sshd listens on 127.0.0.1 (an unused port) with a throwaway host key
+and client key; the hostfile names it twice, as 127.0.0.1 and localhost, so
+that the processes are spread over two "hosts". The job is tests/core's
+kv_job; every test checks that no process of the job is left.
+"""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+
+from cluster_tools import (KV_JOB, LAUNCH, RUN_TIMEOUT, LauncherCase, Sshd,
+                           marked_processes, need, temp_dir, wait_for)
+
+# Prints what a process sees of the job's key, and on how many command
+# lines of this machine the key appears.
+KEY_PROBE = r'''
+import hashlib, os, stat, sys
+path = os.environ["PS_KEY_FILE"]
+with open(path) as f:
+    key = f.readline().strip()
+leaks = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            leaks += key.encode() in f.read()
+    except OSError:
+        pass
+print(os.environ["DMLC_ROLE"], oct(stat.S_IMODE(os.stat(path).st_mode)),
+      oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)),
+      hashlib.sha256(key.encode()).hexdigest() == sys.argv[1], "leaks",
+      leaks, path)
+'''
+
+
+class SshLauncherTest(LauncherCase):
+
+    @classmethod
+    def setUpClass(cls):
+        need("sshd", "ssh", "ssh-keygen", root=True)
+        cls.dir = Path(temp_dir(cls))
+        cls.sshd = Sshd(cls.dir)
+        cls.addClassCleanup(cls.sshd.stop)
+        cls.hostfile = cls.dir / "hosts"
+        cls.hostfile.write_text("# two names of this machine\n"
+                                "127.0.0.1 slots=2\nlocalhost slots=2\n")
+
+    def flags(self, servers, workers, *extra):
+        return ["--launcher", "ssh", "-H", str(self.hostfile),
+                *self.sshd.args(), "-s", str(servers), "-w", str(workers),
+                *extra]
+
+    def test_kv_job_over_ssh(self):
+        result = self.launch(self.flags(2, 3), [str(KV_JOB), "sum"])
+        # Slots 127.0.0.1, 127.0.0.1, localhost, localhost: servers first,
+        # then workers, cyclically; the scheduler on the first host.
+        self.assert_kv_sum(result, 2, 3, tags=[
+            "server 0 @127.0.0.1", "server 1 @127.0.0.1",
+            "worker 0 @localhost", "worker 1 @localhost",
+            "worker 2 @127.0.0.1"])
+        self.assert_none_left()
+
+    def test_a_killed_worker_stops_every_remote_process(self):
+        result = self.launch(self.flags(2, 3), [str(KV_JOB), "kill-worker"])
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: worker 0 on localhost was killed by "
+                         r"signal SIGKILL \(remote exit status 137\); "
+                         r"stopped the other \d processes$")
+        self.assert_none_left()
+
+    def test_sigint_stops_every_remote_process(self):
+        proc = subprocess.Popen(
+            self.launch_argv(self.flags(1, 2), ["/bin/sleep", "300"]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: len(marked_processes(self.mark)) >= 4,
+                     "4 remote sleeps")
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertRegex(err.splitlines()[-1],
+                         r"^launch: got SIGINT; stopped 4 still running: "
+                         r"scheduler on 127.0.0.1, ")
+        self.assert_none_left()
+
+    def test_a_killed_launcher_leaves_no_remote_process(self):
+        proc = subprocess.Popen(
+            self.launch_argv(self.flags(1, 1), ["/bin/sleep", "300"]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: len(marked_processes(self.mark)) >= 3,
+                     "3 remote sleeps")
+        finally:
+            proc.kill()  # No cleanup of its own: the sessions' ends do it.
+            proc.wait()
+        self.assert_none_left()
+
+    def test_the_key_reaches_each_host_through_the_session(self):
+        key = self.dir / f"job-{self.mark}.key"
+        subprocess.run([sys.executable, str(LAUNCH), "--make-key", str(key)],
+                       check=True, capture_output=True, timeout=60)
+        self.addCleanup(key.unlink)
+        probe = self.dir / "key_probe.py"
+        probe.write_text(KEY_PROBE)
+        digest = hashlib.sha256(key.read_text().strip().encode()).hexdigest()
+        result = self.launch(self.flags(1, 2, "--key-file", str(key)),
+                             [sys.executable, str(probe), digest])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [line.split("] ", 1)[1].split()
+                 for line in result.stdout.splitlines()]
+        self.assertEqual(sorted(line[0] for line in lines),
+                         ["scheduler", "server", "worker", "worker"])
+        for role, mode, dir_mode, same, _, leaks, path in lines:
+            # A private copy on the remote side, not the launcher's file.
+            self.assertEqual((mode, dir_mode, same), ("0o600", "0o700",
+                                                      "True"), role)
+            self.assertNotEqual(path, str(key))
+            self.assertEqual(leaks, "0", role)  # On no command line.
+        remote_dirs = {os.path.dirname(line[-1]) for line in lines}
+        self.assertEqual(len(remote_dirs), 4)
+        end = time.monotonic() + 10  # Removed as each session ends.
+        while (any(map(os.path.exists, remote_dirs))
+               and time.monotonic() < end):
+            time.sleep(0.1)
+        self.assertFalse([d for d in remote_dirs if os.path.exists(d)])
+        self.assert_none_left()
+
+
+if __name__ == "__main__":
+    unittest.main()
