@@ -78,9 +78,10 @@ REMOTE_STOP_SLACK = 5.0
 DEAD_REPORT_GRACE = 2.0
 
 DESCRIPTION = """\
-Launches a ps job on this machine: one scheduler, S servers and W workers,
-all running the same PROGRAM [ARGS...]. Each process learns its role from
-its environment, which is the launcher's own plus:
+Launches a ps job: one scheduler, S servers and W workers, all running the
+same PROGRAM [ARGS...], on this machine or (--launcher, below) on other
+hosts. Each process learns its role from its environment, which (local)
+is the launcher's own plus:
 
   DMLC_ROLE          scheduler | server | worker
   DMLC_PS_ROOT_URI   the scheduler's host (--host)
@@ -119,6 +120,46 @@ the launcher exits. --key-file FILE uses an existing key file instead;
 processes' environment). For nodes started by hand,
 "launch.py --make-key FILE" writes a new key file (0600) to give each of
 them as PS_KEY_FILE=FILE.
+
+launchers (--launcher):
+  local  the default: every process a child of the launcher, as above.
+  ssh    one ssh session per process to the hosts of -H FILE (lines
+         "HOST [slots=N]", Open MPI's format): the scheduler on the first
+         host (or --scheduler-host), which is DMLC_PS_ROOT_URI; then the
+         servers, then the workers, one a slot, cyclically. A session
+         gets no environment of the launcher's but, explicitly, DMLC_ROLE,
+         DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER, PS_RANK,
+         DMLC_NODE_HOST (its host as the hostfile names it, unless --env
+         sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
+         DMLC_* and PS_* variables and every --env. The key's one line
+         goes through the session's stdin into a new 0600 file in a
+         private directory on that host (never a command line), removed
+         when the process ends. The program (an absolute path, the same on
+         every host) runs in the launcher's directory where that exists,
+         in a process group of its own; when the session's stdin ends
+         (the launcher stops the job, or dies) that group gets SIGTERM,
+         and SIGKILL --grace seconds later. Lines are tagged
+         "[worker 1 @HOST] ". ssh options (port, identity, known hosts):
+         ~/.ssh/config or --launcher-arg.
+  mpi    one mpirun starts all 1+S+W processes (-H FILE becomes its
+         --hostfile), each as "launch.py --as-rank -- PROGRAM ARGS": rank
+         0 is the scheduler, ranks 1..S the servers, S+1..S+W the workers
+         (OMPI_COMM_WORLD_RANK; no MPI library is linked). The scheduler's
+         host is the hostfile's first (127.0.0.1 without one); the
+         settings above reach each rank through mpirun's -x. mpirun
+         stops the job when one process fails.
+  slurm  inside an allocation (salloc, sbatch): one srun
+         --kill-on-bad-exit=1 starts all 1+S+W processes likewise, roles
+         from SLURM_PROCID; the scheduler runs on the allocation's first
+         node, at that node's NodeAddr (scontrol). The allocation needs
+         1+S+W tasks.
+  With mpi and slurm every process reads the job's key file by its path:
+  a new key goes in a private directory under the working directory,
+  which must be on a filesystem the hosts share (or --key-file on one).
+  In both, each line is tagged "[worker 1 @HOST] " by --as-rank, which
+  also says which process failed first; the launcher names it.
+  --launcher-arg ARG passes ARG to ssh, mpirun or srun. --port defaults
+  to a port free on this machine, a guess for another scheduler host.
 """
 
 EPILOG = """\
@@ -127,12 +168,16 @@ exit status:
   1    a process exited non-zero or was killed by a signal
   2    usage error (bad flags, PROGRAM missing, not found or not executable,
        a --key-file that is missing or not a key, a --make-key FILE that
-       exists)
+       exists, a bad hostfile, a flag of another launcher, no ssh, mpirun
+       or srun, --launcher slurm outside an allocation)
   124  --timeout expired; the processes still running were killed
   130/143  the launcher got SIGINT/SIGTERM and stopped the processes
 
 examples:
   python3 tracker/launch.py -s 2 -w 2 -- build/bench/kv/kv_bench --iters 10
+  python3 tracker/launch.py --launcher ssh -H hosts -s 2 -w 4 -- ./prog
+  python3 tracker/launch.py --launcher mpi -H hosts -s 2 -w 4 -- ./prog
+  salloc -n 7 python3 tracker/launch.py --launcher slurm -s 2 -w 4 -- ./prog
   python3 tracker/launch.py --make-key job.key
 """
 
