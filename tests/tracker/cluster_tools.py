@@ -2,7 +2,9 @@
 
 Each runs in a temp dir of its own, on unused loopback ports, and is
 stopped (SIGTERM, SIGKILL 5 s later) even when a test fails:
-  Sshd   an sshd on 127.0.0.1 with a throwaway host key and client key
+  Sshd   an sshd on 127.0.0.1 and 127.0.0.2 (two "hosts", by address: a
+         fresh system may not resolve localhost) with a throwaway host key
+         and client key
   Slurm  a one-node Slurm: munged, slurmctld and slurmd, no cgroups
 Open MPI's mpirun needs no daemon. Without a tool (or without root) the
 tests that need it are skipped, unless PS_REQUIRE_CLUSTER_TOOLS=1 (as
@@ -77,9 +79,9 @@ def tail(path, lines=30):
         return str(err)
 
 
-def port_open(port):
+def port_open(host, port):
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection((host, port), timeout=1).close()
         return True
     except OSError:
         return False
@@ -115,7 +117,10 @@ class Daemons:
 
 
 class Sshd:
-    """An sshd on 127.0.0.1:port; args() are the launcher's ssh options."""
+    """An sshd on 127.0.0.1:port and 127.0.0.2:port; args() are the
+    launcher's ssh options."""
+
+    HOSTS = ("127.0.0.1", "127.0.0.2")
 
     def __init__(self, workdir):
         d = Path(workdir)
@@ -125,12 +130,12 @@ class Sshd:
         (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
         self.port = free_port()
         host_key = (d / "host_key.pub").read_text().strip()
-        (d / "known_hosts").write_text(
-            f"[127.0.0.1]:{self.port} {host_key}\n"
-            f"[localhost]:{self.port} {host_key}\n")
+        (d / "known_hosts").write_text("".join(
+            f"[{host}]:{self.port} {host_key}\n" for host in self.HOSTS))
         (d / "sshd_config").write_text(f"""\
 Port {self.port}
 ListenAddress 127.0.0.1
+ListenAddress 127.0.0.2
 HostKey {d}/host_key
 AuthorizedKeysFile {d}/authorized_keys
 PidFile {d}/sshd.pid
@@ -147,8 +152,9 @@ StrictModes no
         self.daemons = Daemons(d)
         self.daemons.start("sshd", [find("sshd"), "-D", "-e", "-f",
                                     str(d / "sshd_config")])
-        wait_for(lambda: port_open(self.port), f"sshd on port {self.port}",
-                 [d / "sshd.out"])
+        for host in self.HOSTS:
+            wait_for(lambda: port_open(host, self.port),
+                     f"sshd on {host}:{self.port}", [d / "sshd.out"])
 
     def args(self):
         return [f"--launcher-arg={arg}" for arg in (
@@ -219,6 +225,10 @@ DebugFlags=NO_CONF_HASH
 NodeName={self.NODE} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=ps Nodes={self.NODE} Default=YES MaxTime=10 State=UP
 """)
+        # No cgroup is used (proctrack/linuxproc, task/none), but slurmd
+        # loads a cgroup plugin anyway; named, it need not find a cgroup
+        # filesystem (a chroot may have none).
+        (d / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
         env = self.env()
         self.daemons.start("slurmctld", [find("slurmctld"), "-D", "-i"], env)
         self.daemons.start("slurmd", [find("slurmd"), "-D", "-N", self.NODE],

@@ -1,8 +1,8 @@
 """launch.py --launcher ssh through a real sshd that the test starts.
 
-The sshd listens on 127.0.0.1 (an unused port) with a throwaway host key
-and client key; the hostfile names it twice, as 127.0.0.1 and localhost, so
-that the processes are spread over two "hosts". The job is tests/core's
+The sshd listens on 127.0.0.1 and 127.0.0.2 (an unused port) with a
+throwaway host key and client key; the hostfile names both, so that the
+processes are spread over two "hosts". The job is tests/core's
 kv_job; every test checks that no process of the job is left.
 """
 
@@ -48,8 +48,8 @@ class SshLauncherTest(LauncherCase):
         cls.sshd = Sshd(cls.dir)
         cls.addClassCleanup(cls.sshd.stop)
         cls.hostfile = cls.dir / "hosts"
-        cls.hostfile.write_text("# two names of this machine\n"
-                                "127.0.0.1 slots=2\nlocalhost slots=2\n")
+        cls.hostfile.write_text("# two addresses of this machine\n"
+                                "127.0.0.1 slots=2\n127.0.0.2 slots=2\n")
 
     def flags(self, servers, workers, *extra):
         return ["--launcher", "ssh", "-H", str(self.hostfile),
@@ -58,11 +58,11 @@ class SshLauncherTest(LauncherCase):
 
     def test_kv_job_over_ssh(self):
         result = self.launch(self.flags(2, 3), [str(KV_JOB), "sum"])
-        # Slots 127.0.0.1, 127.0.0.1, localhost, localhost: servers first,
+        # Slots 127.0.0.1, 127.0.0.1, 127.0.0.2, 127.0.0.2: servers first,
         # then workers, cyclically; the scheduler on the first host.
         self.assert_kv_sum(result, 2, 3, tags=[
             "server 0 @127.0.0.1", "server 1 @127.0.0.1",
-            "worker 0 @localhost", "worker 1 @localhost",
+            "worker 0 @127.0.0.2", "worker 1 @127.0.0.2",
             "worker 2 @127.0.0.1"])
         self.assert_none_left()
 
@@ -70,24 +70,24 @@ class SshLauncherTest(LauncherCase):
         result = self.launch(self.flags(2, 3), [str(KV_JOB), "kill-worker"])
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertRegex(self.last_line(result),
-                         r"^launch: worker 0 on localhost was killed by "
+                         r"^launch: worker 0 on 127.0.0.2 was killed by "
                          r"signal SIGKILL \(remote exit status 137\); "
                          r"stopped the other \d processes$")
         self.assert_none_left()
 
     def test_sigint_stops_every_remote_process(self):
-        proc = subprocess.Popen(
-            self.launch_argv(self.flags(1, 2), ["/bin/sleep", "300"]),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(lambda: len(marked_processes(self.mark)) >= 4,
-                     "4 remote sleeps")
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=RUN_TIMEOUT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        with subprocess.Popen(
+                self.launch_argv(self.flags(1, 2), ["/bin/sleep", "300"]),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True) as proc:
+            try:
+                wait_for(lambda: len(marked_processes(self.mark)) >= 4,
+                         "4 remote sleeps")
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=RUN_TIMEOUT)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
         self.assertEqual(proc.returncode, 130, err)
         self.assertRegex(err.splitlines()[-1],
                          r"^launch: got SIGINT; stopped 4 still running: "
