@@ -285,9 +285,8 @@ class LauncherCase(unittest.TestCase):
                 pass
 
     def launch_argv(self, flags, program):
-        return [sys.executable, str(LAUNCH), *flags, "--env",
-                f"PS_TEST_MARK={self.mark}", "--timeout", "90", "--",
-                *program]
+        return [sys.executable, str(LAUNCH), "--timeout", "90", *flags,
+                "--env", f"PS_TEST_MARK={self.mark}", "--", *program]
 
     def launch(self, flags, program, env=None, cwd=None):
         return subprocess.run(self.launch_argv(flags, program),

@@ -41,6 +41,17 @@ class MpiLauncherTest(LauncherCase):
                          r"code \d+$")
         self.assert_none_left()
 
+    def test_a_timeout_stops_mpirun_and_every_process(self):
+        result = self.launch(self.flags(1, 2) + ["--timeout", "5"],
+                             ["/bin/sleep", "300"], env=self.env,
+                             cwd=self.dir)
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: timeout after 5 s; killed 1 still "
+                         r"running: mpirun \(pid \d+\) and the processes it "
+                         r"started$")
+        self.assert_none_left()
+
     def test_a_wrong_world_size_is_refused(self):
         # mpirun starting more ranks than the job has (a user's -n).
         result = self.launch(self.flags(1, 1) + ["--launcher-arg=-n",

@@ -85,6 +85,16 @@ class SlurmLauncherTest(LauncherCase):
                          r"with code \d+$")
         self.assert_none_left()
 
+    def test_a_timeout_stops_srun_and_every_process(self):
+        result = self.salloc(4, ["--launcher", "slurm", "-s", "1", "-w", "2",
+                                 "--timeout", "5"], ["/bin/sleep", "300"])
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: timeout after 5 s; killed 1 still "
+                         r"running: srun \(pid \d+\) and the processes it "
+                         r"started$")
+        self.assert_none_left()
+
     def test_outside_an_allocation_is_a_usage_error(self):
         env = {k: v for k, v in self.slurm.env().items()
                if not k.startswith("SLURM_JOB")}
