@@ -1131,8 +1131,9 @@ def as_rank(argv):
         argv = argv[1:]
     if not argv:
         return fail("missing PROGRAM after --")
-    for rank_var, size_var in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                               ("SLURM_PROCID", "SLURM_NTASKS")):
+    for rank_var, size_var in (
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("SLURM_PROCID", "SLURM_NTASKS")):
         if rank_var in os.environ:
             break
     else:

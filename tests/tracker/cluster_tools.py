@@ -11,6 +11,7 @@ tests that need it are skipped, unless PS_REQUIRE_CLUSTER_TOOLS=1 (as
 scripts/test.sh sets it): then they fail. Every wait is bounded.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -103,6 +104,15 @@ class Daemons:
         self.procs.append(proc)
         return proc
 
+    @contextlib.contextmanager
+    def stopped_on_error(self):
+        """Stops the daemons started so far if the block fails."""
+        try:
+            yield
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self):
         for proc in self.procs:
             if proc.poll() is None:
@@ -150,11 +160,12 @@ StrictModes no
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.dir = d
         self.daemons = Daemons(d)
-        self.daemons.start("sshd", [find("sshd"), "-D", "-e", "-f",
-                                    str(d / "sshd_config")])
-        for host in self.HOSTS:
-            wait_for(lambda: port_open(host, self.port),
-                     f"sshd on {host}:{self.port}", [d / "sshd.out"])
+        with self.daemons.stopped_on_error():
+            self.daemons.start("sshd", [find("sshd"), "-D", "-e", "-f",
+                                        str(d / "sshd_config")])
+            for host in self.HOSTS:
+                wait_for(lambda: port_open(host, self.port),
+                         f"sshd on {host}:{self.port}", [d / "sshd.out"])
 
     def args(self):
         return [f"--launcher-arg={arg}" for arg in (
@@ -184,16 +195,17 @@ class Slurm:
         key.chmod(0o600)
         self.dir = d
         self.daemons = Daemons(d)
-        socket_path = d / "munge.sock"
-        self.daemons.start("munged", [
-            find("munged"), "-F", f"--key-file={key}",
-            f"--socket={socket_path}", f"--pid-file={d}/munged.pid",
-            f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"])
-        wait_for(socket_path.exists, "munged's socket",
-                 [d / "munged.out", d / "munged.log"])
-        ctld_port, slurmd_port = free_port(), free_port()
-        host = socket.gethostname().split(".")[0]
-        (d / "slurm.conf").write_text(f"""\
+        with self.daemons.stopped_on_error():
+            socket_path = d / "munge.sock"
+            self.daemons.start("munged", [
+                find("munged"), "-F", f"--key-file={key}",
+                f"--socket={socket_path}", f"--pid-file={d}/munged.pid",
+                f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"])
+            wait_for(socket_path.exists, "munged's socket",
+                     [d / "munged.out", d / "munged.log"])
+            ctld_port, slurmd_port = free_port(), free_port()
+            host = socket.gethostname().split(".")[0]
+            (d / "slurm.conf").write_text(f"""\
 ClusterName=pstest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -225,17 +237,18 @@ DebugFlags=NO_CONF_HASH
 NodeName={self.NODE} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=ps Nodes={self.NODE} Default=YES MaxTime=10 State=UP
 """)
-        # No cgroup is used (proctrack/linuxproc, task/none), but slurmd
-        # loads a cgroup plugin anyway; named, it need not find a cgroup
-        # filesystem (a chroot may have none).
-        (d / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
-        env = self.env()
-        self.daemons.start("slurmctld", [find("slurmctld"), "-D", "-i"], env)
-        self.daemons.start("slurmd", [find("slurmd"), "-D", "-N", self.NODE],
-                           env)
-        logs = [d / n for n in ("slurmctld.out", "slurmctld.log",
-                                "slurmd.out", "slurmd.log")]
-        wait_for(self.node_idle, f"Slurm node {self.NODE} idle", logs)
+            # No cgroup is used (proctrack/linuxproc, task/none), but slurmd
+            # loads a cgroup plugin anyway; named, it need not find a cgroup
+            # filesystem (a chroot may have none).
+            (d / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+            env = self.env()
+            self.daemons.start("slurmctld", [find("slurmctld"), "-D", "-i"],
+                               env)
+            self.daemons.start("slurmd",
+                               [find("slurmd"), "-D", "-N", self.NODE], env)
+            logs = [d / n for n in ("slurmctld.out", "slurmctld.log",
+                                    "slurmd.out", "slurmd.log")]
+            wait_for(self.node_idle, f"Slurm node {self.NODE} idle", logs)
 
     def env(self):
         return dict(os.environ, SLURM_CONF=str(self.dir / "slurm.conf"))

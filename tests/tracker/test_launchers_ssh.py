@@ -66,6 +66,14 @@ class SshLauncherTest(LauncherCase):
             "worker 2 @127.0.0.1"])
         self.assert_none_left()
 
+    def test_insecure_sends_no_key(self):
+        result = self.launch(self.flags(1, 2, "--insecure"),
+                             [str(KV_JOB), "sum"])
+        self.assert_kv_sum(result, 1, 2)
+        self.assertIn("launch: --insecure: traffic is neither authenticated "
+                      "nor encrypted", result.stderr)
+        self.assert_none_left()
+
     def test_a_killed_worker_stops_every_remote_process(self):
         result = self.launch(self.flags(2, 3), [str(KV_JOB), "kill-worker"])
         self.assertEqual(result.returncode, 1, result.stderr)
