@@ -28,22 +28,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "tracker" / "launch.py"
 KV_JOB = Path(os.environ.get("PS_KV_JOB", ROOT / "build/tests/core/kv_job"))
+MNIST_DIST = Path(os.environ.get(
+    "PS_MNIST_DIST", ROOT / "build/examples/mnist/mnist_dist"))
+MNIST_DATA = Path(os.environ.get("PS_MNIST_DATA", ROOT / "data/mnist"))
 REQUIRED = os.environ.get("PS_REQUIRE_CLUSTER_TOOLS") == "1"
 RUN_TIMEOUT = 120  # Seconds for one launch; each takes a few.
 START_TIMEOUT = 60  # Seconds for a daemon to answer.
 
 
-def need(*tools, root=False):
+def need(*tools, root=False, files=(KV_JOB,)):
     """Skips the test (fails it with PS_REQUIRE_CLUSTER_TOOLS=1) when a
-    tool is missing from PATH or /usr/sbin, or root is needed."""
+    tool is missing from PATH or /usr/sbin, root is needed, or one of the
+    files (kv_job, say) is missing."""
     missing = [t for t in tools if find(t) is None]
+    absent = [str(f) for f in files if not f.exists()]
     why = None
     if missing:
         why = f"missing {', '.join(missing)} (scripts/install_deps.sh)"
     elif root and os.geteuid() != 0:
         why = "needs root"
-    elif not KV_JOB.is_file():
-        why = f"no {KV_JOB} (build target kv_job, or set PS_KV_JOB)"
+    elif absent:
+        why = (f"no {', '.join(absent)} (build it; or set PS_KV_JOB, "
+               "PS_MNIST_DIST, PS_MNIST_DATA)")
     if why is None:
         return
     if REQUIRED:

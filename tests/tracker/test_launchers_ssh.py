@@ -8,6 +8,7 @@ kv_job; every test checks that no process of the job is left.
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import time
 import unittest
 from pathlib import Path
 
-from cluster_tools import (KV_JOB, LAUNCH, RUN_TIMEOUT, LauncherCase, Sshd,
-                           marked_processes, need, temp_dir, wait_for)
+from cluster_tools import (KV_JOB, LAUNCH, MNIST_DATA, MNIST_DIST,
+                           RUN_TIMEOUT, LauncherCase, Sshd, marked_processes,
+                           need, temp_dir, wait_for)
 
 # Prints what a process sees of the job's key, and on how many command
 # lines of this machine the key appears.
@@ -64,6 +66,23 @@ class SshLauncherTest(LauncherCase):
             "server 0 @127.0.0.1", "server 1 @127.0.0.1",
             "worker 0 @127.0.0.2", "worker 1 @127.0.0.2",
             "worker 2 @127.0.0.1"])
+        self.assert_none_left()
+
+    def test_mnist_dist_trains_over_ssh(self):
+        need(files=(MNIST_DIST, MNIST_DATA / "train-images-idx3-ubyte"))
+        result = self.launch(self.flags(1, 2), [
+            str(MNIST_DIST), "--data_dir", str(MNIST_DATA), "--train_limit",
+            "4000", "--test_limit", "1000", "--threads", "1"])
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        # Slots: server 0, worker 0 on 127.0.0.1; worker 1 on 127.0.0.2.
+        self.assertIn("[worker 1 @127.0.0.2] worker 1 final: 63 steps",
+                      result.stdout)
+        match = re.search(r"(?m)^\[worker 0 @127\.0\.0\.1\] final: test "
+                          r"accuracy ([\d.]+)%", result.stdout)
+        self.assertIsNotNone(match, result.stdout[-3000:])
+        self.assertGreaterEqual(float(match.group(1)), 85.0)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s$")
         self.assert_none_left()
 
     def test_insecure_sends_no_key(self):
