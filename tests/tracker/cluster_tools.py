@@ -2,9 +2,10 @@
 
 Each runs in a temp dir of its own, on unused loopback ports, and is
 stopped (SIGTERM, SIGKILL 5 s later) even when a test fails:
-  Sshd   an sshd on 127.0.0.1 and 127.0.0.2 (two "hosts", by address: a
-         fresh system may not resolve localhost) with a throwaway host key
-         and client key
+  Sshd   an sshd with a throwaway host key and client key, in a network
+         namespace of its own (unshare --net: a loopback only) on 127.0.0.1
+         and 127.0.0.2 (two "hosts", by address: a fresh system may not
+         resolve localhost); the launcher runs in that namespace too
   Slurm  a one-node Slurm: munged, slurmctld and slurmd, no cgroups
 Open MPI's mpirun needs no daemon. Without a tool (or without root) the
 tests that need it are skipped, unless PS_REQUIRE_CLUSTER_TOOLS=1 (as
@@ -86,14 +87,6 @@ def tail(path, lines=30):
         return str(err)
 
 
-def port_open(host, port):
-    try:
-        socket.create_connection((host, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 class Daemons:
     """Processes started in the foreground; stop() ends them all."""
 
@@ -133,10 +126,12 @@ class Daemons:
 
 
 class Sshd:
-    """An sshd on 127.0.0.1:port and 127.0.0.2:port; args() are the
-    launcher's ssh options."""
+    """An sshd on 127.0.0.1:PORT and 127.0.0.2:PORT of a network namespace
+    that only it and the commands prefixed with `enter` use; args() are
+    the launcher's ssh options."""
 
     HOSTS = ("127.0.0.1", "127.0.0.2")
+    PORT = 2222  # Free: the namespace is new.
 
     def __init__(self, workdir):
         d = Path(workdir)
@@ -144,7 +139,7 @@ class Sshd:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "",
                             "-f", str(d / key)], check=True, timeout=60)
         (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-        self.port = free_port()
+        self.port = self.PORT
         host_key = (d / "host_key.pub").read_text().strip()
         (d / "known_hosts").write_text("".join(
             f"[{host}]:{self.port} {host_key}\n" for host in self.HOSTS))
@@ -167,10 +162,19 @@ StrictModes no
         self.dir = d
         self.daemons = Daemons(d)
         with self.daemons.stopped_on_error():
-            self.daemons.start("sshd", [find("sshd"), "-D", "-e", "-f",
-                                        str(d / "sshd_config")])
+            # The namespace lives as long as this process; its loopback up.
+            holder = self.daemons.start("netns", [
+                "unshare", "--net", "--", "sh", "-c",
+                "ip link set lo up && echo up && exec sleep 900"])
+            wait_for(lambda: "up" in tail(d / "netns.out"),
+                     "a network namespace", [d / "netns.out"])
+            self.enter = ["nsenter", f"--net=/proc/{holder.pid}/ns/net",
+                          "--"]
+            self.daemons.start("sshd", self.enter + [
+                find("sshd"), "-D", "-e", "-f", str(d / "sshd_config")])
             for host in self.HOSTS:
-                wait_for(lambda: port_open(host, self.port),
+                listening = f"Server listening on {host} port {self.port}."
+                wait_for(lambda: listening in tail(d / "sshd.out"),
                          f"sshd on {host}:{self.port}", [d / "sshd.out"])
 
     def args(self):

@@ -1,8 +1,9 @@
 """launch.py --launcher ssh through a real sshd that the test starts.
 
-The sshd listens on 127.0.0.1 and 127.0.0.2 (an unused port) with a
-throwaway host key and client key; the hostfile names both, so that the
-processes are spread over two "hosts". The job is tests/core's
+The sshd runs in a network namespace the test makes (unshare --net), on
+127.0.0.1 and 127.0.0.2 there, with a throwaway host key and client key;
+the launcher runs in that namespace too (nsenter), and the hostfile names
+both addresses, so that the processes are spread over two "hosts". The job is tests/core's
 kv_job; every test checks that no process of the job is left.
 """
 
@@ -52,6 +53,9 @@ class SshLauncherTest(LauncherCase):
         cls.hostfile = cls.dir / "hosts"
         cls.hostfile.write_text("# two addresses of this machine\n"
                                 "127.0.0.1 slots=2\n127.0.0.2 slots=2\n")
+
+    def launch_argv(self, flags, program):  # In the sshd's namespace.
+        return self.sshd.enter + super().launch_argv(flags, program)
 
     def flags(self, servers, workers, *extra):
         return ["--launcher", "ssh", "-H", str(self.hostfile),
