@@ -136,7 +136,8 @@ launchers (--launcher):
          private directory on that host (never a command line), removed
          when the process ends. The program (an absolute path, the same on
          every host) runs in the launcher's directory where that exists,
-         in a process group of its own; when the session's stdin ends
+         in a process group of its own (by /bin/sh; the hosts' login
+         shell must take sh syntax); when the session's stdin ends
          (the launcher stops the job, or dies) that group gets SIGTERM,
          and SIGKILL --grace seconds later. Lines are tagged
          "[worker 1 @HOST] ". ssh options (port, identity, known hosts):
@@ -696,15 +697,20 @@ def job_settings(args, root, port):
     return env
 
 
+def address(host):
+    """The address part of an ssh destination: "node1" of "user@node1"."""
+    return host.rsplit("@", 1)[-1]
+
+
 def ssh_env(args, port, child):
     """The environment an ssh session gives one process (no PS_KEY_FILE:
     the remote script sets it)."""
-    env = job_settings(args, args.scheduler_host, port)
+    env = job_settings(args, address(args.scheduler_host), port)
     env["DMLC_ROLE"] = child.role
     if child.rank is not None:
         env["PS_RANK"] = str(child.rank)
     if "DMLC_NODE_HOST" not in env and "DMLC_INTERFACE" not in env:
-        env["DMLC_NODE_HOST"] = child.host  # As the others reach it.
+        env["DMLC_NODE_HOST"] = address(child.host)  # As the others see it.
     return env
 
 

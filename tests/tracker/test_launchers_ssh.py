@@ -3,8 +3,9 @@
 The sshd runs in a network namespace the test makes (unshare --net), on
 127.0.0.1 and 127.0.0.2 there, with a throwaway host key and client key;
 the launcher runs in that namespace too (nsenter), and the hostfile names
-both addresses, so that the processes are spread over two "hosts". The job is tests/core's
-kv_job; every test checks that no process of the job is left.
+both addresses, so that the processes are spread over two "hosts". The
+jobs are tests/core's kv_job and a short mnist_dist run; every test checks
+that no process of the job is left.
 """
 
 import hashlib

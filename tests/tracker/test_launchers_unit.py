@@ -60,6 +60,32 @@ class HostfileTest(unittest.TestCase):
         self.assertEqual(launch.place([("a", 1)], 0, 2), ([], ["a", "a"]))
 
 
+class SshEnvTest(unittest.TestCase):
+
+    def test_settings_and_addresses_of_a_session(self):
+        args = type("Args", (), dict(
+            num_servers=1, num_workers=2, scheduler_host="me@head",
+            extra_env={"EXTRA": "x"}))()
+        env = dict(os.environ)
+        try:
+            for name in env:
+                if name.startswith(("DMLC_", "PS_", "OMP_")):
+                    del os.environ[name]
+            os.environ.update(PS_VERBOSE="1", DMLC_NODE_HOST="wrong",
+                              PS_RANK="9", OTHER="not sent")
+            got = launch.ssh_env(args, 9000,
+                                 launch.Child("worker", 1, "me@node2"))
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+        self.assertEqual(got, {
+            "PS_VERBOSE": "1", "OMP_WAIT_POLICY": "PASSIVE",
+            "DMLC_PS_ROOT_URI": "head", "DMLC_PS_ROOT_PORT": "9000",
+            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "EXTRA": "x",
+            "DMLC_ROLE": "worker", "PS_RANK": "1",
+            "DMLC_NODE_HOST": "node2"})
+
+
 class FlagTest(unittest.TestCase):
 
     def run_launch(self, *flags):
