@@ -94,10 +94,14 @@ phase_done "Python module and tests"
 
 # --- launchers: ssh, mpi and slurm through the real tools (tests/tracker)
 echo "== Launchers through a real sshd, mpirun and a one-node Slurm"
-# The tests start (and always stop) their own sshd, munged, slurmctld and
-# slurmd on unused loopback ports; the job is the Release build's kv_job.
-kv_job="$PWD/build/tests/core/kv_job"
-(cd tests/tracker && PS_REQUIRE_CLUSTER_TOOLS=1 PS_KV_JOB="$kv_job" \
+# The tests start (and always stop) their own sshd (in a network namespace
+# of its own), munged, slurmctld and slurmd (on unused loopback ports); the
+# jobs are the Release build's kv_job and mnist_dist.
+root=$PWD
+(cd tests/tracker && PS_REQUIRE_CLUSTER_TOOLS=1 \
+   PS_KV_JOB="$root/build/tests/core/kv_job" \
+   PS_MNIST_DIST="$root/build/examples/mnist/mnist_dist" \
+   PS_MNIST_DATA="$root/data/mnist" \
    timeout 600 python3 -B -m unittest -v test_launchers_ssh \
    test_launchers_mpi test_launchers_slurm)
 phase_done "launchers (ssh, mpi, slurm)"
