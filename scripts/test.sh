@@ -97,11 +97,10 @@ echo "== Launchers through a real sshd, mpirun and a one-node Slurm"
 # The tests start (and always stop) their own sshd (in a network namespace
 # of its own), munged, slurmctld and slurmd (on unused loopback ports); the
 # jobs are the Release build's kv_job and mnist_dist.
-root=$PWD
-(cd tests/tracker && PS_REQUIRE_CLUSTER_TOOLS=1 \
-   PS_KV_JOB="$root/build/tests/core/kv_job" \
-   PS_MNIST_DIST="$root/build/examples/mnist/mnist_dist" \
-   PS_MNIST_DATA="$root/data/mnist" \
+(top=$PWD && cd tests/tracker && PS_REQUIRE_CLUSTER_TOOLS=1 \
+   PS_KV_JOB="$top/build/tests/core/kv_job" \
+   PS_MNIST_DIST="$top/build/examples/mnist/mnist_dist" \
+   PS_MNIST_DATA="$top/data/mnist" \
    timeout 600 python3 -B -m unittest -v test_launchers_ssh \
    test_launchers_mpi test_launchers_slurm)
 phase_done "launchers (ssh, mpi, slurm)"
