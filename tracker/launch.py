@@ -544,6 +544,12 @@ def parse_args(argv):
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping "
                         "processes (default: %(default)s)")
+    parser.add_argument("--tolerate", action="append", default=[],
+                        choices=("server", "worker"), metavar="ROLE",
+                        help="a process of this role (server or worker) "
+                        "that fails does not stop the job: for jobs that "
+                        "survive it, e.g. servers with PS_REPLICAS=1 "
+                        "(repeatable)")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -620,6 +626,10 @@ def check_launcher_args(args):
                     f"{launcher}")
     if args.scheduler_host is not None and launcher != "ssh":
         usage_error(f"--scheduler-host is for --launcher ssh, not {launcher}")
+    if args.tolerate and launcher in ("mpi", "slurm"):
+        usage_error(f"--tolerate is for --launcher local or ssh: "
+                    f"{'mpirun' if launcher == 'mpi' else 'srun'} stops the "
+                    "job when a process fails")
     if args.launcher_arg and launcher == "local":
         usage_error("--launcher-arg is for --launcher ssh, mpi or slurm")
     args.hosts = None
@@ -728,6 +738,7 @@ class Job:
         self.children = []
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
+        self.tolerated = []  # children whose failure --tolerate let pass
         # (declared name, reason, reporter's name) in the order read.
         self._reports = []
         self._reports_lock = threading.Lock()
@@ -847,6 +858,13 @@ class Job:
             except queue.Empty:
                 continue
             remaining -= 1
+            if returncode != 0 and child.role in self.args.tolerate:
+                # The job survives it (e.g. a server with PS_REPLICAS=1).
+                self.mux.say(f"{child.label} "
+                             f"{child.describe_exit(returncode)}; the job "
+                             f"goes on (--tolerate {child.role})")
+                self.tolerated.append(child)
+                continue
             if returncode != 0:
                 self._await_report(deadline)
                 return "failed", child, returncode
@@ -1104,8 +1122,14 @@ def run_job(args, job, port):
     job.drain_output()
     if outcome == "done":
         elapsed = time.monotonic() - start
-        mux.say(f"all {plural(job.total, 'process')} exited 0 in "
-                f"{elapsed:.1f} s")
+        if job.tolerated:
+            lost = ", ".join(c.name for c in job.tolerated)
+            mux.say(f"{plural(job.total - len(job.tolerated), 'process')} "
+                    f"exited 0 in {elapsed:.1f} s; the job survived the loss "
+                    f"of {lost} (--tolerate)")
+        else:
+            mux.say(f"all {plural(job.total, 'process')} exited 0 in "
+                    f"{elapsed:.1f} s")
         return EXIT_OK
     if outcome == "failed":
         mux.say(job.describe_failure(failed, returncode, others))

@@ -23,9 +23,11 @@ namespace {
 // equals one optimizer over the slice as SGD and Adam are elementwise.
 class SliceUpdater {
  public:
-  SliceUpdater(const TrainOptions& options, size_t slice_size)
+  // `may_die`: this updater is the one --die_node counts (not a replica's).
+  SliceUpdater(const TrainOptions& options, size_t slice_size, bool may_die)
       : options_(options),
         slice_size_(slice_size),
+        may_die_(may_die),
         schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
 
   void operator()(float* w, const float* grad_sum, size_t offset, size_t n,
@@ -42,7 +44,8 @@ class SliceUpdater {
     optimizer->Step(w, grad_sum, n);
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
-    if (options_.die_after_steps > 0 && updates_ == options_.die_after_steps &&
+    if (may_die_ && options_.die_after_steps > 0 &&
+        updates_ == options_.die_after_steps &&
         options_.die_node == "server:" + std::to_string(ps::MyRank())) {
       std::fprintf(stderr,
                    "server %d: killing itself after %d updates (test)\n",
@@ -55,11 +58,27 @@ class SliceUpdater {
  private:
   const TrainOptions& options_;
   const size_t slice_size_;
+  const bool may_die_;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
   int updates_ = 0;
 };
+
+// The floats of keys [begin, end): [*lo, *hi) of the flat vector.
+void FloatsOf(const ps::DenseLayout& layout, ps::Key begin, ps::Key end,
+              size_t* lo, size_t* hi) {
+  *lo = layout.offset(begin);
+  *hi = begin == end ? *lo : layout.offset(end - 1) + layout.length(end - 1);
+}
+
+// A DenseShard updater for a slice of `size` floats.
+ps::DenseUpdater UpdaterOf(std::shared_ptr<SliceUpdater> updater) {
+  return [updater](float* w, const float* g, size_t offset, size_t n,
+                   int num_grads, int step, int tag) {
+    (*updater)(w, g, offset, n, num_grads, step, tag);
+  };
+}
 
 }  // namespace
 
@@ -70,15 +89,13 @@ int RunServer(const TrainOptions& options) {
   if (!placement.ok()) Die(placement.status().ToString());
   ps::Key begin, end;
   ServerKeys(*placement, layout, rank, &begin, &end);
-  const size_t lo = layout.offset(begin);
-  const size_t hi =
-      begin == end ? lo : layout.offset(end - 1) + layout.length(end - 1);
+  size_t lo, hi;
+  FloatsOf(layout, begin, end, &lo, &hi);
 
   // Same bits as Net::Create(device, seed) on every worker.
   std::vector<float> all(layout.total);
   ps::model::InitParams(ps::model::ConvNetTensors(), options.seed, all.data());
   std::vector<float> slice(all.begin() + lo, all.begin() + hi);
-  all = {};
   // Fails here, before serving, on a bad optimizer setting.
   auto optimizer = ps::model::MakeOptimizer(options.optimizer, slice.size());
   if (!optimizer.ok()) Die(optimizer.status().ToString());
@@ -98,23 +115,52 @@ int RunServer(const TrainOptions& options) {
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
   ps::KVServer<float> server(0);
-  auto updater = std::make_shared<SliceUpdater>(options, slice.size());
-  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
-                       shard_options,
-                       [updater](float* w, const float* g, size_t offset,
-                                 size_t n, int num_grads, int step, int tag) {
-                         (*updater)(w, g, offset, n, num_grads, step, tag);
-                       });
+  // PS_REPLICAS=1 (--replicas 1): this server also holds the keys of the
+  // server before it, with their own optimizer state, so that it can take
+  // them over when that server dies. Made first (dense_server.h).
+  std::unique_ptr<ps::DenseShard> replica;
+  const int replica_of =
+      ps::DefaultNode()->config().replicas > 0
+          ? ps::PrimaryOf(rank, ps::NumServers())
+          : -1;
+  if (replica_of >= 0) {
+    ps::Key rbegin, rend;
+    ServerKeys(*placement, layout, replica_of, &rbegin, &rend);
+    size_t rlo, rhi;
+    FloatsOf(layout, rbegin, rend, &rlo, &rhi);
+    std::printf("server %d also holds the keys of server %d: [%llu, %llu) "
+                "(replica)\n",
+                rank, replica_of, static_cast<unsigned long long>(rbegin),
+                static_cast<unsigned long long>(rend));
+    ps::DenseShardOptions replica_options = shard_options;
+    replica_options.replica = true;
+    replica = std::make_unique<ps::DenseShard>(
+        &server, layout, rbegin, rend,
+        std::vector<float>(all.begin() + rlo, all.begin() + rhi),
+        replica_options,
+        UpdaterOf(std::make_shared<SliceUpdater>(options, rhi - rlo, false)));
+  }
+  all = {};
+  ps::DenseShard shard(
+      &server, layout, begin, end, std::move(slice), shard_options,
+      UpdaterOf(std::make_shared<SliceUpdater>(options, hi - lo, true)));
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
   // the shard give up (failure()); a live one always sends done, so this
   // wait ends.
-  while (!shard.WaitAllDone(std::chrono::seconds(60))) {
-    if (!shard.failure().ok()) {
-      LOG(ERROR) << "server " << rank << ": " << shard.failure();
-      return 1;
+  for (ps::DenseShard* s : {&shard, replica.get()}) {
+    while (s != nullptr && !s->WaitAllDone(std::chrono::seconds(60))) {
+      if (!s->failure().ok()) {
+        LOG(ERROR) << "server " << rank << ": " << s->failure();
+        return 1;
+      }
+      LOG(INFO) << "server " << rank << ": " << s->updates_applied()
+                << " updates applied; still waiting for workers to finish";
     }
-    LOG(INFO) << "server " << rank << ": " << shard.updates_applied()
-              << " updates applied; still waiting for workers to finish";
+  }
+  if (replica) {
+    std::printf("server %d replica of server %d done: %lld updates applied\n",
+                rank, replica_of,
+                static_cast<long long>(replica->updates_applied()));
   }
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "

@@ -62,6 +62,10 @@ DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
+DEFINE_int32(replicas, -1,
+             "1: every server's keys are also held by the next server, which "
+             "takes them over if it dies (PS_REPLICAS; -1: as the "
+             "environment says)");
 
 namespace {
 
@@ -97,6 +101,13 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
   CheckFlag(FLAGS_die_after_steps >= 0, "die_after_steps", "must be >= 0");
   CheckFlag(FLAGS_slow_worker_ms >= 0, "slow_worker_ms", "must be >= 0");
+  CheckFlag(FLAGS_replicas >= -1 && FLAGS_replicas <= 1, "replicas",
+            "must be 0 or 1");
+  // The library's setting (ps::Config::replicas): every role must agree.
+  if (FLAGS_replicas >= 0) {
+    gflags::SetCommandLineOption("ps_replicas",
+                                 std::to_string(FLAGS_replicas).c_str());
+  }
   CheckFlag(FLAGS_die_node.empty() || FLAGS_die_node.rfind("worker:", 0) == 0 ||
                 FLAGS_die_node.rfind("server:", 0) == 0,
             "die_node", "must be worker:R or server:R");

@@ -128,6 +128,12 @@ struct DenseShardOptions {
   Consistency consistency = Consistency::kBsp;
   int max_delay = 0;    // tau, for kBounded (kBsp is tau = 0)
   int num_workers = 1;  // workers that push every step until done
+  // Replication (PS_REPLICAS=1): this shard holds the keys of the server
+  // this one is the replica of (PrimaryOf its rank), registered with
+  // KVServer::set_replica_handle: the pushes that server gets come here
+  // too, and when it dies, its workers' requests. Make it before the
+  // server's own shard.
+  bool replica = false;
 };
 
 // Called once per update of a range with the range's n weights and the

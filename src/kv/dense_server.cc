@@ -174,14 +174,25 @@ DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
   CHECK_EQ(expect, weights_.size())
       << "keys [" << first_key_ << ", " << end_key_ << ") hold " << expect
       << " floats";
-  server_->set_failure_handle(
-      [this](int id, const Status& why) { OnFailure(id, why); });
-  server_->set_request_handle(
-      [this](const KVMeta& meta, const KVPairs<float>& data,
-             KVServer<float>* s) { Handle(meta, data, s); });
+  auto on_failure = [this](int id, const Status& why) { OnFailure(id, why); };
+  auto handle = [this](const KVMeta& meta, const KVPairs<float>& data,
+                       KVServer<float>* s) { Handle(meta, data, s); };
+  if (options_.replica) {
+    server_->set_replica_failure_handle(on_failure);
+    server_->set_replica_handle(handle);
+  } else {
+    server_->set_failure_handle(on_failure);
+    server_->set_request_handle(handle);
+  }
 }
 
-DenseShard::Impl::~Impl() { server_->clear_request_handle(); }
+DenseShard::Impl::~Impl() {
+  if (options_.replica) {
+    server_->clear_replica_handle();
+  } else {
+    server_->clear_request_handle();
+  }
+}
 
 bool DenseShard::Impl::WaitAllDone(std::chrono::milliseconds timeout) {
   MutexLock lock(&done_mu_);

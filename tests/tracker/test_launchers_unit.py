@@ -103,7 +103,10 @@ class FlagTest(unittest.TestCase):
                 (["--launcher-arg=-v"], "--launcher-arg is for --launcher "
                                         "ssh, mpi or slurm"),
                 (["--launcher", "mpi", "--host", "a"],
-                 "--host is for --launcher local")]:
+                 "--host is for --launcher local"),
+                (["--launcher", "mpi", "--tolerate", "server"],
+                 "--tolerate is for --launcher local or ssh: mpirun stops "
+                 "the job when a process fails")]:
             result = self.run_launch("-s", "1", "-w", "1", *flags)
             self.assertEqual(result.returncode, 2, flags)
             self.assertIn(message, result.stderr)
