@@ -101,10 +101,10 @@ class SshLauncherTest(LauncherCase):
     def test_a_killed_worker_stops_every_remote_process(self):
         result = self.launch(self.flags(2, 3), [str(KV_JOB), "kill-worker"])
         self.assertEqual(result.returncode, 1, result.stderr)
-        # The scheduler may declare it dead first (its connection closed).
+        # A node may declare it dead first (its connection closed).
         self.assertRegex(self.last_line(result),
                          r"^launch: worker 0 on 127.0.0.2 (was declared dead "
-                         r"by scheduler: .*; it )?was killed by signal "
+                         r"by [a-z]+( \d+)?: .*; it )?was killed by signal "
                          r"SIGKILL \(remote exit status 137\); stopped the "
                          r"other \d processes$")
         self.assert_none_left()
