@@ -31,6 +31,14 @@ if [ "${PS_PYTHON_DEPS:-0}" = 1 ]; then
              python3-pip python3-torch)
 fi
 
+# --- launchers (tracker/launch.py --launcher ssh|mpi|slurm) and their tests:
+# tests/tracker/test_launchers_*.py start a real sshd in a network namespace
+# (iproute2 brings its loopback up), mpirun, and a one-node Slurm with munge;
+# no systemd needed.
+packages+=(openssh-server openssh-client iproute2 openmpi-bin
+           slurmctld slurmd slurm-client munge)
+# --- end launchers
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -91,3 +91,17 @@ cmake -S . -B build -DPS_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build build -j"$jobs" --target ps_python
 PS_PYTHONPATH="$PWD/build/python/pkg" /usr/bin/python3 -m pytest -q tests/python
 phase_done "Python module and tests"
+
+# --- launchers: ssh, mpi and slurm through the real tools (tests/tracker)
+echo "== Launchers through a real sshd, mpirun and a one-node Slurm"
+# The tests start (and always stop) their own sshd (in a network namespace
+# of its own), munged, slurmctld and slurmd (on unused loopback ports); the
+# jobs are the Release build's kv_job and mnist_dist.
+(top=$PWD && cd tests/tracker && PS_REQUIRE_CLUSTER_TOOLS=1 \
+   PS_KV_JOB="$top/build/tests/core/kv_job" \
+   PS_MNIST_DIST="$top/build/examples/mnist/mnist_dist" \
+   PS_MNIST_DATA="$top/data/mnist" \
+   timeout 600 python3 -B -m unittest -v test_launchers_ssh \
+   test_launchers_mpi test_launchers_slurm)
+phase_done "launchers (ssh, mpi, slurm)"
+# --- end launchers

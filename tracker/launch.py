@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Launches a ps job on this machine: one scheduler, S servers, W workers.
+"""Launches a ps job: one scheduler, S servers, W workers.
 
 Every process runs the same PROGRAM ARGS; its role comes from the
-environment (ps-lite style). Output lines are prefixed with the role and
-rank; the first process to fail stops the others. Standard library only.
+environment (ps-lite style). The processes run on this machine (local), on
+the hosts of a hostfile (ssh), under one mpirun (mpi) or one srun in a Slurm
+allocation (slurm). Output lines are prefixed with the role and rank; the
+first process to fail stops the others. Standard library only.
 """
 
 import argparse
@@ -11,6 +13,7 @@ import os
 import queue
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -50,15 +53,35 @@ DECLARED_DEAD = re.compile(
     rb"\b(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) "
     rb"was declared dead: (.*)")
 
+# What "launch.py --as-rank" (the mpi and slurm launchers' per-process
+# shim) writes when its program fails: the launcher names the first one.
+RANK_EXIT = re.compile(
+    rb"launch: (scheduler|server \d+|worker \d+) \(pid \d+\) on (\S+) "
+    rb"(exited with code \d+|was killed by signal \w+)$")
+
+# The tag a shim puts before each line of its program: "[server 0 @host] ".
+RANK_TAG = re.compile(rb"^\[(scheduler|server \d+|worker \d+)(?: @\S+)?\] ")
+
+LAUNCHERS = ("local", "ssh", "mpi", "slurm")
+
+# Variables a launcher gives remote processes besides its own: the job's
+# settings from the launcher's environment (PS_VERBOSE, PS_*_TIMEOUT_MS, ...).
+FORWARDED_PREFIXES = ("DMLC_", "PS_")
+
+# ssh: how long past --grace to wait for the remote processes to stop after
+# their ssh sessions were told to, before the local ssh clients are killed.
+REMOTE_STOP_SLACK = 5.0
+
 # After the first non-zero exit, how long to wait for a "declared dead"
 # line before naming the cause: healthy nodes that lost a frozen peer may
 # exit before the line that names it has been read.
 DEAD_REPORT_GRACE = 2.0
 
 DESCRIPTION = """\
-Launches a ps job on this machine: one scheduler, S servers and W workers,
-all running the same PROGRAM [ARGS...]. Each process learns its role from
-its environment, which is the launcher's own plus:
+Launches a ps job: one scheduler, S servers and W workers, all running the
+same PROGRAM [ARGS...], on this machine or (--launcher, below) on other
+hosts. Each process learns its role from its environment, which (local)
+is the launcher's own plus:
 
   DMLC_ROLE          scheduler | server | worker
   DMLC_PS_ROOT_URI   the scheduler's host (--host)
@@ -101,6 +124,47 @@ the launcher exits. --key-file FILE uses an existing key file instead;
 processes' environment). For nodes started by hand,
 "launch.py --make-key FILE" writes a new key file (0600) to give each of
 them as PS_KEY_FILE=FILE.
+
+launchers (--launcher):
+  local  the default: every process a child of the launcher, as above.
+  ssh    one ssh session per process to the hosts of -H FILE (lines
+         "HOST [slots=N]", Open MPI's format): the scheduler on the first
+         host (or --scheduler-host), which is DMLC_PS_ROOT_URI; then the
+         servers, then the workers, one a slot, cyclically. A session
+         gets no environment of the launcher's but, explicitly, DMLC_ROLE,
+         DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER, PS_RANK,
+         DMLC_NODE_HOST (its host as the hostfile names it, unless --env
+         sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
+         DMLC_* and PS_* variables and every --env. The key's one line
+         goes through the session's stdin into a new 0600 file in a
+         private directory on that host (never a command line), removed
+         when the process ends. The program (an absolute path, the same on
+         every host) runs in the launcher's directory where that exists,
+         in a process group of its own (by /bin/sh; the hosts' login
+         shell must take sh syntax); when the session's stdin ends
+         (the launcher stops the job, or dies) that group gets SIGTERM,
+         and SIGKILL --grace seconds later. Lines are tagged
+         "[worker 1 @HOST] ". ssh options (port, identity, known hosts):
+         ~/.ssh/config or --launcher-arg.
+  mpi    one mpirun starts all 1+S+W processes (-H FILE becomes its
+         --hostfile), each as "launch.py --as-rank -- PROGRAM ARGS": rank
+         0 is the scheduler, ranks 1..S the servers, S+1..S+W the workers
+         (OMPI_COMM_WORLD_RANK; no MPI library is linked). The scheduler's
+         host is the hostfile's first (127.0.0.1 without one); the
+         settings above reach each rank through mpirun's -x. mpirun
+         stops the job when one process fails.
+  slurm  inside an allocation (salloc, sbatch): one srun
+         --kill-on-bad-exit=1 starts all 1+S+W processes likewise, roles
+         from SLURM_PROCID; the scheduler runs on the allocation's first
+         node, at that node's NodeAddr (scontrol). The allocation needs
+         1+S+W tasks.
+  With mpi and slurm every process reads the job's key file by its path:
+  a new key goes in a private directory under the working directory,
+  which must be on a filesystem the hosts share (or --key-file on one).
+  In both, each line is tagged "[worker 1 @HOST] " by --as-rank, which
+  also says which process failed first; the launcher names it.
+  --launcher-arg ARG passes ARG to ssh, mpirun or srun. --port defaults
+  to a port free on this machine, a guess for another scheduler host.
 """
 
 EPILOG = """\
@@ -109,22 +173,30 @@ exit status:
   1    a process exited non-zero or was killed by a signal
   2    usage error (bad flags, PROGRAM missing, not found or not executable,
        a --key-file that is missing or not a key, a --make-key FILE that
-       exists)
+       exists, a bad hostfile, a flag of another launcher, no ssh, mpirun
+       or srun, --launcher slurm outside an allocation)
   124  --timeout expired; the processes still running were killed
   130/143  the launcher got SIGINT/SIGTERM and stopped the processes
 
 examples:
   python3 tracker/launch.py -s 2 -w 2 -- build/bench/kv/kv_bench --iters 10
+  python3 tracker/launch.py --launcher ssh -H hosts -s 2 -w 4 -- ./prog
+  python3 tracker/launch.py --launcher mpi -H hosts -s 2 -w 4 -- ./prog
+  salloc -n 7 python3 tracker/launch.py --launcher slurm -s 2 -w 4 -- ./prog
   python3 tracker/launch.py --make-key job.key
 """
 
 
 class Child:
-    """One launched process: its role, rank, Popen and output readers."""
+    """One launched process: its role, rank, Popen and output readers.
 
-    def __init__(self, role, rank):
+    host: where it runs when started through ssh (None: this machine).
+    """
+
+    def __init__(self, role, rank, host=None):
         self.role = role
         self.rank = rank  # None for the scheduler.
+        self.host = host
         self.proc = None
         self.readers = []
 
@@ -133,19 +205,44 @@ class Child:
         return self.role if self.rank is None else f"{self.role} {self.rank}"
 
     @property
+    def tag(self):
+        """The prefix of its output lines, without the brackets."""
+        return self.name if self.host is None else f"{self.name} @{self.host}"
+
+    @property
+    def label(self):
+        """How the launcher's messages name it: with its pid or host."""
+        if self.host is None:
+            return f"{self.name} (pid {self.pid})"
+        return f"{self.name} on {self.host}"
+
+    @property
     def pid(self):
         return self.proc.pid
+
+    def describe_exit(self, returncode):
+        if self.host is None:
+            return describe_exit(returncode)
+        if returncode == 255:
+            return "exited with code 255 (or ssh failed)"
+        if 128 < returncode < 128 + signal.NSIG:
+            return (f"{describe_exit(128 - returncode)} (remote exit status "
+                    f"{returncode})")
+        return describe_exit(returncode)
+
+
+def signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 def describe_exit(returncode):
     """'exited with code 3' or 'was killed by signal SIGKILL'."""
     if returncode >= 0:
         return f"exited with code {returncode}"
-    try:
-        sig = signal.Signals(-returncode).name
-    except ValueError:
-        sig = str(-returncode)
-    return f"was killed by signal {sig}"
+    return f"was killed by signal {signal_name(-returncode)}"
 
 
 def plural(n, word):
@@ -266,11 +363,12 @@ class JobKey:
     remove() deletes the directory of a new key; the user's file is kept.
     """
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, parent=None):
+        """parent: where the new key's directory goes (default: $TMPDIR)."""
         self.dir = None
         self.path = path
         if path is None:
-            self.dir = tempfile.mkdtemp(prefix="ps-key-")  # Mode 0700.
+            self.dir = tempfile.mkdtemp(prefix="ps-key-", dir=parent)  # 0700
             try:
                 os.chmod(self.dir, 0o700)
                 self.path = os.path.join(self.dir, "job.key")
@@ -329,6 +427,87 @@ def usage_error(message):
     sys.exit(EXIT_USAGE)
 
 
+def read_hostfile(path):
+    """[(host, slots)] of a hostfile: "HOST" or "HOST slots=N" a line.
+
+    '#' starts a comment; blank lines are skipped. The format is Open MPI's,
+    so one file serves mpirun too. Exits 2 naming the line that is wrong.
+    """
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        usage_error(f"cannot read hostfile '{path}': "
+                    f"{err.strerror or err}")
+    hosts = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        where = f"hostfile '{path}' line {number}"
+        slots = 1
+        for field in fields[1:]:
+            key, sep, value = field.partition("=")
+            if key != "slots" or not sep:
+                usage_error(f"{where}: expected HOST [slots=N], got '{line}'")
+            if not value.isdigit() or int(value) < 1:
+                usage_error(f"{where}: slots must be an integer >= 1, "
+                            f"got '{value}'")
+            slots = int(value)
+        if fields[0].startswith("-"):
+            usage_error(f"{where}: '{fields[0]}' is not a host")
+        hosts.append((fields[0], slots))
+    if not hosts:
+        usage_error(f"hostfile '{path}' names no host")
+    return hosts
+
+
+def place(hosts, num_servers, num_workers):
+    """The host of each server and worker: slot by slot, cyclically.
+
+    The slots are the hostfile's hosts each repeated slots times; servers
+    take the first ones, then workers, starting over when they run out.
+    """
+    slots = [host for host, count in hosts for _ in range(count)]
+    servers = [slots[i % len(slots)] for i in range(num_servers)]
+    workers = [slots[(num_servers + i) % len(slots)]
+               for i in range(num_workers)]
+    return servers, workers
+
+
+def remote_script(env, command, cwd, with_key, grace):
+    """The sh script an ssh session runs for one process.
+
+    With a key, its one line comes first on the session's stdin and goes to
+    a new 0600 file in a private directory (never a command line). The
+    program runs in a new session (its own process group) with stdin from
+    /dev/null; the rest of the session's stdin is watched: when it ends
+    (the launcher closed it, or the launcher or its ssh died), the group
+    gets SIGCONT and SIGTERM, and SIGKILL `grace` seconds later. The
+    script exits with the program's status (128+N for signal N).
+    """
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    program = " ".join(shlex.quote(arg) for arg in command)
+    lines = ["umask 077", "exec 3<&0 </dev/null", "d="]
+    if with_key:
+        lines += [
+            'd=$(mktemp -d "${TMPDIR:-/tmp}/ps-key-XXXXXX") || exit 1',
+            'IFS= read -r k <&3 || { rm -rf "$d"; exit 1; }',
+            'printf "%s\\n" "$k" >"$d/job.key"; k=',
+            'PS_KEY_FILE=$d/job.key; export PS_KEY_FILE']
+    lines += [
+        f"[ -d {shlex.quote(cwd)} ] && cd {shlex.quote(cwd)}",
+        f"env {assignments} setsid {program} 3<&- &",
+        "p=$!",
+        "{ while IFS= read -r l; do :; done; kill -CONT -$p; kill -TERM -$p;"
+        f" sleep {grace:g}; kill -KILL -$p; }} <&3 >/dev/null 2>&1 &",
+        "w=$!",
+        "exec 3<&-",
+        "wait $p 2>/dev/null; r=$?",
+        'kill $w 2>/dev/null; [ -z "$d" ] || rm -rf "$d"; exit $r']
+    return "\n".join(lines)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="launch.py",
@@ -339,12 +518,29 @@ def parse_args(argv):
                         help="number of servers (>= 0); required")
     parser.add_argument("-w", "--num-workers", type=int, metavar="W",
                         help="number of workers (>= 1); required")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="scheduler host, DMLC_PS_ROOT_URI "
-                        "(default: %(default)s)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                        help="how the processes are started (default: "
+                        "%(default)s; see 'launchers' below)")
+    parser.add_argument("-H", "--hostfile", metavar="FILE",
+                        help="ssh (required) and mpi: the hosts, one a line: "
+                        "HOST [slots=N]")
+    parser.add_argument("--scheduler-host", metavar="HOST",
+                        help="ssh: where the scheduler runs, its "
+                        "DMLC_PS_ROOT_URI (default: the hostfile's first "
+                        "host)")
+    parser.add_argument("--launcher-arg", action="append", default=[],
+                        metavar="ARG",
+                        help="ssh, mpi, slurm: an argument for ssh, mpirun "
+                        "or srun, before the command (repeatable; write "
+                        "--launcher-arg=-oPort=2222 for one that starts "
+                        "with '-')")
+    parser.add_argument("--host", default=None,
+                        help="local: the scheduler host, DMLC_PS_ROOT_URI "
+                        "(default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0,
                         help="scheduler port, DMLC_PS_ROOT_PORT (default: a "
-                        "free port on --host, found by binding port 0)")
+                        "port free on this machine a moment before, found "
+                        "by binding port 0)")
     parser.add_argument("--env", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="extra environment for every process "
@@ -413,8 +609,49 @@ def parse_args(argv):
         args.extra_env[key] = value
     if args.key_file is not None:
         check_user_key_file(args.key_file)
+    check_launcher_args(args)
     args.command[0] = resolve_program(args.command[0])
+    if args.launcher != "local":  # Other hosts run it from anywhere.
+        args.command[0] = os.path.abspath(args.command[0])
     return args
+
+
+def check_launcher_args(args):
+    """Exits 2 on a flag the launcher does not take or a missing tool."""
+    launcher = args.launcher
+    if args.host is not None and launcher != "local":
+        usage_error(f"--host is for --launcher local; --launcher {launcher} "
+                    "places the scheduler itself"
+                    + (" (or --scheduler-host)" if launcher == "ssh" else ""))
+    if args.host is None:
+        args.host = "127.0.0.1"
+    if args.hostfile is not None and launcher not in ("ssh", "mpi"):
+        usage_error(f"-H/--hostfile is for --launcher ssh or mpi, not "
+                    f"{launcher}")
+    if args.scheduler_host is not None and launcher != "ssh":
+        usage_error(f"--scheduler-host is for --launcher ssh, not {launcher}")
+    if args.tolerate and launcher in ("mpi", "slurm"):
+        usage_error(f"--tolerate is for --launcher local or ssh: "
+                    f"{'mpirun' if launcher == 'mpi' else 'srun'} stops the "
+                    "job when a process fails")
+    if args.launcher_arg and launcher == "local":
+        usage_error("--launcher-arg is for --launcher ssh, mpi or slurm")
+    args.hosts = None
+    if launcher == "ssh":
+        if args.hostfile is None:
+            usage_error("--launcher ssh needs -H/--hostfile FILE")
+        args.hosts = read_hostfile(args.hostfile)
+        if args.scheduler_host is None:
+            args.scheduler_host = args.hosts[0][0]
+    elif launcher == "mpi" and args.hostfile is not None:
+        args.hosts = read_hostfile(args.hostfile)
+    elif launcher == "slurm" and not os.environ.get("SLURM_JOB_ID"):
+        usage_error("--launcher slurm runs inside a Slurm allocation (salloc "
+                    "or sbatch): SLURM_JOB_ID is not set")
+    tool = {"ssh": "ssh", "mpi": "mpirun", "slurm": "srun"}.get(launcher)
+    if tool is not None and shutil.which(tool) is None:
+        usage_error(f"--launcher {launcher} needs '{tool}', which is not on "
+                    "PATH")
 
 
 def check_user_key_file(path):
@@ -453,8 +690,50 @@ def child_env(args, port, role, rank, key_path):
     return env
 
 
+def job_settings(args, root, port):
+    """What every process of a job on other hosts gets, whatever its role.
+
+    The launcher's DMLC_* and PS_* variables (not those it sets itself, nor
+    DMLC_NODE_HOST, which is per host), OMP_WAIT_POLICY (PASSIVE unless
+    set), the scheduler's address and the job's shape; the --env ones last.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(FORWARDED_PREFIXES) and k not in RESERVED_ENV
+           and k != "DMLC_NODE_HOST"}
+    env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    env.update({
+        "DMLC_PS_ROOT_URI": root,
+        "DMLC_PS_ROOT_PORT": str(port),
+        "DMLC_NUM_SERVER": str(args.num_servers),
+        "DMLC_NUM_WORKER": str(args.num_workers),
+    })
+    env.update(args.extra_env)
+    return env
+
+
+def address(host):
+    """The address part of an ssh destination: "node1" of "user@node1"."""
+    return host.rsplit("@", 1)[-1]
+
+
+def ssh_env(args, port, child):
+    """The environment an ssh session gives one process (no PS_KEY_FILE:
+    the remote script sets it)."""
+    env = job_settings(args, address(args.scheduler_host), port)
+    env["DMLC_ROLE"] = child.role
+    if child.rank is not None:
+        env["PS_RANK"] = str(child.rank)
+    if "DMLC_NODE_HOST" not in env and "DMLC_INTERFACE" not in env:
+        env["DMLC_NODE_HOST"] = address(child.host)  # As the others see it.
+    return env
+
+
 class Job:
-    """Starts the children, watches them, stops them all on the way out."""
+    """Starts the children, watches them, stops them all on the way out.
+
+    local: the processes are the children. ssh: each child is the ssh
+    client of one process's session (see remote_script).
+    """
 
     def __init__(self, args, mux):
         self.args = args
@@ -464,42 +743,79 @@ class Job:
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
         self.tolerated = []  # children whose failure --tolerate let pass
-        # (declared name, reason, reporting child) in the order read.
+        # (declared name, reason, reporter's name) in the order read.
         self._reports = []
         self._reports_lock = threading.Lock()
         self._reported = threading.Event()
 
-    def start(self, port):
-        plan = [("scheduler", None)]
-        plan += [("server", i) for i in range(self.args.num_servers)]
-        plan += [("worker", i) for i in range(self.args.num_workers)]
-        for role, rank in plan:
-            child = Child(role, rank)
+    @property
+    def total(self):
+        """How many processes the job has."""
+        return 1 + self.args.num_servers + self.args.num_workers
+
+    def plan(self):
+        if self.args.launcher == "ssh":
+            servers, workers = place(self.args.hosts, self.args.num_servers,
+                                     self.args.num_workers)
+            return ([Child("scheduler", None, self.args.scheduler_host)]
+                    + [Child("server", i, h) for i, h in enumerate(servers)]
+                    + [Child("worker", i, h) for i, h in enumerate(workers)])
+        return ([Child("scheduler", None)]
+                + [Child("server", i) for i in range(self.args.num_servers)]
+                + [Child("worker", i) for i in range(self.args.num_workers)])
+
+    def popen(self, child, port):
+        """Starts child: a local process, or an ssh session for a remote."""
+        if child.host is None:
+            return subprocess.Popen(
+                self.args.command, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=child_env(self.args, port, child.role, child.rank,
+                              self.key_path),
+                start_new_session=True)
+        script = remote_script(ssh_env(self.args, port, child),
+                               self.args.command, os.getcwd(),
+                               self.key_path is not None, self.args.grace)
+        argv = ["ssh", "-T", "-o", "BatchMode=yes", *self.args.launcher_arg,
+                child.host, "exec /bin/sh -c " + shlex.quote(script)]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                start_new_session=True)
+        if self.key_path is not None:  # Its one line, through the session.
+            with open(self.key_path, "rb") as f:
+                line = f.readline().rstrip(b"\n")
             try:
-                child.proc = subprocess.Popen(
-                    self.args.command, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    env=child_env(self.args, port, role, rank,
-                                  self.key_path),
-                    start_new_session=True)
+                proc.stdin.write(line + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                pass  # ssh failed already; its exit says why.
+        return proc
+
+    def start(self, port):
+        for child in self.plan():
+            try:
+                child.proc = self.popen(child, port)
             except OSError as err:
                 self.mux.say(f"cannot start {child.name}: {err}")
                 self.stop(self.children)
                 return False
             self.children.append(child)
-            prefix = f"[{child.name}] "
-
-            def watch(line, reporter=child):
-                self._watch(reporter, line)
-            child.readers = [
-                self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,
-                                      watch),
-                self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
-                                      watch),
-            ]
-            threading.Thread(target=self._reap, args=(child,),
-                             daemon=True).start()
+            self.read_output(child, f"[{child.tag}] ")
         return True
+
+    def read_output(self, child, prefix):
+        """Copies child's output with prefix; reaps it into self.exits."""
+        def watch(line, reporter=child.name):
+            self._watch(reporter, line)
+        child.readers = [
+            self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,
+                                  watch),
+            self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
+                                  watch),
+        ]
+        threading.Thread(target=self._reap, args=(child,),
+                         daemon=True).start()
 
     def _reap(self, child):
         self.exits.put((child, child.proc.wait()))
@@ -517,7 +833,7 @@ class Job:
         self._reported.set()
 
     def first_report(self):
-        """(declared name, reason, reporting child) read first, or None."""
+        """(declared name, reason, reporter's name) read first, or None."""
         with self._reports_lock:
             return self._reports[0] if self._reports else None
 
@@ -548,9 +864,9 @@ class Job:
             remaining -= 1
             if returncode != 0 and child.role in self.args.tolerate:
                 # The job survives it (e.g. a server with PS_REPLICAS=1).
-                self.mux.say(f"{child.name} (pid {child.pid}) "
-                             f"{describe_exit(returncode)}; the job goes on "
-                             f"(--tolerate {child.role})")
+                self.mux.say(f"{child.label} "
+                             f"{child.describe_exit(returncode)}; the job "
+                             f"goes on (--tolerate {child.role})")
                 self.tolerated.append(child)
                 continue
             if returncode != 0:
@@ -565,7 +881,9 @@ class Job:
         """SIGTERM each group, SIGKILL after the grace; reaps the leaders.
 
         SIGCONT first: a stopped (SIGSTOP) process would not act on SIGTERM.
+        ssh sessions are first told to stop their remote processes.
         """
+        self._hang_up([c for c in children if c.host is not None])
         self._signal_groups(children, signal.SIGCONT)
         self._signal_groups(children, signal.SIGTERM)
         end = time.monotonic() + self.args.grace
@@ -578,6 +896,21 @@ class Job:
         self._signal_groups(children, signal.SIGKILL)
         for child in children:
             child.proc.wait()
+
+    def _hang_up(self, children):
+        """Ends the stdin of ssh sessions: the remote side then stops its
+        process group (remote_script); waits for the sessions to end."""
+        for child in children:
+            try:
+                child.proc.stdin.close()
+            except OSError:
+                pass
+        end = time.monotonic() + self.args.grace + REMOTE_STOP_SLACK
+        for child in children:
+            try:
+                child.proc.wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
 
     @staticmethod
     def _signal_groups(children, signum):
@@ -592,30 +925,162 @@ class Job:
             for reader in child.readers:
                 reader.join(timeout=1.0)
 
+    def describe_failure(self, failed, returncode, running):
+        """The cause of a failed job: who was declared dead, else who failed.
 
-def describe_failure(job, failed, returncode, running):
-    """The cause of a failed job: who was declared dead, else who failed.
+        running: the processes that were still running when it was decided.
+        """
+        parts = []
+        named = [failed]
+        report = self.first_report()
+        if report is not None:
+            name, reason, reporter = report
+            dead = next((c for c in self.children if c.name == name), None)
+            who = name if dead is None else dead.label
+            parts.append(f"{who} was declared dead by {reporter}: {reason}")
+            named.append(dead)
+        if report is not None and named[1] is failed:
+            parts.append(f"it {failed.describe_exit(returncode)}")
+        else:
+            parts.append(f"{failed.label} {failed.describe_exit(returncode)}")
+        others = [c for c in running if c not in named]
+        parts.append(f"stopped the other {plural(len(others), 'process')}"
+                     if others else "no other process was running")
+        return "; ".join(parts)
 
-    running: the processes that were still running when it was decided.
+    def describe_running(self, running):
+        return ", ".join(c.label for c in running) or "none"
+
+
+class ToolJob(Job):
+    """mpi and slurm: one mpirun or srun starts every process, each through
+    "launch.py --as-rank" (as_rank), whose output comes tagged already."""
+
+    def __init__(self, args, mux):
+        super().__init__(args, mux)
+        self.tool = "mpirun" if args.launcher == "mpi" else "srun"
+        # (name, host, how) of the processes that failed, in the order read.
+        self._rank_exits = []
+
+    def start(self, port):
+        argv, env = tool_command(self.args, port, self.key_path)
+        child = Child(self.tool, None)
+        try:
+            child.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env, start_new_session=True)
+        except OSError as err:
+            self.mux.say(f"cannot start {self.tool}: {err}")
+            return False
+        self.children.append(child)
+        self.read_output(child, "")
+        return True
+
+    def _watch(self, reporter, line):
+        tag = RANK_TAG.match(line)
+        if tag is not None:
+            reporter = tag.group(1).decode()
+        match = RANK_EXIT.search(line.rstrip(b"\r\n"))
+        if match is not None:
+            with self._reports_lock:
+                self._rank_exits.append(
+                    tuple(g.decode(errors="replace") for g in match.groups()))
+            return
+        super()._watch(reporter, line)
+
+    def describe_failure(self, failed, returncode, running):
+        """Who was declared dead, or failed first; what mpirun/srun did."""
+        parts = []
+        report = self.first_report()
+        if report is not None:
+            name, reason, reporter = report
+            parts.append(f"{name} was declared dead by {reporter}: {reason}")
+        with self._reports_lock:
+            first_exit = self._rank_exits[0] if self._rank_exits else None
+        if first_exit is not None:
+            name, host, how = first_exit
+            if report is not None and report[0] == name:
+                parts.append(f"it {how} on {host}")
+            else:
+                parts.append(f"{name} on {host} {how}")
+            parts.append(f"{self.tool} stopped the rest and "
+                         f"{describe_exit(returncode)}")
+        else:
+            parts.append(f"{failed.label} {describe_exit(returncode)}")
+        return "; ".join(parts)
+
+    def describe_running(self, running):
+        return ", ".join(f"{c.label} and the processes it started"
+                         for c in running) or "none"
+
+
+def is_loopback(host):
+    return host == "localhost" or host.startswith("127.")
+
+
+def slurm_nodes():
+    """The allocation's node names and {name: address}, from scontrol."""
+    def scontrol(*argv):
+        try:
+            return subprocess.run(["scontrol", *argv], capture_output=True,
+                                  text=True, check=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as err:
+            usage_error(f"--launcher slurm: scontrol {' '.join(argv)} "
+                        f"failed: {getattr(err, 'stderr', '') or err}")
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        usage_error("--launcher slurm: SLURM_JOB_NODELIST is not set")
+    names = scontrol("show", "hostnames", nodelist).split()
+    addrs = {}
+    for line in scontrol("show", "node", "-o", nodelist).splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields:
+            addrs[fields["NodeName"]] = fields.get("NodeAddr",
+                                                   fields["NodeName"])
+    if not names:
+        usage_error(f"--launcher slurm: no node in SLURM_JOB_NODELIST="
+                    f"{nodelist}")
+    return names, {n: addrs.get(n, n) for n in names}
+
+
+def tool_command(args, port, key_path):
+    """(argv, env) of the mpirun or srun that starts every process.
+
+    Each process runs "launch.py --as-rank -- PROGRAM ARGS", which takes
+    its role from its rank. The settings travel in the environment: named
+    by mpirun's -x (the values never on a command line); srun exports the
+    whole environment.
     """
-    parts = []
-    named = [failed]
-    report = job.first_report()
-    if report is not None:
-        name, reason, reporter = report
-        dead = next((c for c in job.children if c.name == name), None)
-        who = name if dead is None else f"{name} (pid {dead.pid})"
-        parts.append(f"{who} was declared dead by {reporter.name}: {reason}")
-        named.append(dead)
-    if report is not None and named[1] is failed:
-        parts.append(f"it {describe_exit(returncode)}")
-    else:
-        parts.append(f"{failed.name} (pid {failed.pid}) "
-                     f"{describe_exit(returncode)}")
-    others = [c for c in running if c not in named]
-    parts.append(f"stopped the other {plural(len(others), 'process')}"
-                 if others else "no other process was running")
-    return "; ".join(parts)
+    shim = [sys.executable, os.path.abspath(__file__), "--as-rank", "--",
+            *args.command]
+    env = dict(os.environ)
+    for name in RESERVED_ENV + ("DMLC_NODE_HOST",):
+        env.pop(name, None)
+    count = str(1 + args.num_servers + args.num_workers)
+    if args.launcher == "mpi":
+        root = args.hosts[0][0] if args.hosts else "127.0.0.1"
+        settings = job_settings(args, root, port)
+        if key_path is not None:
+            settings["PS_KEY_FILE"] = key_path
+        env.update(settings)
+        argv = ["mpirun", "-n", count]
+        if args.hostfile is not None:
+            argv += ["--hostfile", args.hostfile]
+        argv += args.launcher_arg
+        for name in sorted(settings):
+            argv += ["-x", name]
+        return argv + shim, env
+    names, addrs = slurm_nodes()
+    settings = job_settings(args, addrs[names[0]], port)
+    if key_path is not None:
+        settings["PS_KEY_FILE"] = key_path
+    settings["PS_LAUNCH_SCHEDULER_NODE"] = names[0]
+    settings["PS_LAUNCH_NODE_ADDRS"] = ",".join(f"{n}={addrs[n]}"
+                                                for n in names)
+    env.update(settings)
+    argv = ["srun", "-n", count, "--kill-on-bad-exit=1", "--export=ALL",
+            *args.launcher_arg]
+    return argv + shim, env
 
 
 def run(args):
@@ -624,7 +1089,7 @@ def run(args):
         port = args.port or free_port(args.host)
     except OSError as err:
         usage_error(f"cannot bind a port on --host {args.host}: {err}")
-    job = Job(args, mux)
+    job = (ToolJob if args.launcher in ("mpi", "slurm") else Job)(args, mux)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, job.on_signal)
     if args.insecure:
@@ -633,8 +1098,11 @@ def run(args):
     if args.key_file is not None:
         job.key_path = os.path.abspath(args.key_file)
         return run_job(args, job, port)
+    # mpi, slurm: the processes on other hosts read the key file by its
+    # path, so it goes where the hosts share files: the working directory.
+    shared = args.launcher in ("mpi", "slurm")
     try:
-        key = JobKey()
+        key = JobKey(parent=os.getcwd() if shared else None)
     except OSError as err:
         mux.say(f"cannot write the job's key file: {err}")
         return EXIT_FAILED
@@ -656,22 +1124,21 @@ def run_job(args, job, port):
     if outcome != "done":
         job.stop(job.children)
     job.drain_output()
-    total = len(job.children)
     if outcome == "done":
         elapsed = time.monotonic() - start
         if job.tolerated:
             lost = ", ".join(c.name for c in job.tolerated)
-            mux.say(f"{plural(total - len(job.tolerated), 'process')} exited "
-                    f"0 in {elapsed:.1f} s; the job survived the loss of "
-                    f"{lost} (--tolerate)")
+            mux.say(f"{plural(job.total - len(job.tolerated), 'process')} "
+                    f"exited 0 in {elapsed:.1f} s; the job survived the loss "
+                    f"of {lost} (--tolerate)")
         else:
-            mux.say(f"all {plural(total, 'process')} exited 0 in "
+            mux.say(f"all {plural(job.total, 'process')} exited 0 in "
                     f"{elapsed:.1f} s")
         return EXIT_OK
     if outcome == "failed":
-        mux.say(describe_failure(job, failed, returncode, others))
+        mux.say(job.describe_failure(failed, returncode, others))
         return EXIT_FAILED
-    names = ", ".join(f"{c.name} (pid {c.pid})" for c in others) or "none"
+    names = job.describe_running(others)
     if outcome == "timeout":
         mux.say(f"timeout after {args.timeout:g} s; killed "
                 f"{len(others)} still running: {names}")
@@ -681,8 +1148,129 @@ def run_job(args, job, port):
     return 128 + job.signal_received
 
 
+def as_rank(argv):
+    """launch.py --as-rank -- PROGRAM ARGS: one process of an mpi or slurm
+    job, started by mpirun or srun.
+
+    Its role comes from its rank (OMPI_COMM_WORLD_RANK or SLURM_PROCID):
+    0 the scheduler, 1..S the servers, S+1..S+W the workers. It runs
+    PROGRAM with DMLC_ROLE, PS_RANK and DMLC_NODE_HOST set, tags each of
+    its output lines "[worker 0 @host] ", passes on the signals it gets,
+    says on stderr how the program failed, and exits as the program did.
+    """
+    def fail(message):
+        print(f"launch --as-rank: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        return fail("missing PROGRAM after --")
+    for rank_var, size_var in (
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_var in os.environ:
+            break
+    else:
+        return fail("neither OMPI_COMM_WORLD_RANK (mpirun) nor SLURM_PROCID "
+                    "(srun) is set: --as-rank is what --launcher mpi or slurm "
+                    "runs")
+    numbers = {}
+    for var in (rank_var, size_var, "DMLC_NUM_SERVER", "DMLC_NUM_WORKER"):
+        value = os.environ.get(var, "")
+        if not value.isdigit():
+            return fail(f"{var}='{value}' is not a non-negative integer")
+        numbers[var] = int(value)
+    rank, size = numbers[rank_var], numbers[size_var]
+    servers, workers = numbers["DMLC_NUM_SERVER"], numbers["DMLC_NUM_WORKER"]
+    if size != 1 + servers + workers:
+        return fail(f"{size_var}={size}, but the job has 1 + {servers} + "
+                    f"{workers} = {1 + servers + workers} processes")
+    env = dict(os.environ)
+    env.pop("PS_RANK", None)
+    if rank == 0:
+        role, name = "scheduler", "scheduler"
+    elif rank <= servers:
+        role, name = "server", f"server {rank - 1}"
+        env["PS_RANK"] = str(rank - 1)
+    else:
+        role, name = "worker", f"worker {rank - 1 - servers}"
+        env["PS_RANK"] = str(rank - 1 - servers)
+    env["DMLC_ROLE"] = role
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    expected = os.environ.get("PS_LAUNCH_SCHEDULER_NODE")
+    if role == "scheduler" and expected and expected != host:
+        return fail(f"the scheduler (rank 0) runs on {host}, not on "
+                    f"{expected} where the others look for it")
+    key = os.environ.get("PS_KEY_FILE")
+    if key is not None and not os.access(key, os.R_OK):
+        return fail(f"{name} cannot read PS_KEY_FILE '{key}' on {host}: with "
+                    "--launcher mpi or slurm the key file must be on a "
+                    "filesystem every host shares")
+    if "DMLC_NODE_HOST" not in env and "DMLC_INTERFACE" not in env:
+        env["DMLC_NODE_HOST"] = node_address(role, host, env)
+    return run_rank(argv, env, name, host)
+
+
+def node_address(role, host, env):
+    """The address the other processes reach this one at."""
+    root = env.get("DMLC_PS_ROOT_URI", "127.0.0.1")
+    if role == "scheduler":
+        return root
+    addrs = dict(item.split("=", 1)
+                 for item in env.get("PS_LAUNCH_NODE_ADDRS", "").split(",")
+                 if "=" in item)
+    if host in addrs:
+        return addrs[host]
+    return "127.0.0.1" if is_loopback(root) else host
+
+
+def run_rank(argv, env, name, host):
+    """Runs the program of one rank; see as_rank."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def die_with_us():  # PR_SET_PDEATHSIG: SIGKILL when the shim dies.
+        libc.prctl(1, signal.SIGKILL)
+    try:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                preexec_fn=die_with_us)
+    except OSError as err:
+        print(f"launch --as-rank: cannot start {name} on {host}: {err}",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                   signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, forward)
+    mux = OutputMux()
+    prefix = f"[{name} @{host}] "
+    readers = [mux.start_reader(proc.stdout, prefix, sys.stdout),
+               mux.start_reader(proc.stderr, prefix, sys.stderr)]
+    returncode = proc.wait()
+    for reader in readers:
+        reader.join()
+    if returncode == 0:
+        return EXIT_OK
+    mux.say(f"{name} (pid {proc.pid}) on {host} {describe_exit(returncode)}")
+    if returncode > 0:
+        return returncode
+    try:  # Die as the program did (SIGKILL has no handler to reset).
+        signal.signal(-returncode, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), -returncode)
+    return 128 - returncode
+
+
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--as-rank"]:
+        return as_rank(argv[1:])
+    args = parse_args(argv)
     if args.make_key is not None:
         return make_key(args.make_key)
     return run(args)
