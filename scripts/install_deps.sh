@@ -34,9 +34,12 @@ fi
 # --- launchers (tracker/launch.py --launcher ssh|mpi|slurm) and their tests:
 # tests/tracker/test_launchers_*.py start a real sshd in a network namespace
 # (iproute2 brings its loopback up), mpirun, and a one-node Slurm with munge;
-# no systemd needed.
-packages+=(openssh-server openssh-client iproute2 openmpi-bin
-           slurmctld slurmd slurm-client munge)
+# no systemd needed. Only with PS_CLUSTER_DEPS=1 (scripts/test.sh sets it):
+# a job on one machine needs none of them.
+if [ "${PS_CLUSTER_DEPS:-0}" = 1 ]; then
+  packages+=(openssh-server openssh-client iproute2 openmpi-bin
+             slurmctld slurmd slurm-client munge)
+fi
 # --- end launchers
 
 missing=()

@@ -18,7 +18,7 @@ phase_done() {
   phase_start=$SECONDS
 }
 
-PS_PYTHON_DEPS=1 bash scripts/install_deps.sh
+PS_PYTHON_DEPS=1 PS_CLUSTER_DEPS=1 bash scripts/install_deps.sh
 bash scripts/fetch_mnist.sh data/mnist
 phase_done "dependencies and MNIST"
 
