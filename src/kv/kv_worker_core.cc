@@ -138,9 +138,9 @@ class KVWorkerCore::Impl {
   // when the sink or the answer does not allow it.
   bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
-  // Keeps a copy of `msg` (request ts for server `slot`'s keys) until it
-  // is answered.
-  void KeepForResend(int ts, int slot, const Message& msg) EXCLUDES(resend_mu_);
+  // Sends `msg` (request ts for server `slot`'s keys) and keeps it until
+  // it is answered.
+  Status SendAndKeep(int ts, int slot, Message&& msg) EXCLUDES(resend_mu_);
   // Replication: the node that serves server `slot`'s keys (its replica,
   // once it died), and the switch to the replica.
   int RouteOf(int slot) EXCLUDES(mu_);
@@ -175,11 +175,12 @@ class KVWorkerCore::Impl {
   Mutex resend_mu_;
   // By (timestamp, server id).
   std::map<std::pair<int, int>, Unanswered> unanswered_ GUARDED_BY(resend_mu_);
-  // The last kAnsweredKept (timestamp, server) answered, oldest first: a
-  // later answer to one of them is a duplicate, not a stranger's.
+  // The last kAnsweredKept (timestamp, server) answered, a ring: a later
+  // answer to one of them is a duplicate, not a stranger's (searched only
+  // for an answer no request awaits).
   static constexpr size_t kAnsweredKept = 4096;
-  std::deque<std::pair<int, int>> answered_order_ GUARDED_BY(resend_mu_);
-  std::set<std::pair<int, int>> answered_ GUARDED_BY(resend_mu_);
+  std::vector<std::pair<int, int>> answered_ GUARDED_BY(resend_mu_);
+  size_t answered_next_ GUARDED_BY(resend_mu_) = 0;
 };
 
 int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
@@ -350,17 +351,20 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       *m.mutable_reply_into() = into;  // the van drops it for remote servers
     }
-    if (resend_ms_ > 0)
-      KeepForResend(ts, slot, msg);  // the answer may come first
-    Status st = post_->Send(&msg);
+    Status st = resend_ms_ > 0 ? SendAndKeep(ts, slot, std::move(msg))
+                               : post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(slot, st);
   }
 }
 
-void KVWorkerCore::Impl::KeepForResend(int ts, int slot, const Message& msg) {
+Status KVWorkerCore::Impl::SendAndKeep(int ts, int slot, Message&& msg) {
   auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+  // Kept before it leaves (the answer may come first), and sent from where
+  // it is kept: no copy.
   MutexLock lock(&resend_mu_);
-  unanswered_[{ts, slot}] = Unanswered{msg, due, 1};
+  Unanswered& u = unanswered_[{ts, slot}];
+  u = Unanswered{std::move(msg), due, 1};
+  return post_->Send(&u.msg);
 }
 
 int KVWorkerCore::Impl::RouteOf(int slot) {
@@ -403,6 +407,7 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
   // message on a slow link is not sent again and again while it travels.
   constexpr int kMaxBackoff = 16;
   std::vector<Message> due;
+  std::vector<int> slots;  // whose keys each asks for
   {
     MutexLock lock(&resend_mu_);
     for (auto it = unanswered_.begin(); it != unanswered_.end();) {
@@ -414,6 +419,7 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
       }
       if (now >= u.due) {
         due.push_back(u.msg);
+        slots.push_back(server);
         int backoff = std::min(kMaxBackoff, 1 << std::min(u.sends, 4));
         u.due = now + std::chrono::milliseconds(int64_t{resend_ms_} * backoff);
         ++u.sends;
@@ -421,7 +427,14 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
       ++it;
     }
   }
-  for (Message& msg : due) {
+  for (size_t i = 0; i < due.size(); ++i) {
+    Message& msg = due[i];
+    // To whoever serves those keys now (a replica, after a failover).
+    const int to = RouteOf(slots[i]);
+    if (to != slots[i]) {
+      msg.meta.set_recver(to);
+      msg.meta.set_shard(IdToRank(slots[i]));
+    }
     post_->CountResent();
     if (post_->config().verbose >= 1) {
       LOG(INFO) << "resending " << DebugString(msg);
@@ -438,12 +451,16 @@ KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
   MutexLock lock(&resend_mu_);
   std::pair<int, int> key{ts, server};
   if (unanswered_.erase(key) == 0) {
-    return answered_.count(key) > 0 ? Answer::kDuplicate : Answer::kUnknown;
+    return std::find(answered_.begin(), answered_.end(), key) !=
+                   answered_.end()
+               ? Answer::kDuplicate
+               : Answer::kUnknown;
   }
-  if (answered_.insert(key).second) answered_order_.push_back(key);
-  if (answered_order_.size() > kAnsweredKept) {
-    answered_.erase(answered_order_.front());
-    answered_order_.pop_front();
+  if (answered_.size() < kAnsweredKept) {
+    answered_.push_back(key);
+  } else {
+    answered_[answered_next_] = key;
+    answered_next_ = (answered_next_ + 1) % kAnsweredKept;
   }
   return Answer::kAwaited;
 }
