@@ -66,7 +66,8 @@ class SliceUpdater {
 int RunServer(const TrainOptions& options) {
   const int rank = ps::MyRank();
   const ps::DenseLayout layout = ModelLayout(options);
-  auto placement = ModelPlacement(layout, ps::NumServers());
+  auto placement =
+      ModelPlacement(layout, ps::NumServers(), options.placement);
   if (!placement.ok()) Die(placement.status().ToString());
   ps::Key begin, end;
   ServerKeys(*placement, layout, rank, &begin, &end);
