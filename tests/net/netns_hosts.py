@@ -294,6 +294,26 @@ def remove_set(tag):
         pass
 
 
+def remove_stale():
+    """Removes every set of PREFIX whose creating process has exited (a run
+    killed before its cleanup); returns their tags."""
+    tags = {n.rsplit("-", 1)[0] for n in list_namespaces()
+            if re.fullmatch(PREFIX + r"\d+-(br|h\d+)", n)}
+    stale = sorted(t for t in tags
+                   if not os.path.exists(f"/proc/{t[len(PREFIX):]}"))
+    for tag in stale:
+        remove_set(tag)
+    return stale
+
+
+def exit_on_sigterm():
+    """SIGTERM (a test runner's timeout) raises SystemExit, so that `with`
+    blocks and atexit still remove the hosts. For a program's main."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def list_namespaces():
     return [line.split()[0] for line in
             _sh("ip", "netns", "list", check=False).splitlines() if line]
@@ -373,11 +393,15 @@ class HostJob(launch.Job):
         launch.py's exit codes and last line."""
         try:
             self.start(self.root_port)
-            deadline = time.monotonic() + timeout
-            return self.finish(deadline)
+            return self.finish(time.monotonic() + timeout)
         finally:
-            if self._key is not None:
-                self._key.remove()
+            self.close()
+
+    def close(self):
+        """Stops what still runs; removes the job's key. Idempotent."""
+        self.stop(self.running())
+        if self._key is not None:
+            self._key.remove()
 
     def finish(self, deadline):
         """Waits for a started job until the deadline; (rc, message)."""
@@ -461,12 +485,8 @@ def main(argv=None):
     elif args.tag:
         remove_set(args.tag)
     else:
-        tags = {n.rsplit("-", 1)[0] for n in list_namespaces()
-                if re.fullmatch(PREFIX + r"\d+-(br|h\d+)", n)}
-        for tag in sorted(tags):
-            if not os.path.exists(f"/proc/{tag[len(PREFIX):]}"):
-                remove_set(tag)
-                print(f"removed {tag}")
+        for tag in remove_stale():
+            print(f"removed {tag}")
     return 0
 
 
