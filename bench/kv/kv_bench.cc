@@ -155,8 +155,8 @@ std::vector<Cell> MakeCells() {
           MakeCell(floats, "tensor", TensorLens(floats), cells.size()));
     }
     if (chunk) {
-      cells.push_back(MakeCell(floats, "chunk",
-                               ChunkLens(floats, FLAGS_chunk), cells.size()));
+      cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),
+                               cells.size()));
     }
   }
   for (size_t floats : ParseSizes(FLAGS_shm_sizes, "--shm_sizes")) {

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -51,7 +52,8 @@ c.close(); print(n / (time.monotonic() - t))
 
 def raw_rate(hosts, seconds=3.0):
     """Bytes/s of one TCP stream from h1 to h2 (Python, 1 MiB sends)."""
-    receiver = hosts.popen(2, [sys.executable, "-c", RAW_RECEIVER])
+    receiver = hosts.popen(2, [sys.executable, "-c", RAW_RECEIVER],
+                           stdout=subprocess.DEVNULL)
     try:
         for _ in range(50):  # Until it listens.
             r = hosts.run(1, [sys.executable, "-c", RAW_SENDER,

@@ -32,7 +32,8 @@ ps::StatusOr<ps::Placement> ModelPlacement(const ps::DenseLayout& layout,
   size_t tensor = 0;  // of the last group's first float
   for (size_t k = 0; k < layout.num_keys(); ++k) {
     const size_t first = layout.offset(k);
-    bool new_group = keys.empty() || kind == TrainOptions::PlacementKind::kBytes;
+    bool new_group =
+        keys.empty() || kind == TrainOptions::PlacementKind::kBytes;
     while (tensor + 1 < tensors.size() && tensors[tensor + 1].offset <= first) {
       ++tensor;
       new_group = true;
@@ -42,6 +43,12 @@ ps::StatusOr<ps::Placement> ModelPlacement(const ps::DenseLayout& layout,
       bytes.push_back(0);
     }
     bytes.back() += layout.length(k) * sizeof(float);
+  }
+  if (kind == TrainOptions::PlacementKind::kTensor) {
+    // An empty key past the model's: servers that no tensor fills own
+    // [num_keys, num_keys) rather than the last tensor's tail.
+    keys.push_back(layout.num_keys());
+    bytes.push_back(0);
   }
   return ps::Placement::ByBytes(keys, bytes, num_servers);
 }

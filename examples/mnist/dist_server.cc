@@ -1,6 +1,7 @@
 // The server role of mnist_dist: one DenseShard holding this server's slice
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -66,12 +67,11 @@ class SliceUpdater {
 int RunServer(const TrainOptions& options) {
   const int rank = ps::MyRank();
   const ps::DenseLayout layout = ModelLayout(options);
-  auto placement =
-      ModelPlacement(layout, ps::NumServers(), options.placement);
+  auto placement = ModelPlacement(layout, ps::NumServers(), options.placement);
   if (!placement.ok()) Die(placement.status().ToString());
   ps::Key begin, end;
   ServerKeys(*placement, layout, rank, &begin, &end);
-  const size_t lo = layout.offset(begin);
+  const size_t lo = std::min(layout.offset(begin), layout.total);
   const size_t hi =
       begin == end ? lo : layout.offset(end - 1) + layout.length(end - 1);
 
@@ -108,8 +108,9 @@ int RunServer(const TrainOptions& options) {
                        });
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
   // the shard give up (failure()); a live one always sends done, so this
-  // wait ends.
-  while (!shard.WaitAllDone(std::chrono::seconds(60))) {
+  // wait ends. A server without keys (more servers than whole tensors, with
+  // --placement tensor) hears from no worker and does not wait.
+  while (begin < end && !shard.WaitAllDone(std::chrono::seconds(60))) {
     if (!shard.failure().ok()) {
       LOG(ERROR) << "server " << rank << ": " << shard.failure();
       return 1;
