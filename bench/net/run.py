@@ -10,8 +10,8 @@ scaling.svg (samples/s against S) and results.json to --out.
 
 Per-server bytes are what the server's host sent plus received on its link
 (the link counters, so every header, ack and retransmit is counted) over
-the whole job, divided by the job's steps. Needs root and iproute2.
-Measures and prints; never asserts.
+the whole job, divided by the job's steps. Needs root and iproute2 (exits
+77, saying why, without them). Measures and prints; never asserts.
 """
 
 import argparse
@@ -27,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "net"))
 import netns_hosts  # noqa: E402
+
+EXIT_SKIPPED = 77  # What ctest's SKIP_RETURN_CODE expects.
 
 RAW_RECEIVER = """
 import socket, sys
@@ -140,14 +142,33 @@ def dense_case(hosts, args, servers, workers, layout, log):
                                       for s in sorted(moved)]}
 
 
+def fmt(x):
+    """Three significant figures or so: 208, 12.5, 1.23."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def median_run(runs):
+    """The run of median rate (the lower middle one), with every rate."""
+    r = dict(sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2])
+    r["rates"] = [x["rate"] for x in runs]
+    return r
+
+
 def table(results, model):
     rows = [r for r in results if r["model"] == model]
     if not rows:
         return ""
-    base = {(r["W"], r["placement"]): r["rate"] for r in rows if r["S"] == 1}
-    out = [f"{model}: {rows[0]['unit']}; per-server MB per step "
-           f"(sent + received on its link; share of the servers' total)",
-           "| W | S | placement | rate | vs S=1 | per-server MB/step "
+    # S=1 is the same job under either placement: its baseline pools both.
+    pooled = {}
+    for r in rows:
+        if r["S"] == 1:
+            pooled.setdefault(r["W"], []).extend(r.get("rates", [r["rate"]]))
+    base = {w: sorted(v)[(len(v) - 1) // 2] for w, v in pooled.items()}
+    out = [f"{model}: {rows[0]['unit']} (median of the runs listed); "
+           f"vs S=1: over the median of all S=1 runs of that W; per-server "
+           f"MB per step (sent + received on its link; share of the "
+           f"servers' total)",
+           "| W | S | placement | rate (runs) | vs S=1 | per-server MB/step "
            "(share) | max share / (1/S) |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -155,58 +176,64 @@ def table(results, model):
         total = sum(per) or 1
         shares = " ".join(f"{b / 1e6:.2f} ({b / total:.0%})" for b in per)
         worst = max(per) / total * r["S"]
-        speedup = r["rate"] / base[(r["W"], r["placement"])]
+        speedup = r["rate"] / base[r["W"]]
+        runs = ", ".join(fmt(x) for x in r.get("rates", [r["rate"]]))
         out.append(f"| {r['W']} | {r['S']} | {r['placement']} | "
-                   f"{r['rate']:.1f} | {speedup:.2f}x | {shares} | "
+                   f"{fmt(r['rate'])} ({runs}) | {speedup:.2f}x | {shares} | "
                    f"{worst:.2f} |")
     return "\n".join(out)
 
 
-def svg(results, path):
-    """samples/s (or steps/s) against S, one line per model, W, placement;
-    each model's rates relative to its S=1 so both fit one axis."""
+def svg(rows, path):
+    """One model's rate against S: a line per W and placement (dashed:
+    tensor), the y axis in the model's unit from 0."""
     series = {}
-    for r in results:
-        series.setdefault((r["model"], r["W"], r["placement"]), []).append(r)
-    width, height, pad = 640, 400, 60
-    max_s = max(r["S"] for r in results)
-    max_y = max(max(p["rate"] / v[0]["rate"] for p in v)
-                for v in series.values())
-    max_y = max(4.0, math.ceil(max_y))
+    for r in rows:
+        series.setdefault((r["W"], r["placement"]), []).append(r)
+    width, height, pad, legend = 760, 400, 60, 220
+    max_s = max(r["S"] for r in rows)
+    top = max(r["rate"] for r in rows)
+    step = 10 ** math.floor(math.log10(top))
+    step *= 1 if top / step > 5 else 0.5 if top / step > 2 else 0.2
+    max_y = step * math.ceil(top / step)
+    plot_w = width - 2 * pad - legend
 
     def xy(s, y):
-        return (pad + (s - 1) / max(1, max_s - 1) * (width - 2 * pad),
+        return (pad + (s - 1) / max(1, max_s - 1) * plot_w,
                 height - pad - y / max_y * (height - 2 * pad))
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-              "#8c564b", "#e377c2", "#7f7f7f"]
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
              f'height="{height}" font-family="sans-serif" font-size="12">',
              '<rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{width / 2}" y="20" text-anchor="middle">rate '
-             f'relative to S=1 against servers S (each on its own host)'
-             f'</text>']
-    for y in range(0, int(max_y) + 1):
+             f'<text x="{pad + plot_w / 2}" y="24" text-anchor="middle">'
+             f'{rows[0]["model"]}: {rows[0]["unit"]} against servers S '
+             f'(each node on its own host)</text>']
+    y = 0.0
+    while y <= max_y + 1e-9:
         x0, y0 = xy(1, y)
         x1, _ = xy(max_s, y)
-        parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" '
-                     f'stroke="#ddd"/><text x="{x0 - 8}" y="{y0 + 4}" '
-                     f'text-anchor="end">{y}x</text>')
-    for s in sorted({r["S"] for r in results}):
-        x, y = xy(s, 0)
-        parts.append(f'<text x="{x}" y="{y + 18}" text-anchor="middle">'
-                     f'S={s}</text>')
-    for i, ((model, w, placement), rows) in enumerate(sorted(series.items())):
-        color = colors[i % len(colors)]
+        parts.append(f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" '
+                     f'y2="{y0:.1f}" stroke="#ddd"/><text x="{x0 - 8:.1f}" '
+                     f'y="{y0 + 4:.1f}" text-anchor="end">{y:g}</text>')
+        y += step
+    for s in sorted({r["S"] for r in rows}):
+        x, y0 = xy(s, 0)
+        parts.append(f'<text x="{x:.1f}" y="{y0 + 18:.1f}" '
+                     f'text-anchor="middle">S={s}</text>')
+    for i, ((w, placement), line) in enumerate(sorted(series.items())):
+        color = colors[sorted({k[0] for k in series}).index(w) % len(colors)]
         dash = "" if placement == "bytes" else ' stroke-dasharray="6 4"'
-        points = " ".join("%.1f,%.1f" % xy(r["S"], r["rate"] / rows[0]["rate"])
-                          for r in rows)
+        points = " ".join("%.1f,%.1f" % xy(r["S"], r["rate"]) for r in line)
         parts.append(f'<polyline points="{points}" fill="none" '
                      f'stroke="{color}" stroke-width="2"{dash}/>')
-        ly = 40 + 16 * i
-        parts.append(f'<line x1="{pad + 10}" y1="{ly}" x2="{pad + 40}" '
-                     f'y2="{ly}" stroke="{color}" stroke-width="2"{dash}/>'
-                     f'<text x="{pad + 46}" y="{ly + 4}">{model} W={w} '
-                     f'{placement} (S=1: {rows[0]["rate"]:.0f})</text>')
+        for r in line:
+            parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>'
+                         % (*xy(r["S"], r["rate"]), color))
+        lx, ly = width - legend, 60 + 18 * i
+        parts.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 30}" y2="{ly}" '
+                     f'stroke="{color}" stroke-width="2"{dash}/>'
+                     f'<text x="{lx + 36}" y="{ly + 4}">W={w}, placement '
+                     f'{placement}</text>')
     parts.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
@@ -225,6 +252,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="per worker")
     p.add_argument("--dense-floats", type=int, default=10_000_000)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs of each case; the table shows the median")
     p.add_argument("--insecure", action="store_true",
                    help="no job key (plain TCP; default: CurveZMQ)")
     p.add_argument("--timeout", type=float, default=600, help="per job")
@@ -232,13 +261,13 @@ def main():
     args = p.parse_args()
     missing = netns_hosts.missing_requirements()
     if missing:
-        sys.exit(f"bench/net: {missing}")
+        print(f"bench/net: skipped: {missing}", file=sys.stderr)
+        sys.exit(EXIT_SKIPPED)
     netns_hosts.remove_stale()
     netns_hosts.exit_on_sigterm()
     servers = [int(x) for x in args.servers.split(",")]
     workers = [int(x) for x in args.workers.split(",")]
     os.makedirs(args.out, exist_ok=True)
-    results = []
     with open(os.path.join(args.out, "jobs.log"), "wb") as log, \
             netns_hosts.Hosts(1 + max(servers) + max(workers),
                               rate=args.rate) as hosts:
@@ -247,19 +276,25 @@ def main():
               f"{rate * 8 / 1e9:.3f} Gbit/s; "
               f"{'plain TCP' if args.insecure else 'CurveZMQ'} jobs; "
               f"load {os.getloadavg()[0]:.2f}", flush=True)
-        for model in args.models.split(","):
-            for w in workers:
-                for placement in args.placements.split(","):
-                    for s in servers:
-                        if model == "mnist":
-                            r = mnist_case(hosts, args, s, w, placement, log)
-                        else:
-                            layout = "chunk" if placement == "bytes" \
-                                else "tensor"
-                            r = dense_case(hosts, args, s, w, layout, log)
-                        results.append(r)
-                        print(f"  {model} W={w} S={s} {placement}: "
-                              f"{r['rate']:.1f} {r['unit']}", flush=True)
+        # Rounds over every case, so that a change of the machine's load
+        # falls on all of them alike; each case's median is reported.
+        cases = [(model, w, placement, s)
+                 for model in args.models.split(",") for w in workers
+                 for placement in args.placements.split(",")
+                 for s in servers]
+        runs = {case: [] for case in cases}
+        for round_ in range(args.repeat):
+            for model, w, placement, s in cases:
+                if model == "mnist":
+                    r = mnist_case(hosts, args, s, w, placement, log)
+                else:
+                    layout = "chunk" if placement == "bytes" else "tensor"
+                    r = dense_case(hosts, args, s, w, layout, log)
+                runs[(model, w, placement, s)].append(r)
+                print(f"  round {round_ + 1}: {model} W={w} S={s} "
+                      f"{placement}: {r['rate']:.1f} {r['unit']}",
+                      flush=True)
+        results = [median_run(runs[case]) for case in cases]
     for model in ("mnist", "dense"):
         text = table(results, model)
         if text:
@@ -267,8 +302,13 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"link_bytes_per_s": rate, "args": vars(args),
                    "results": results}, f, indent=1)
-    svg(results, os.path.join(args.out, "scaling.svg"))
-    print(f"\nwrote {args.out}/scaling.svg, results.json, jobs.log")
+    written = ["results.json", "jobs.log"]
+    for model in ("mnist", "dense"):
+        rows = [r for r in results if r["model"] == model]
+        if rows:
+            svg(rows, os.path.join(args.out, f"scaling-{model}.svg"))
+            written.append(f"scaling-{model}.svg")
+    print(f"\nwrote {', '.join(written)} to {args.out}")
 
 
 if __name__ == "__main__":
