@@ -342,7 +342,9 @@ class HostJob(launch.Job):
     launch.py's environment (launch.child_env: DMLC_*, PS_RANK, PS_KEY_FILE
     of a new job key unless key=False, OMP_WAIT_POLICY) plus env, with
     DMLC_PS_ROOT_URI = the scheduler's host address and DMLC_NODE_HOST =
-    its own. run() watches them with launch.py's logic: the first failure
+    its own, and GLOG_logtostderr=1 unless env says otherwise: the hosts
+    share one /tmp, and their first nodes, all pid 2, would collide in
+    glog's file names (program.host.user.log.LEVEL.time.pid). run() watches them with launch.py's logic: the first failure
     stops the rest and is named, preferring a node "declared dead".
     """
 
@@ -357,6 +359,7 @@ class HostJob(launch.Job):
             command=list(command), host=hosts.addr(plan[0][2]),
             num_servers=servers, num_workers=workers, extra_env=dict(env),
             grace=3.0, timeout=None)
+        args.extra_env.setdefault("GLOG_logtostderr", "1")
         super().__init__(args, _Mux(out))
         self.root_port = root_port
         self._key = launch.JobKey() if key else None

@@ -105,7 +105,7 @@ class CrossHost(unittest.TestCase):
                     ("server", 1, 3), ("worker", 0, 4), ("worker", 1, 5)]
             job = hosts.job(plan, [MNIST_DIST, "--batch_size", "16",
                                    "--dump_weights", dist] + COMMON,
-                            env={"PS_VERBOSE": "1", "GLOG_logtostderr": "1"})
+                            env={"PS_VERBOSE": "1"})
             before = hosts.counters()
             rc, why = job.run(timeout=JOB_TIMEOUT)
             after = hosts.counters()
