@@ -15,6 +15,7 @@ Skipped, saying why, without root or iproute2. Paths: PS_BUILD_DIR
 import os
 import re
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,10 +93,10 @@ class CrossHost(unittest.TestCase):
 
     def test_bsp_job_across_hosts_trains_as_one_process(self):
         local = self.path("local.bin")
-        r = netns_hosts.subprocess.run(
+        r = subprocess.run(
             [MNIST_DIST, "--local", "--batch_size", "32", "--dump_weights",
-             local] + COMMON, stdout=netns_hosts.subprocess.PIPE,
-            stderr=netns_hosts.subprocess.STDOUT, text=True,
+             local] + COMMON, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
             timeout=JOB_TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stdout)
 
