@@ -26,7 +26,8 @@ CLI (root): netns_hosts.py up H [--rate R]   -> prints the set's tag
             netns_hosts.py exec TAG HOST CMD...
             netns_hosts.py counters TAG
             netns_hosts.py down [TAG]  (no TAG: every set of this prefix
-                                        whose creating process has exited)
+                                        whose creating process has exited,
+                                        but those that `up` made)
 Standard library only; needs root, iproute2 and util-linux (nsenter,
 unshare).
 """
@@ -296,11 +297,14 @@ def remove_set(tag):
 
 def remove_stale():
     """Removes every set of PREFIX whose creating process has exited (a run
-    killed before its cleanup); returns their tags."""
+    killed before its cleanup), except those made by the CLI's `up`;
+    returns their tags."""
     tags = {n.rsplit("-", 1)[0] for n in list_namespaces()
             if re.fullmatch(PREFIX + r"\d+-(br|h\d+)", n)}
     stale = sorted(t for t in tags
-                   if not os.path.exists(f"/proc/{t[len(PREFIX):]}"))
+                   if not os.path.exists(f"/proc/{t[len(PREFIX):]}")
+                   and not os.path.exists(os.path.join(STATE_DIR,
+                                                       t + ".json")))
     for tag in stale:
         remove_set(tag)
     return stale
@@ -470,7 +474,8 @@ def main(argv=None):
     p = sub.add_parser("counters", help="bytes each host sent/received")
     p.add_argument("tag")
     p = sub.add_parser("down", help="remove set TAG, or every set of this "
-                       "prefix whose creating process has exited")
+                       "prefix whose creating process has exited (not made "
+                       "by up)")
     p.add_argument("tag", nargs="?")
     args = parser.parse_args(argv)
     if args.cmd == "up":
