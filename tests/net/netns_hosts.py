@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """Separate hosts on one machine: H network + PID namespaces on one bridge.
 
-Host i (1-based, named "h<i>") is a network namespace whose one interface,
-eth0, has 198.18.0.<i>/24 (RFC 2544's benchmarking range) and is a veth
-pair's end; the other end, "h<i>", is a port of bridge br0 in a namespace of
-its own, so nothing touches the machine's real network and no traffic
-leaves these namespaces. Each host also has its own PID namespace (held by
-a `sleep` that is its pid 1): ps derives its shared-memory domain from the
-PID namespace (src/van/shm.cc), so nodes on different hosts talk only
-through their sockets, as on real machines, while nodes of one host may
-still share memory. With a rate, both directions of every host's link are
-shaped by a tbf qdisc (this kernel has no netem: no added delay).
+Host i (1-based, named "h<i>") has its own network, PID and mount
+namespaces, held by a `sleep` that is its pid 1 (and has /proc of its own).
+Its one interface, eth0, has 198.18.0.<i>/24 (RFC 2544's benchmarking
+range) and is a veth pair's end; the other end, "h<i>", is a port of bridge
+br0 in a network namespace of its own, so nothing touches the machine's
+real network and no traffic leaves these namespaces. ps derives its
+shared-memory domain from the PID namespace (src/van/shm.cc), so nodes on
+different hosts talk only through their sockets, as on real machines,
+while nodes of one host may still share memory. With a rate, both
+directions of every host's link are shaped by a tbf qdisc (this kernel has
+no netem: no added delay).
 
-Names are "psn<pid>-br" and "psn<pid>-h<i>" (pid: the creating process),
-so parallel runs never collide; `down()` (also on leaving the `with`, and
-at exit) kills every process of the hosts and deletes the namespaces.
+The namespaces are named nowhere (no /run/netns; `ip netns` is not used,
+so this works in a chroot too): they live as long as their holders, whose
+argv[0] is "psn<pid>-br" or "psn<pid>-h<i>" (pid: the creating process), so
+parallel runs never collide. `down()` (also on leaving the `with`, and at
+exit) kills the holders, and with them every process of the hosts.
 
   with Hosts(4, rate="1gbit") as hosts:
       hosts.run(2, ["ip", "addr"])                 # like a command on h2
@@ -28,8 +31,8 @@ CLI (root): netns_hosts.py up H [--rate R]   -> prints the set's tag
             netns_hosts.py down [TAG]  (no TAG: every set of this prefix
                                         whose creating process has exited,
                                         but those that `up` made)
-Standard library only; needs root, iproute2 and util-linux (nsenter,
-unshare).
+Standard library only; needs root, iproute2, util-linux (nsenter, unshare)
+and bash.
 """
 
 import argparse
@@ -48,6 +51,7 @@ SUBNET = "198.18.0."  # Host i is SUBNET + str(i), i in [1, MAX_HOSTS].
 MAX_HOSTS = 250
 STATE_DIR = "/run/ps-netns"  # The CLI's sets: TAG.json = holder pids.
 COMMAND_TIMEOUT = 20  # Seconds for one ip/tc command.
+HOLDER = re.compile(PREFIX + r"(\d+)-(br|h\d+)")  # A holder's argv[0].
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -71,21 +75,25 @@ def _sh(*cmd, check=True):
     return r.stdout
 
 
+def _in_net(pid, *cmd):
+    """cmd run in the network namespace of process pid."""
+    return _sh("nsenter", "-t", str(pid), "-n", "--", *cmd)
+
+
 def missing_requirements():
     """None if hosts can be made here, else why not (for a test's skip)."""
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "tc", "nsenter", "unshare"):
+    for tool in ("ip", "tc", "nsenter", "unshare", "bash"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"],
                           stdout=subprocess.DEVNULL).returncode != 0:
-            return f"'{tool}' not found (apt-get install iproute2 util-linux)"
-    probe = f"{PREFIX}{os.getpid()}-probe"
+            return (f"'{tool}' not found (apt-get install iproute2 "
+                    f"util-linux bash)")
     try:
-        _sh("ip", "netns", "add", probe)
+        _sh("unshare", "--net", "--", "ip", "link", "add", "probe0", "type",
+            "bridge")
     except HostsError as err:
-        return f"cannot make a network namespace: {err}"
-    finally:
-        _sh("ip", "netns", "del", probe, check=False)
+        return f"cannot make a network namespace with a bridge: {err}"
     return None
 
 
@@ -112,16 +120,9 @@ class Hosts:
         self.count = count
         self.rate = rate
         self.tag = tag or f"{PREFIX}{os.getpid()}"
-        self.holders = {}  # host -> pid (in our namespace) of its pid 1
+        self.bridge = None  # pid of the bridge namespace's holder
+        self.holders = {}  # host -> pid (as we see it) of its pid 1
         self._unshares = []
-
-    # Names and addresses.
-    def ns(self, host):
-        return f"{self.tag}-h{host}"
-
-    @property
-    def bridge_ns(self):
-        return f"{self.tag}-br"
 
     @staticmethod
     def addr(host):
@@ -140,78 +141,88 @@ class Hosts:
 
     def up(self):
         atexit.register(self.down)
-        br = self.bridge_ns
-        _sh("ip", "netns", "add", br)
-        _sh("ip", "-n", br, "link", "set", "lo", "up")
-        _sh("ip", "-n", br, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", br, "link", "set", "br0", "up")
+        self.bridge = self._start_holder(f"{self.tag}-br", pid_ns=False)
+        br = self.bridge
+        _in_net(br, "ip", "link", "set", "lo", "up")
+        _in_net(br, "ip", "link", "add", "br0", "type", "bridge")
+        _in_net(br, "ip", "link", "set", "br0", "up")
         for h in range(1, self.count + 1):
-            ns = self.ns(h)
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "-n", br, "link", "add", f"h{h}", "type", "veth",
-                "peer", "name", "eth0", "netns", ns)
-            _sh("ip", "-n", br, "link", "set", f"h{h}", "master", "br0")
-            _sh("ip", "-n", br, "link", "set", f"h{h}", "up")
-            _sh("ip", "-n", ns, "addr", "add", f"{self.addr(h)}/24", "dev",
-                "eth0")
-            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            pid = self._start_holder(f"{self.tag}-h{h}", pid_ns=True)
+            self.holders[h] = pid
+            _in_net(br, "ip", "link", "add", f"h{h}", "type", "veth", "peer",
+                    "name", "eth0", "netns", str(pid))
+            _in_net(br, "ip", "link", "set", f"h{h}", "master", "br0")
+            _in_net(br, "ip", "link", "set", f"h{h}", "up")
+            _in_net(pid, "ip", "addr", "add", f"{self.addr(h)}/24", "dev",
+                    "eth0")
+            _in_net(pid, "ip", "link", "set", "eth0", "up")
+            _in_net(pid, "ip", "link", "set", "lo", "up")
             if self.rate is not None:
-                self._shape(ns, "eth0")  # host -> bridge
+                self._shape(pid, "eth0")  # host -> bridge
                 self._shape(br, f"h{h}")  # bridge -> host
-            self.holders[h] = self._start_holder(ns)
         self._wait_links()
 
-    def _shape(self, ns, dev):
-        _sh("tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf",
-            "rate", self.rate, "burst", str(tbf_burst(self.rate)),
-            "latency", "20ms")
+    def _shape(self, pid, dev):
+        _in_net(pid, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+                "rate", self.rate, "burst", str(tbf_burst(self.rate)),
+                "latency", "20ms")
 
-    def _start_holder(self, ns):
-        """Starts the host's pid 1; returns its pid as we see it."""
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "unshare", "--pid", "--fork",
-             "--mount-proc", "--kill-child", "sleep", "infinity"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
+    def _start_holder(self, name, pid_ns):
+        """Starts a `sleep` named `name` in a new network namespace (and,
+        with pid_ns, as pid 1 of new PID and mount namespaces with /proc of
+        their own); returns its pid as we see it."""
+        if pid_ns:
+            # Propagation unchanged: "/" need not be a mount point (chroot);
+            # /proc alone is made private before the new one covers it.
+            cmd = ["unshare", "--net", "--pid", "--mount", "--fork",
+                   "--kill-child", "--propagation", "unchanged", "--",
+                   "bash", "-c", 'mount --make-rprivate /proc && '
+                   'mount -t proc proc /proc && exec -a "$0" sleep infinity',
+                   name]
+        else:
+            cmd = ["unshare", "--net", "--", "bash", "-c",
+                   'exec -a "$0" sleep infinity', name]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE,
+                                start_new_session=True)
         self._unshares.append(proc)
-        children = f"/proc/{proc.pid}/task/{proc.pid}/children"
         for _ in range(200):  # 10 s
-            try:
-                with open(children) as f:
-                    pids = f.read().split()
-            except OSError:
-                pids = []
-            if pids and _ns_pid(pids[0]) == "1":
-                return int(pids[0])
+            for pid in [proc.pid] + _children(proc.pid):
+                if _argv0(pid) == name:
+                    return pid
             if proc.poll() is not None:
-                raise HostsError(f"unshare in {ns} exited {proc.returncode}")
+                raise HostsError(f"holder {name} exited {proc.returncode}: "
+                                 f"{proc.stderr.read().decode().strip()}")
             time.sleep(0.05)
-        raise HostsError(f"no pid 1 appeared in {ns} within 10 s")
+        raise HostsError(f"holder {name} did not start within 10 s")
 
     def _wait_links(self):
         """Until every eth0 is up (veth carrier comes asynchronously)."""
-        for h in range(1, self.count + 1):
+        for h, pid in self.holders.items():
             for _ in range(100):  # 5 s
-                if "LOWER_UP" in _sh("ip", "-n", self.ns(h), "link", "show",
-                                     "eth0"):
+                if "LOWER_UP" in _in_net(pid, "ip", "link", "show", "eth0"):
                     break
                 time.sleep(0.05)
             else:
                 raise HostsError(f"h{h}'s eth0 has no carrier after 5 s")
 
     def down(self):
-        """Kills every process of the hosts; deletes the namespaces.
+        """Kills every process of the hosts, and so their namespaces.
 
         Idempotent; never raises (it runs from finally and atexit)."""
-        for pid in self.holders.values():
-            _kill(pid)  # pid 1 of a PID namespace: all its processes die.
+        for pid in list(self.holders.values()) + [self.bridge]:
+            if pid is not None:
+                _kill(pid)  # A pid 1: all of its PID namespace dies too.
         self.holders = {}
+        self.bridge = None
         for proc in self._unshares:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
+            proc.stderr.close()
         self._unshares = []
         remove_set(self.tag)
 
@@ -236,8 +247,8 @@ class Hosts:
 
     def counters(self):
         """{host: (bytes host sent, bytes host received)} on its link."""
-        out = json.loads(_sh("ip", "-n", self.bridge_ns, "-j", "-s", "link",
-                             "show", "master", "br0"))
+        out = json.loads(_in_net(self.bridge, "ip", "-j", "-s", "link",
+                                 "show", "master", "br0"))
         stats = {}
         for link in out:
             m = re.fullmatch(r"h(\d+)", link["ifname"])
@@ -248,8 +259,8 @@ class Hosts:
 
     def set_link(self, host, up):
         """Plugs (up=True) or cuts host's link at the bridge."""
-        _sh("ip", "-n", self.bridge_ns, "link", "set", f"h{host}",
-            "up" if up else "down")
+        _in_net(self.bridge, "ip", "link", "set", f"h{host}",
+                "up" if up else "down")
 
     def job(self, plan, command, env=None, root_port=9100, key=True,
             out=None):
@@ -257,16 +268,20 @@ class Hosts:
         return HostJob(self, plan, command, env or {}, root_port, key, out)
 
 
-def _ns_pid(pid):
-    """pid as its innermost PID namespace numbers it, or None."""
+def _children(pid):
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return line.split()[-1]
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
     except OSError:
-        pass
-    return None
+        return []
+
+
+def _argv0(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return None
 
 
 def _kill(pid):
@@ -276,19 +291,22 @@ def _kill(pid):
         pass
 
 
+def holders():
+    """{pid: argv[0]} of every holder of PREFIX on this machine."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            name = _argv0(int(entry))
+            if name and HOLDER.fullmatch(name):
+                found[int(entry)] = name
+    return found
+
+
 def remove_set(tag):
-    """Kills what runs in tag's namespaces and deletes them."""
-    names = [n for n in list_namespaces() if n.startswith(tag + "-")]
-    for ns in names:
-        for pid in _sh("ip", "netns", "pids", ns, check=False).split():
-            if pid.isdigit():
-                _kill(int(pid))
-    for ns in names:
-        for _ in range(50):  # A dying process may still hold it briefly.
-            if not _sh("ip", "netns", "pids", ns, check=False).split():
-                break
-            time.sleep(0.1)
-        _sh("ip", "netns", "del", ns, check=False)
+    """Kills the holders of set `tag` (and so everything on its hosts)."""
+    for pid, name in holders().items():
+        if name.startswith(tag + "-"):
+            _kill(pid)
     try:
         os.unlink(os.path.join(STATE_DIR, tag + ".json"))
     except OSError:
@@ -299,12 +317,11 @@ def remove_stale():
     """Removes every set of PREFIX whose creating process has exited (a run
     killed before its cleanup), except those made by the CLI's `up`;
     returns their tags."""
-    tags = {n.rsplit("-", 1)[0] for n in list_namespaces()
-            if re.fullmatch(PREFIX + r"\d+-(br|h\d+)", n)}
-    stale = sorted(t for t in tags
-                   if not os.path.exists(f"/proc/{t[len(PREFIX):]}")
-                   and not os.path.exists(os.path.join(STATE_DIR,
-                                                       t + ".json")))
+    tags = {HOLDER.fullmatch(name).group(1) for name in holders().values()}
+    stale = sorted(PREFIX + t for t in tags
+                   if not os.path.exists(f"/proc/{t}")
+                   and not os.path.exists(os.path.join(
+                       STATE_DIR, PREFIX + t + ".json")))
     for tag in stale:
         remove_set(tag)
     return stale
@@ -316,11 +333,6 @@ def exit_on_sigterm():
     def handler(signum, frame):
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, handler)
-
-
-def list_namespaces():
-    return [line.split()[0] for line in
-            _sh("ip", "netns", "list", check=False).splitlines() if line]
 
 
 class _Mux(launch.OutputMux):
@@ -348,8 +360,10 @@ class HostJob(launch.Job):
     DMLC_PS_ROOT_URI = the scheduler's host address and DMLC_NODE_HOST =
     its own, and GLOG_logtostderr=1 unless env says otherwise: the hosts
     share one /tmp, and their first nodes, all pid 2, would collide in
-    glog's file names (program.host.user.log.LEVEL.time.pid). run() watches them with launch.py's logic: the first failure
-    stops the rest and is named, preferring a node "declared dead".
+    glog's file names (program.host.user.log.LEVEL.time.pid). run() watches
+    them with launch.py's logic (the first failure stops the rest, and the
+    job's last line names a node "declared dead" if one was), except that
+    the scheduler's verdict comes first (first_report).
     """
 
     def __init__(self, hosts, plan, command, env, root_port, key, out):
@@ -372,6 +386,28 @@ class HostJob(launch.Job):
     @property
     def lines(self):
         return self.mux.lines
+
+    def _await_report(self, deadline):
+        """Waits the whole grace: a node cut off from the others declares
+        them dead as they declare it dead, so the first report may not be
+        the scheduler's (launch.py stops at the first)."""
+        end = time.monotonic() + launch.DEAD_REPORT_GRACE
+        if deadline is not None:
+            end = min(end, deadline)
+        while self.signal_received is None and time.monotonic() < end:
+            time.sleep(launch.POLL_SECONDS)
+
+    def first_report(self):
+        """Who was lost: the first node the scheduler declared dead, else
+        launch.py's first report. A cut link splits the job and each side
+        declares the other dead, by a hair in either order; the scheduler
+        keeps the job's membership, so its verdict names the node cut off.
+        (A cut scheduler, which then declares the others dead, is not
+        tested.)"""
+        with self._reports_lock:
+            by_scheduler = [r for r in self._reports
+                            if r[2].name == "scheduler"]
+        return by_scheduler[0] if by_scheduler else super().first_report()
 
     def start(self, port):
         for role, rank, host in self.plan:
@@ -446,7 +482,8 @@ class HostJob(launch.Job):
 def _save_state(hosts):
     os.makedirs(STATE_DIR, exist_ok=True)
     with open(os.path.join(STATE_DIR, hosts.tag + ".json"), "w") as f:
-        json.dump({"count": hosts.count, "holders": hosts.holders}, f)
+        json.dump({"count": hosts.count, "bridge": hosts.bridge,
+                   "holders": hosts.holders}, f)
 
 
 def _load(tag):
@@ -456,6 +493,7 @@ def _load(tag):
     except OSError:
         sys.exit(f"netns_hosts: no set '{tag}' (made by `up`) is up")
     hosts = Hosts(state["count"], tag=tag)
+    hosts.bridge = state["bridge"]
     hosts.holders = {int(h): pid for h, pid in state["holders"].items()}
     return hosts
 
