@@ -31,8 +31,8 @@ CLI (root): netns_hosts.py up H [--rate R]   -> prints the set's tag
             netns_hosts.py down [TAG]  (no TAG: every set of this prefix
                                         whose creating process has exited,
                                         but those that `up` made)
-Standard library only; needs root, iproute2, util-linux (nsenter, unshare)
-and bash.
+Standard library only; needs root, iproute2, util-linux (nsenter, unshare),
+mount and bash.
 """
 
 import argparse
@@ -84,11 +84,11 @@ def missing_requirements():
     """None if hosts can be made here, else why not (for a test's skip)."""
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "tc", "nsenter", "unshare", "bash"):
+    for tool in ("ip", "tc", "nsenter", "unshare", "bash", "mount"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"],
                           stdout=subprocess.DEVNULL).returncode != 0:
             return (f"'{tool}' not found (apt-get install iproute2 "
-                    f"util-linux bash)")
+                    f"util-linux bash mount)")
     try:
         _sh("unshare", "--net", "--", "ip", "link", "add", "probe0", "type",
             "bridge")
