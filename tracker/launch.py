@@ -85,7 +85,11 @@ last line: the first process that a node's output reported as
 reporter; it may be a frozen process, still running until killed), waiting
 up to 2 s after the first non-zero exit for such a line; else the first
 process that exited non-zero. SIGINT, SIGTERM or SIGHUP to the launcher
-stops them likewise.
+stops them likewise. With --tolerate ROLE (server or worker), a process of
+that role that exits non-zero or is killed only gets a line saying so; the
+others run on, and the job's exit status is theirs: for jobs that survive
+it (mnist_dist --replicas 1 for servers, --on_worker_failure continue for
+workers).
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
@@ -348,6 +352,12 @@ def parse_args(argv):
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping "
                         "processes (default: %(default)s)")
+    parser.add_argument("--tolerate", action="append", default=[],
+                        choices=("server", "worker"), metavar="ROLE",
+                        help="a process of this role (server or worker) "
+                        "that fails does not stop the job: for jobs that "
+                        "survive it, e.g. servers with PS_REPLICAS=1 "
+                        "(repeatable)")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -453,6 +463,7 @@ class Job:
         self.children = []
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
+        self.tolerated = []  # children whose failure --tolerate let pass
         # (declared name, reason, reporting child) in the order read.
         self._reports = []
         self._reports_lock = threading.Lock()
@@ -535,6 +546,13 @@ class Job:
             except queue.Empty:
                 continue
             remaining -= 1
+            if returncode != 0 and child.role in self.args.tolerate:
+                # The job survives it (e.g. a server with PS_REPLICAS=1).
+                self.mux.say(f"{child.name} (pid {child.pid}) "
+                             f"{describe_exit(returncode)}; the job goes on "
+                             f"(--tolerate {child.role})")
+                self.tolerated.append(child)
+                continue
             if returncode != 0:
                 self._await_report(deadline)
                 return "failed", child, returncode
@@ -641,7 +659,14 @@ def run_job(args, job, port):
     total = len(job.children)
     if outcome == "done":
         elapsed = time.monotonic() - start
-        mux.say(f"all {plural(total, 'process')} exited 0 in {elapsed:.1f} s")
+        if job.tolerated:
+            lost = ", ".join(c.name for c in job.tolerated)
+            mux.say(f"{plural(total - len(job.tolerated), 'process')} exited "
+                    f"0 in {elapsed:.1f} s; the job survived the loss of "
+                    f"{lost} (--tolerate)")
+        else:
+            mux.say(f"all {plural(total, 'process')} exited 0 in "
+                    f"{elapsed:.1f} s")
         return EXIT_OK
     if outcome == "failed":
         mux.say(describe_failure(job, failed, returncode, others))

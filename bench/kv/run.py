@@ -11,7 +11,9 @@ ps::SharedArray against ordinary SArrays, and whether each bar holds. These
 jobs run with --insecure (plain TCP), like raw ZeroMQ, so the ratios compare
 like with like. Last, the cost of encryption: 1+1 jobs with --insecure and
 with the launcher's default CurveZMQ key, alternated in back-to-back pairs
-(--only encryption runs just that section). It prints; it never asserts.
+(--only encryption runs just that section), and the cost of resending at
+0% drops: 1+1 and 2+2 jobs with resending off and on, alternated in pairs
+(--only resend). It prints; it never asserts.
 """
 
 import argparse
@@ -76,11 +78,14 @@ def run_raw(build, seconds):
     return mbps, rtt
 
 
-def run_kv(build, servers, workers, seconds, extra=(), secure=False):
+def run_kv(build, servers, workers, seconds, extra=(), secure=False, env=()):
     """{(floats, layout, op): [per-worker fields]}, rtt per worker, lines,
     shared-memory fields, and the workers' "kv security" fields. Plain TCP
-    (--insecure) unless secure: then the launcher's default job key."""
+    (--insecure) unless secure: then the launcher's default job key. env:
+    KEY=VALUE settings for every node."""
     keys = [] if secure else ["--insecure"]
+    for e in env:
+        keys += ["--env", e]
     proc = run([sys.executable, LAUNCH, "-s", str(servers), "-w", str(workers),
                 "--timeout", "150", *keys, "--", build / "bench/kv/kv_bench",
                 f"--seconds={seconds}", *extra], 170)
@@ -351,6 +356,60 @@ def encryption(build, pairs, seconds):
     return failed
 
 
+def resend(build, pairs, seconds):
+    """The cost of resending at 0% drops: 1+1 and 2+2 kv_bench jobs with
+    resending off (PS_RESEND_TIMEOUT_MS=0) and on (the default), alternated
+    in back-to-back pairs, --insecure. Prints each op's medians both ways
+    and the median ratio of times. Returns whether a run failed."""
+    print(f"\n== Cost of resending at 0% drops: {pairs} pairs of runs, "
+          "PS_RESEND_TIMEOUT_MS=0 (off) vs the default (on)", flush=True)
+    failed = False
+    for servers, workers in CONFIGS:
+        runs = {False: [], True: []}  # resend on -> one dict per run
+        for i in range(pairs):
+            for on in ((False, True) if i % 2 == 0 else (True, False)):
+                env = () if on else ("PS_RESEND_TIMEOUT_MS=0",)
+                rc, cells, rtts, _, _, _ = run_kv(
+                    build, servers, workers, seconds,
+                    [f"--sizes={','.join(map(str, ENC_SIZES))}"], env=env)
+                failed |= rc != 0
+                if rc != 0:
+                    continue
+                # Per op, the mean over workers of their medians.
+                ms = {k: statistics.mean(float(f["median_ms"]) for f in v)
+                      for k, v in cells.items()}
+                if rtts:
+                    ms["rtt"] = statistics.mean(float(f["median_us"])
+                                                for _, f in rtts)
+                runs[on].append(ms)
+        n = min(len(runs[False]), len(runs[True]))
+        print(f"\n{servers}+{workers}: {n} runs each way")
+        if n == 0:
+            continue
+        head = ("size", "layout", "op", "off ms", "on ms", "on/off",
+                "per pair")
+        rows = []
+        keys = [k for k in runs[False][0] if k != "rtt"] + ["rtt"]
+        for key in keys:
+            off = [r[key] for r in runs[False][:n] if key in r]
+            on = [r[key] for r in runs[True][:n] if key in r]
+            if len(off) != n or len(on) != n:
+                continue
+            ratios = [b / a for a, b in zip(off, on)]
+            label = (("1-float rtt (us)", "-", "push") if key == "rtt" else
+                     (LABELS.get(key[0], str(key[0])), key[1],
+                      {"pull_into": "pullin"}.get(key[2], key[2])))
+            rows.append((*label, f"{statistics.median(off):.3f}",
+                         f"{statistics.median(on):.3f}",
+                         f"{statistics.median(ratios):.3f}",
+                         " ".join(f"{v:.2f}" for v in ratios)))
+        print_table(head, rows)
+    print("(ms: median over runs of each run's median Push+Wait / Pull+Wait, "
+          "averaged over workers; on/off: median over back-to-back pairs of "
+          "on ms / off ms, > 1 is slower)")
+    return failed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build_dir", type=Path,
@@ -364,7 +423,10 @@ def main():
     parser.add_argument("--enc_pairs", type=int, default=3,
                         help="--insecure/keyed 1+1 runs alternated for the "
                         "cost of encryption (default 3; 0: skip it)")
-    parser.add_argument("--only", choices=("encryption",),
+    parser.add_argument("--resend_pairs", type=int, default=3,
+                        help="resend off/on runs alternated for the cost of "
+                        "resending (default 3; 0: skip it)")
+    parser.add_argument("--only", choices=("encryption", "resend"),
                         help="run only this section")
     args = parser.parse_args()
     build = args.build_dir.resolve()
@@ -375,6 +437,8 @@ def main():
 
     if args.only == "encryption":
         return 1 if encryption(build, args.enc_pairs, args.seconds) else 0
+    if args.only == "resend":
+        return 1 if resend(build, args.resend_pairs, args.seconds) else 0
 
     raw, raw_rtt = run_raw(build, args.seconds)
     pairs = rtt_pairs(build, args.rtt_pairs)
@@ -412,6 +476,8 @@ def main():
     bars(raw, pairs, results)
     if args.enc_pairs > 0:
         failed |= encryption(build, args.enc_pairs, args.seconds)
+    if args.resend_pairs > 0:
+        failed |= resend(build, args.resend_pairs, args.seconds)
     if failed:
         print("\nrun.py: a kv_bench run failed (its output is above); its "
               "rows are missing")

@@ -2,11 +2,15 @@
 // mnist_dist (dist_common.h).
 #include "dist_common.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
 #include "model/backend.h"
+#include "ps/ps.h"
 
 namespace mnist {
 
@@ -14,6 +18,112 @@ void Die(const std::string& message) {
   std::fprintf(stderr, "mnist_dist: %s\n", message.c_str());
   std::fflush(stderr);
   std::exit(1);
+}
+
+CheckpointJob CheckpointJobOf(const TrainOptions& options) {
+  CheckpointJob job;
+  job.dir = options.checkpoint_dir;
+  job.num_servers = ps::NumServers();
+  job.num_workers = ps::NumWorkers();
+  job.model_floats = ModelLayout(options).total;
+  job.chunk = options.chunk;
+  return job;
+}
+
+namespace {
+std::atomic<bool> worker_lost{false};
+constexpr int kClockApp = 1;
+// Request heads; the body is the step. Worker 0 announces to the servers,
+// server 0 forwards to the workers (workers have no connections to each
+// other).
+constexpr int kAnnounce = 1;
+constexpr int kForward = 2;
+}  // namespace
+
+ClockCheckpoints::ClockCheckpoints(double every_s)
+    : every_s_(every_s), app_(kClockApp) {
+  app_.set_request_handle(
+      [this](const ps::SimpleData& req, ps::SimpleApp* app) {
+        const int step = std::atoi(req.body.c_str());
+        std::function<void(int)> sink;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          steps_.insert(step);
+          sink = sink_;
+        }
+        if (sink) sink(step);
+        // Before the answer that lets worker 0 push the step: this server's
+        // answers to the workers' pulls of that step come after the forward on
+        // the same connections, so each worker records the step before it can
+        // finish the step before it. (Not waited on: a handle must not wait;
+        // the app keeps one small record per forward.)
+        if (req.head == kAnnounce && ps::IsServer() && ps::MyRank() == 0) {
+          app->Request(kForward, req.body, ps::kWorkerGroup);
+        }
+        app->Response(req);
+      });
+}
+
+void ClockCheckpoints::SetSink(std::function<void(int step)> sink) {
+  std::set<int> before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink_ = sink;
+    before = steps_;
+  }
+  if (sink) {
+    for (int step : before) sink(step);
+  }
+}
+
+void ClockCheckpoints::MaybeAnnounce(int steps) {
+  if (std::chrono::duration<double>(Clock::now() - last_).count() < every_s_ ||
+      WorkerLost()) {
+    return;
+  }
+  last_ = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_.insert(steps + 1);
+  }
+  app_.Wait(
+      app_.Request(kAnnounce, std::to_string(steps + 1), ps::kServerGroup));
+}
+
+bool ClockCheckpoints::Announced(int steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return steps_.count(steps) > 0;
+}
+
+void GoOnWithoutDeadWorkers() {
+  ps::Node* node = ps::DefaultNode();
+  node->SetPeerFailureHandler([node](const ps::Status& why) {
+    // The status names the dead node first: "worker 1 (tcp://...) was
+    // declared dead: ...".
+    if (why.message().rfind("worker ", 0) == 0) {
+      worker_lost = true;
+      LOG(WARNING) << node->DescribeNode(node->id())
+                   << " goes on (--on_worker_failure continue): "
+                   << why.message();
+      return;
+    }
+    // As ps's own handler: other threads run, so no static destructors.
+    std::fprintf(stderr, "ps: %s stops: %s\n",
+                 node->DescribeNode(node->id()).c_str(), why.message().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+}
+
+bool WorkerLost() { return worker_lost.load(); }
+
+void FinalizeNode(const TrainOptions& options) {
+  if (options.on_worker_failure == ps::WorkerFailure::kStop) {
+    ps::Finalize(0, true);
+    return;
+  }
+  if (!ps::IsWorker()) ps::Barrier(0, ps::kScheduler | ps::kServerGroup);
+  ps::Finalize(0, false);
 }
 
 ps::DenseLayout ModelLayout(const TrainOptions& options) {
@@ -71,9 +181,9 @@ std::string DescribeFloats(size_t lo, size_t hi) {
   return os.str();
 }
 
-ps::Status MetricsLog::Open(const std::string& path) {
+ps::Status MetricsLog::Open(const std::string& path, bool append) {
   if (path.empty()) return ps::Status::OK();
-  file_.reset(std::fopen(path.c_str(), "w"));
+  file_.reset(std::fopen(path.c_str(), append ? "a" : "w"));
   if (!file_) {
     return ps::Status::IOError("cannot write metrics file '" + path + "'");
   }

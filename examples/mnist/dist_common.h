@@ -4,21 +4,29 @@
 #ifndef PS_EXAMPLES_MNIST_DIST_COMMON_H_
 #define PS_EXAMPLES_MNIST_DIST_COMMON_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "model/backend.h"
 #include "model/dataset.h"
 #include "model/optimizer.h"
 #include "ps/dense_server.h"
 #include "ps/placement.h"
+#include "ps/simple_app.h"
 #include "ps/status.h"
 
 namespace mnist {
+
+class ClockCheckpoints;
 
 struct TrainOptions {
   ps::model::DatasetKind dataset = ps::model::DatasetKind::kMnist;
@@ -52,6 +60,16 @@ struct TrainOptions {
   PlacementKind placement = PlacementKind::kBytes;
   double log_every_s = 2.0;
   std::string metrics_file, metrics_dir, dump_weights;
+  // Checkpoints (checkpoint.h) every checkpoint_every_steps steps into
+  // checkpoint_dir (none when empty); restore_step >= 0: the step main()
+  // chose to resume from (--restore).
+  std::string checkpoint_dir;
+  int checkpoint_every_steps = 0;
+  double checkpoint_every_s = 0;
+  ClockCheckpoints* clock = nullptr;  // with checkpoint_every_s; not owned
+  int restore_step = -1;
+  // A worker's death: stop the job, or go on with the others.
+  ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
   // Test hooks: the node named by die_node ("worker:R" or "server:R") kills
   // itself after die_after_steps steps (a server counts updates); the last
   // worker sleeps slow_worker_ms per step.
@@ -62,6 +80,52 @@ struct TrainOptions {
 
 // Prints "mnist_dist: <message>" to stderr and exits 1.
 [[noreturn]] void Die(const std::string& message);
+
+// The checkpoint folder and job shape of this job (S and W of ps::).
+CheckpointJob CheckpointJobOf(const TrainOptions& options);
+
+// --checkpoint_every_s: worker 0 picks the checkpoint steps by its clock.
+// At a step boundary (t steps done, step t not pushed yet) when T seconds
+// passed since the last, it announces step t + 1 to every server (a
+// SimpleApp request, app 1) and waits for their answers before it pushes
+// step t; server 0 forwards it to every worker before it answers. No server
+// can apply step t before worker 0 pushed it, and no worker can finish step
+// t before server 0 answered its pull for step t + 1, which server 0 sends
+// after the forward on the same connection, so every node knows of step
+// t + 1 before it gets there: the servers snapshot when they have applied
+// t + 1 updates, the workers write their files when they have done t + 1
+// steps.
+class ClockCheckpoints {
+ public:
+  // Before ps::Start, in every server and worker of the job.
+  explicit ClockCheckpoints(double every_s);
+  // Servers: `sink` gets each announced step (those before this call too).
+  void SetSink(std::function<void(int step)> sink);
+  // Worker 0, at the boundary with `steps` done (see above).
+  void MaybeAnnounce(int steps);
+  // Workers: whether a checkpoint was announced at `steps`.
+  bool Announced(int steps);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const double every_s_;
+  Clock::time_point last_ = Clock::now();  // worker 0's last announcement
+  std::mutex mu_;  // the receive thread's handle vs. the training thread
+  std::set<int> steps_;
+  std::function<void(int)> sink_;
+  ps::SimpleApp app_;  // last: its handle uses the members above
+};
+
+// --on_worker_failure continue: after ps::Start, a worker's death is noted
+// (WorkerLost) instead of ending this process; any other node's still ends
+// it. Any thread.
+void GoOnWithoutDeadWorkers();
+bool WorkerLost();
+// Ends this node: a barrier of everyone and ps::Finalize, or under
+// `continue` (the dead worker cannot join a barrier) a barrier of the
+// scheduler and servers only, while workers leave without one (they are
+// done once every server answered their kDone).
+void FinalizeNode(const TrainOptions& options);
 
 // The flat parameter vector cut into keys of options.chunk floats.
 ps::DenseLayout ModelLayout(const TrainOptions& options);
@@ -82,8 +146,9 @@ std::string DescribeFloats(size_t lo, size_t hi);
 // closed (no path) log ignores writes. Not thread-safe.
 class MetricsLog {
  public:
-  // "" opens nothing. Error names the path.
-  ps::Status Open(const std::string& path);
+  // "" opens nothing; `append` (a restored run) keeps what the file holds.
+  // Error names the path.
+  ps::Status Open(const std::string& path, bool append = false);
   void Progress(double time, int epoch, int64_t step, double loss,
                 double samples_per_s);
   void Accuracy(double time, int epoch, int64_t step, double accuracy,

@@ -2,8 +2,10 @@
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <utility>
@@ -24,9 +26,11 @@ namespace {
 // equals one optimizer over the slice as SGD and Adam are elementwise.
 class SliceUpdater {
  public:
-  SliceUpdater(const TrainOptions& options, size_t slice_size)
+  // `may_die`: this updater is the one --die_node counts (not a replica's).
+  SliceUpdater(const TrainOptions& options, size_t slice_size, bool may_die)
       : options_(options),
         slice_size_(slice_size),
+        may_die_(may_die),
         schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
 
   void operator()(float* w, const float* grad_sum, size_t offset, size_t n,
@@ -43,7 +47,8 @@ class SliceUpdater {
     optimizer->Step(w, grad_sum, n);
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
-    if (options_.die_after_steps > 0 && updates_ == options_.die_after_steps &&
+    if (may_die_ && options_.die_after_steps > 0 &&
+        updates_ == options_.die_after_steps &&
         options_.die_node == "server:" + std::to_string(ps::MyRank())) {
       std::fprintf(stderr,
                    "server %d: killing itself after %d updates (test)\n",
@@ -53,14 +58,98 @@ class SliceUpdater {
     }
   }
 
+  // The updates counted and every range's optimizer state, for a
+  // checkpoint.
+  void Save(Packer* out) const {
+    out->Put<int32_t>(updates_);
+    out->Put<uint64_t>(optimizers_.size());
+    for (const auto& [range, optimizer] : optimizers_) {
+      out->Put<uint64_t>(range.first);
+      out->Put<uint64_t>(range.second);
+      out->PutString(optimizer->SaveState());
+    }
+  }
+  ps::Status Load(Unpacker* in) {
+    uint64_t count;
+    if (!in->Get(&updates_) || !in->Get(&count)) {
+      return ps::Status::Corruption("no optimizer state");
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t offset, n;
+      std::string state;
+      if (!in->Get(&offset) || !in->Get(&n) || !in->GetString(&state) ||
+          offset + n > slice_size_) {
+        return ps::Status::Corruption("optimizer state " + std::to_string(i) +
+                                      " is cut short or outside the slice");
+      }
+      auto made = ps::model::MakeOptimizer(options_.optimizer, n);
+      if (!made.ok()) return made.status();
+      PS_RETURN_IF_ERROR((*made)->LoadState(state));
+      optimizers_[{offset, n}] = std::move(made).value();
+    }
+    return ps::Status::OK();
+  }
+
  private:
   const TrainOptions& options_;
   const size_t slice_size_;
+  const bool may_die_;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
-  int updates_ = 0;
+  int32_t updates_ = 0;
 };
+
+// The floats of keys [begin, end): [*lo, *hi) of the flat vector.
+void FloatsOf(const ps::DenseLayout& layout, ps::Key begin, ps::Key end,
+              size_t* lo, size_t* hi) {
+  *lo = std::min(layout.offset(begin), layout.total);
+  *hi = begin == end ? *lo : layout.offset(end - 1) + layout.length(end - 1);
+}
+
+// A DenseShard updater for a slice of `size` floats.
+ps::DenseUpdater UpdaterOf(std::shared_ptr<SliceUpdater> updater) {
+  return [updater](float* w, const float* g, size_t offset, size_t n,
+                   int num_grads, int step, int tag) {
+    (*updater)(w, g, offset, n, num_grads, step, tag);
+  };
+}
+
+// A server's checkpoint payload: its slice of the weights, then the
+// updater's state.
+std::string ServerPayload(const float* w, size_t n,
+                          const SliceUpdater& updater) {
+  Packer out;
+  out.PutBytes(w, n * sizeof(float));
+  updater.Save(&out);
+  return out.data();
+}
+
+// Restores the slice and the updater from the checkpoint of `step`, or dies
+// naming the file.
+void LoadServer(const TrainOptions& options, int rank, int step,
+                std::vector<float>* slice, SliceUpdater* updater) {
+  const CheckpointJob job = CheckpointJobOf(options);
+  const std::string path =
+      CheckpointPath(job, step, CheckpointRole::kServer, rank);
+  auto payload = ReadCheckpoint(job, step, CheckpointRole::kServer, rank);
+  if (!payload.ok()) Die("--restore: " + payload.status().message());
+  Unpacker in(*payload);
+  std::string floats;
+  ps::Status st;
+  if (!in.GetString(&floats) ||
+      floats.size() != slice->size() * sizeof(float)) {
+    st = ps::Status::Corruption("weights are not the " +
+                                std::to_string(slice->size()) +
+                                " floats of this server's slice");
+  } else {
+    std::memcpy(slice->data(), floats.data(), floats.size());
+    st = updater->Load(&in);
+    if (st.ok() && !in.done()) st = ps::Status::Corruption("trailing bytes");
+  }
+  if (!st.ok()) Die("--restore: '" + path + "': " + st.message());
+  RemoveCheckpointsAfter(job, step, CheckpointRole::kServer, rank);
+}
 
 }  // namespace
 
@@ -71,15 +160,13 @@ int RunServer(const TrainOptions& options) {
   if (!placement.ok()) Die(placement.status().ToString());
   ps::Key begin, end;
   ServerKeys(*placement, layout, rank, &begin, &end);
-  const size_t lo = std::min(layout.offset(begin), layout.total);
-  const size_t hi =
-      begin == end ? lo : layout.offset(end - 1) + layout.length(end - 1);
+  size_t lo, hi;
+  FloatsOf(layout, begin, end, &lo, &hi);
 
   // Same bits as Net::Create(device, seed) on every worker.
   std::vector<float> all(layout.total);
   ps::model::InitParams(ps::model::ConvNetTensors(), options.seed, all.data());
   std::vector<float> slice(all.begin() + lo, all.begin() + hi);
-  all = {};
   // Fails here, before serving, on a bad optimizer setting.
   auto optimizer = ps::model::MakeOptimizer(options.optimizer, slice.size());
   if (!optimizer.ok()) Die(optimizer.status().ToString());
@@ -98,30 +185,97 @@ int RunServer(const TrainOptions& options) {
   shard_options.max_delay =
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
+  shard_options.on_worker_failure = options.on_worker_failure;
+  shard_options.snapshot_every = options.checkpoint_every_steps;
   ps::KVServer<float> server(0);
-  auto updater = std::make_shared<SliceUpdater>(options, slice.size());
-  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
-                       shard_options,
-                       [updater](float* w, const float* g, size_t offset,
-                                 size_t n, int num_grads, int step, int tag) {
-                         (*updater)(w, g, offset, n, num_grads, step, tag);
-                       });
-  // A dead worker ends this process through ps (a NODE_FAILED), and makes
-  // the shard give up (failure()); a live one always sends done, so this
-  // wait ends. A server without keys (more servers than whole tensors, with
-  // --placement tensor) hears from no worker and does not wait.
-  while (begin < end && !shard.WaitAllDone(std::chrono::seconds(60))) {
-    if (!shard.failure().ok()) {
-      LOG(ERROR) << "server " << rank << ": " << shard.failure();
-      return 1;
+  auto updater = std::make_shared<SliceUpdater>(options, slice.size(), true);
+  if (options.restore_step >= 0) {
+    LoadServer(options, rank, options.restore_step, &slice, updater.get());
+    shard_options.first_step = options.restore_step;
+  }
+  // PS_REPLICAS=1 (--replicas 1): this server also holds the keys of the
+  // server before it, with their own optimizer state, so that it can take
+  // them over when that server dies. Made first (dense_server.h). (Not
+  // checkpointed: with checkpoints, a restore starts both copies from the
+  // primary's file.)
+  std::unique_ptr<ps::DenseShard> replica;
+  bool replica_has_keys = false;
+  const int replica_of = ps::DefaultNode()->config().replicas > 0
+                             ? ps::PrimaryOf(rank, ps::NumServers())
+                             : -1;
+  if (replica_of >= 0) {
+    ps::Key rbegin, rend;
+    ServerKeys(*placement, layout, replica_of, &rbegin, &rend);
+    replica_has_keys = rbegin < rend;
+    size_t rlo, rhi;
+    FloatsOf(layout, rbegin, rend, &rlo, &rhi);
+    std::printf(
+        "server %d also holds the keys of server %d: [%llu, %llu) "
+        "(replica)\n",
+        rank, replica_of, static_cast<unsigned long long>(rbegin),
+        static_cast<unsigned long long>(rend));
+    ps::DenseShardOptions replica_options = shard_options;
+    replica_options.replica = true;
+    replica_options.snapshot_every = 0;
+    std::vector<float> rslice(all.begin() + rlo, all.begin() + rhi);
+    auto rupdater = std::make_shared<SliceUpdater>(options, rhi - rlo, false);
+    if (options.restore_step >= 0) {
+      LoadServer(options, replica_of, options.restore_step, &rslice,
+                 rupdater.get());
     }
-    LOG(INFO) << "server " << rank << ": " << shard.updates_applied()
-              << " updates applied; still waiting for workers to finish";
+    replica = std::make_unique<ps::DenseShard>(
+        &server, layout, rbegin, rend, std::move(rslice), replica_options,
+        UpdaterOf(rupdater));
+  }
+  all = {};
+  ps::DenseSnapshot snapshot;
+  if (!options.checkpoint_dir.empty()) {
+    // On the shard's receive thread: requests wait for the write.
+    snapshot = [&options, rank, updater](int step, const float* w, size_t n) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::string payload = ServerPayload(w, n, *updater);
+      ps::Status st =
+          WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
+                          rank, step, payload);
+      if (!st.ok()) Die("checkpoint: " + st.message());
+      LOG(INFO) << "server " << rank << ": checkpoint of step " << step << ", "
+                << payload.size() << " bytes, written in "
+                << std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count()
+                << " ms";
+    };
+  }
+  ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
+                       shard_options, UpdaterOf(updater), snapshot);
+  if (options.clock != nullptr) {
+    options.clock->SetSink([&shard](int step) { shard.SnapshotAt(step); });
+  }
+  // A dead worker ends this process through ps (a NODE_FAILED), and makes
+  // the shard give up (failure()), unless under `continue` the shard counts
+  // it done; a live one always sends done, so this wait ends. A shard
+  // without keys (more servers than whole tensors, with --placement tensor)
+  // hears from no worker and is not waited for.
+  for (ps::DenseShard* s : {begin < end ? &shard : nullptr,
+                            replica_has_keys ? replica.get() : nullptr}) {
+    while (s != nullptr && !s->WaitAllDone(std::chrono::seconds(60))) {
+      if (!s->failure().ok()) {
+        LOG(ERROR) << "server " << rank << ": " << s->failure();
+        return 1;
+      }
+      LOG(INFO) << "server " << rank << ": " << s->updates_applied()
+                << " updates applied; still waiting for workers to finish";
+    }
+  }
+  if (replica) {
+    std::printf("server %d replica of server %d done: %lld updates applied\n",
+                rank, replica_of,
+                static_cast<long long>(replica->updates_applied()));
   }
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
       "max staleness %d, %lld bad requests, %lld weight copies, %llu/%llu "
-      "frames sent/received by shared memory\n",
+      "frames sent/received by shared memory, %d workers lost\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
       static_cast<long long>(shard.bad_requests()),
@@ -129,9 +283,11 @@ int RunServer(const TrainOptions& options) {
       static_cast<unsigned long long>(
           ps::DefaultNode()->num_shared_frames_sent()),
       static_cast<unsigned long long>(
-          ps::DefaultNode()->num_shared_frames_received()));
+          ps::DefaultNode()->num_shared_frames_received()),
+      shard.workers_lost());
   std::fflush(stdout);
-  ps::Finalize(0, true);
+  if (options.clock != nullptr) options.clock->SetSink(nullptr);
+  FinalizeNode(options);
   return 0;
 }
 

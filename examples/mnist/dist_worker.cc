@@ -101,10 +101,11 @@ class PsExchange : public Exchange {
     late_ = MakeRanges(0, first_early);
   }
 
-  // Weights for step 0: the servers' (equal to our own initialisation).
-  ps::Status PullInitial() {
+  // Weights for the first step (0, or the restored one): the servers'
+  // (at step 0 equal to our own initialisation).
+  ps::Status PullInitial(int step) {
     return kv_.Wait(kv_.ZPull(keys_, &params_, nullptr,
-                              ps::EncodeDenseCmd(ps::DenseOp::kStep, 0)));
+                              ps::EncodeDenseCmd(ps::DenseOp::kStep, step)));
   }
   void StartEarly(int step, int lr_period, size_t first_float) override {
     // The early keys' grads are final and their params free to overwrite.
@@ -195,6 +196,14 @@ class PsExchange : public Exchange {
   std::vector<KeyRange> early_, late_;
 };
 
+// Where a worker is: steps done in all, and within its epoch (a
+// checkpoint's position; the batcher's order follows from the epoch).
+struct Position {
+  int steps = 0;
+  int epoch = 0;
+  int batches_in_epoch = 0;
+};
+
 struct Summary {
   ps::model::EvalResult eval;
   int steps = 0;
@@ -208,25 +217,82 @@ int LrPeriod(const TrainOptions& options, int epoch, int step) {
   return std::min(period, ps::kMaxDenseTag);
 }
 
-// Runs every epoch; evaluates after each when `test` is not empty.
+// A worker's checkpoint payload: its position and dropout generator.
+std::string WorkerPayload(const Position& at, const ps::model::Net& net) {
+  Packer out;
+  out.Put<int32_t>(at.epoch);
+  out.Put<int32_t>(at.batches_in_epoch);
+  out.PutString(net.DropoutState());
+  return out.data();
+}
+
+// The position and dropout generator of the checkpoint of `step`, or dies
+// naming the file.
+Position LoadWorker(const TrainOptions& options, int rank, int step,
+                    ps::model::Net* net) {
+  const CheckpointJob job = CheckpointJobOf(options);
+  auto payload = ReadCheckpoint(job, step, CheckpointRole::kWorker, rank);
+  if (!payload.ok()) Die("--restore: " + payload.status().message());
+  Unpacker in(*payload);
+  Position at;
+  at.steps = step;
+  std::string dropout;
+  if (!in.Get(&at.epoch) || !in.Get(&at.batches_in_epoch) ||
+      !in.GetString(&dropout) || !in.done() || at.epoch < 0 ||
+      at.batches_in_epoch < 0 || !net->SetDropoutState(dropout)) {
+    Die("--restore: '" +
+        CheckpointPath(job, step, CheckpointRole::kWorker, rank) +
+        "': not a worker position (epoch, batch, dropout state)");
+  }
+  RemoveCheckpointsAfter(job, step, CheckpointRole::kWorker, rank);
+  return at;
+}
+
+// Writes this worker's checkpoint every --checkpoint_every_steps steps and
+// at the steps worker 0 announced (--checkpoint_every_s), until a worker was
+// lost (its files would never complete a step again).
+void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
+                     const ps::model::Net& net) {
+  const int every = options.checkpoint_every_steps;
+  const bool due =
+      (every > 0 && at.steps % every == 0) ||
+      (options.clock != nullptr && options.clock->Announced(at.steps));
+  if (options.checkpoint_dir.empty() || !due || WorkerLost()) return;
+  ps::Status st =
+      WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
+                      at.steps, WorkerPayload(at, net));
+  if (!st.ok()) Die("checkpoint: " + st.message());
+}
+
+// Runs every epoch from `from` (restored: the dropout generator too);
+// evaluates after each when `test` is not empty.
 Summary Train(const TrainOptions& options, const char* who, int rank,
               int num_workers, ps::model::Net* net, Exchange* exchange,
-              const ps::model::Dataset& train, const ps::model::Dataset& test) {
+              const ps::model::Dataset& train, const ps::model::Dataset& test,
+              const Position* from = nullptr) {
   MetricsLog metrics;
-  ps::Status st = metrics.Open(MetricsPath(options, rank));
+  ps::Status st = metrics.Open(MetricsPath(options, rank), from != nullptr);
   if (!st.ok()) Die(st.ToString());
   net->set_training(options.dropout);
-  net->SeedDropout(options.seed * 1000003ull + rank);
+  if (from == nullptr) net->SeedDropout(options.seed * 1000003ull + rank);
   ps::model::Batcher batcher(&train, options.batch_size, options.seed, rank,
                              num_workers);
   ps::model::Batch batch, next;
   Summary sum;
+  Position at = from == nullptr ? Position() : *from;
+  sum.steps = at.steps;
   const auto start = Clock::now();
   const bool slow = options.slow_worker_ms > 0 && rank == num_workers - 1;
   const bool die = options.die_after_steps > 0 &&
                    options.die_node == "worker:" + std::to_string(rank);
-  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+  for (int epoch = at.epoch; epoch < options.epochs; ++epoch) {
     batcher.StartEpoch(epoch);
+    if (epoch == at.epoch) {
+      batcher.Skip(at.batches_in_epoch);
+    } else {
+      at.batches_in_epoch = 0;
+    }
+    at.epoch = epoch;
     const auto epoch_start = Clock::now();
     auto last_log = Clock::now();
     double loss_sum = 0;
@@ -234,6 +300,9 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     size_t logged = 0;
     bool have = batcher.Next(&batch);
     while (have) {
+      if (options.clock != nullptr && rank == 0) {
+        options.clock->MaybeAnnounce(sum.steps);
+      }
       const int lr_period = LrPeriod(options, epoch, sum.steps);
       loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
                                        batch.size, [&](size_t first_float) {
@@ -254,6 +323,9 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
       logged += batch.size;
       sum.samples += batch.size;
       std::swap(batch, next);
+      at.steps = sum.steps;
+      ++at.batches_in_epoch;
+      MaybeCheckpoint(options, rank, at, *net);
       if (die && sum.steps == options.die_after_steps) {
         std::fprintf(stderr,
                      "worker %d: killing itself after %d steps (test)\n", rank,
@@ -327,10 +399,15 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
   auto net = MakeNet(options, true);
   PsExchange exchange(options, net.get(), UseOverlap(options));
-  ps::Status st = exchange.PullInitial();
+  Position from;
+  if (options.restore_step >= 0) {
+    from = LoadWorker(options, rank, options.restore_step, net.get());
+  }
+  ps::Status st = exchange.PullInitial(from.steps);
   if (!st.ok()) Die("initial pull: " + st.ToString());
-  Summary sum = Train(options, "worker", rank, num_workers, net.get(),
-                      &exchange, train, test);
+  Summary sum =
+      Train(options, "worker", rank, num_workers, net.get(), &exchange, train,
+            test, options.restore_step >= 0 ? &from : nullptr);
   st = exchange.Done(sum.steps);
   if (!st.ok()) Die("done: " + st.ToString());
   const double rate = sum.samples / sum.train_s;
@@ -348,7 +425,7 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   }
   std::fflush(stdout);
   if (rank == 0) Finish(options, *net);
-  ps::Finalize(0, true);
+  FinalizeNode(options);
   return 0;
 }
 

@@ -61,10 +61,29 @@ DEFINE_string(metrics_dir, "",
 DEFINE_string(dump_weights, "",
               "worker 0 (or --local) writes its final weights here as raw "
               "float32");
+DEFINE_string(checkpoint_dir, "",
+              "write checkpoints here (an existing folder; empty unless "
+              "--restore): one file per server and worker every "
+              "--checkpoint_every_steps steps");
+DEFINE_int32(checkpoint_every_steps, 0,
+             "steps between checkpoints (needs --checkpoint_dir)");
+DEFINE_double(checkpoint_every_s, 0,
+              "or (and) about every this many seconds, at a step worker 0 "
+              "picks");
+DEFINE_bool(restore, false,
+            "resume from the newest complete checkpoint in --checkpoint_dir "
+            "(same -s, -w, --chunk and training flags)");
+DEFINE_string(on_worker_failure, "stop",
+              "stop: a dead worker stops the job; continue: the others go on "
+              "without it (launch with --tolerate worker)");
 DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
+DEFINE_int32(replicas, -1,
+             "1: every server's keys are also held by the next server, which "
+             "takes them over if it dies (PS_REPLICAS; -1: as the "
+             "environment says)");
 
 namespace {
 
@@ -100,6 +119,13 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
   CheckFlag(FLAGS_die_after_steps >= 0, "die_after_steps", "must be >= 0");
   CheckFlag(FLAGS_slow_worker_ms >= 0, "slow_worker_ms", "must be >= 0");
+  CheckFlag(FLAGS_replicas >= -1 && FLAGS_replicas <= 1, "replicas",
+            "must be 0 or 1");
+  // The library's setting (ps::Config::replicas): every role must agree.
+  if (FLAGS_replicas >= 0) {
+    gflags::SetCommandLineOption("ps_replicas",
+                                 std::to_string(FLAGS_replicas).c_str());
+  }
   CheckFlag(FLAGS_die_node.empty() || FLAGS_die_node.rfind("worker:", 0) == 0 ||
                 FLAGS_die_node.rfind("server:", 0) == 0,
             "die_node", "must be worker:R or server:R");
@@ -153,10 +179,62 @@ mnist::TrainOptions OptionsFromFlags() {
                 (stat(o.metrics_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
             "metrics_dir", "must be an existing folder");
   o.dump_weights = FLAGS_dump_weights;
+  o.on_worker_failure = OrDie("on_worker_failure",
+                              ps::ParseWorkerFailure(FLAGS_on_worker_failure));
+  o.checkpoint_dir = FLAGS_checkpoint_dir;
+  o.checkpoint_every_steps = FLAGS_checkpoint_every_steps;
+  CheckFlag(FLAGS_checkpoint_every_steps >= 0, "checkpoint_every_steps",
+            "must be >= 0");
+  o.checkpoint_every_s = FLAGS_checkpoint_every_s;
+  CheckFlag(FLAGS_checkpoint_every_s >= 0, "checkpoint_every_s",
+            "must be >= 0");
+  CheckFlag(o.checkpoint_dir.empty() || FLAGS_checkpoint_every_steps > 0 ||
+                FLAGS_checkpoint_every_s > 0,
+            "checkpoint_every_steps",
+            "(or --checkpoint_every_s) must be > 0 with --checkpoint_dir");
+  CheckFlag(!o.checkpoint_dir.empty() || (FLAGS_checkpoint_every_steps == 0 &&
+                                          FLAGS_checkpoint_every_s == 0),
+            "checkpoint_every_steps",
+            "(and --checkpoint_every_s) needs --checkpoint_dir");
+  CheckFlag(!FLAGS_restore || !o.checkpoint_dir.empty(), "restore",
+            "needs --checkpoint_dir");
+  CheckFlag(
+      o.checkpoint_dir.empty() ||
+          (stat(o.checkpoint_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
+      "checkpoint_dir", "must be an existing folder");
+  CheckFlag(o.checkpoint_dir.empty() || o.consistency == ps::Consistency::kBsp,
+            "checkpoint_dir",
+            "needs --consistency bsp (checkpoints are taken at step "
+            "boundaries every node agrees on)");
+  CheckFlag(o.checkpoint_dir.empty() || !FLAGS_local, "checkpoint_dir",
+            "is for a ps job, not --local");
   o.die_after_steps = FLAGS_die_after_steps;
   o.die_node = FLAGS_die_node;
   o.slow_worker_ms = FLAGS_slow_worker_ms;
   return o;
+}
+
+// The step to resume from (--restore), or -1; fails unless the folder is
+// usable as this job's: before ps::Start, so that every role fails fast.
+int PickCheckpoint(const mnist::TrainOptions& o) {
+  if (o.checkpoint_dir.empty()) return -1;
+  const mnist::CheckpointJob job = mnist::CheckpointJobOf(o);
+  if (!FLAGS_restore) {
+    ps::Status st = mnist::CheckEmptyCheckpointDir(job);
+    if (!st.ok()) Die("--checkpoint_dir: " + st.message());
+    return -1;
+  }
+  std::string skipped;
+  ps::StatusOr<int> step = mnist::FindCheckpoint(job, &skipped);
+  if (!step.ok()) Die("--restore: " + step.status().message());
+  if (!skipped.empty()) {
+    std::printf("restore: skipping unusable checkpoints: %s\n",
+                skipped.c_str());
+  }
+  std::printf("restore: resuming from the checkpoint of step %d in %s\n", *step,
+              o.checkpoint_dir.c_str());
+  std::fflush(stdout);
+  return *step;
 }
 
 ps::model::Dataset LoadOrDie(const mnist::TrainOptions& o, bool train) {
@@ -175,7 +253,7 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) Die(std::string("unexpected argument '") + argv[1] + "'");
-  const mnist::TrainOptions options = OptionsFromFlags();
+  mnist::TrainOptions options = OptionsFromFlags();
   const char* role_env = std::getenv("DMLC_ROLE");
   const std::string role = role_env == nullptr ? "" : role_env;
   if (FLAGS_local) {
@@ -187,17 +265,30 @@ int main(int argc, char** argv) {
     Die("DMLC_ROLE is not set: launch through tracker/launch.py, or pass "
         "--local");
   }
+  const bool go_on = options.on_worker_failure == ps::WorkerFailure::kContinue;
+  // Made before ps::Start (its handle must be set before requests come);
+  // lives until the process ends.
+  std::unique_ptr<mnist::ClockCheckpoints> clock;
+  if (options.checkpoint_every_s > 0 && role != "scheduler") {
+    clock =
+        std::make_unique<mnist::ClockCheckpoints>(options.checkpoint_every_s);
+    options.clock = clock.get();
+  }
   if (role == "worker") {
     // Every worker loads the test split too so a bad file fails in all;
     // worker 0 evaluates it.
     ps::model::Dataset train = LoadOrDie(options, true);
     ps::model::Dataset test = LoadOrDie(options, false);
+    options.restore_step = PickCheckpoint(options);
     ps::Start(0, argv[0]);
+    if (go_on) mnist::GoOnWithoutDeadWorkers();
     if (ps::MyRank() != 0) test = ps::model::Dataset();
     return mnist::RunWorker(options, train, test);
   }
+  if (role == "server") options.restore_step = PickCheckpoint(options);
   ps::Start(0, argv[0]);
+  if (go_on) mnist::GoOnWithoutDeadWorkers();
   if (ps::IsServer()) return mnist::RunServer(options);
-  ps::Finalize(0, true);
+  mnist::FinalizeNode(options);
   return 0;
 }

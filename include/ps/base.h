@@ -27,6 +27,14 @@ inline int WorkerRankToId(int rank) { return 9 + 2 * rank; }
 // The rank of a server or worker id; -1 for the scheduler or a group id.
 inline int IdToRank(int id) { return id < 8 ? -1 : (id - 8) / 2; }
 inline bool IsServerId(int id) { return id >= 8 && id % 2 == 0; }
+// Replication (Config::replicas = 1): server rank r's keys are also held by
+// server ReplicaOf(r), which holds them for PrimaryOf(its rank).
+inline int ReplicaOf(int rank, int num_servers) {
+  return (rank + 1) % num_servers;
+}
+inline int PrimaryOf(int rank, int num_servers) {
+  return (rank + num_servers - 1) % num_servers;
+}
 inline bool IsWorkerId(int id) { return id >= 8 && id % 2 == 1; }
 
 inline const char* RoleName(Role role) {

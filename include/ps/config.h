@@ -40,11 +40,23 @@
 //                            is not sent (its request fails)      (1 GiB)
 //   DMLC_PS_WATER_MARK       messages queued per inbound connection
 //                            (ZeroMQ's receive high-water mark)   (1000)
+//   PS_RESEND_TIMEOUT_MS     a request (KV data, barrier) not
+//                            answered within this is sent again,
+//                            the wait doubling each time up to
+//                            16x; receivers apply each request
+//                            once; 0: never resend                (1000)
+//   PS_REPLICAS              0 or 1: with 1 (needs >= 2 servers and
+//                            resending), server r's keys are also
+//                            held by server (r+1)%S, which takes
+//                            them over when r dies                (0)
+//   PS_DROP_MSG              tests and benchmarks only: drop this
+//                            percentage of received KV data and
+//                            barrier messages at random           (0)
 // ps-lite's names, read too: PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT
-// (seconds; the _MS names win when both are set), PS_RESEND (0 only:
-// resending does not exist, 1 is refused) and PS_RESEND_TIMEOUT (checked,
-// no effect without resend), DMLC_LOCAL (0 or 1; 1 needs PS_SHM on: nodes
-// of one host then pass shared arrays by reference).
+// (seconds; the _MS names win when both are set), PS_RESEND (0 turns
+// resending off; 1, the default, keeps it on) and PS_RESEND_TIMEOUT
+// (milliseconds; PS_RESEND_TIMEOUT_MS wins), DMLC_LOCAL (0 or 1; 1 needs
+// PS_SHM on: nodes of one host then pass shared arrays by reference).
 //
 // Flags (gflags, defined by the library), one per variable:
 //   --ps_role DMLC_ROLE                   --ps_rank PS_RANK
@@ -58,7 +70,8 @@
 //   --ps_port_range PS_PORT_RANGE         --ps_verbose PS_VERBOSE
 //   --ps_wait_spin_us PS_WAIT_SPIN_US     --ps_shm PS_SHM
 //   --ps_key_file PS_KEY_FILE             --ps_max_message_bytes
-//   --ps_water_mark DMLC_PS_WATER_MARK
+//   --ps_water_mark DMLC_PS_WATER_MARK    --ps_resend_timeout_ms
+//   --ps_replicas PS_REPLICAS
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -107,6 +120,9 @@ struct Config {
   std::string secret_key;
   int64_t max_message_bytes = int64_t{1} << 30;
   int water_mark = 1000;
+  int resend_timeout_ms = 1000;  // 0: never resend
+  int drop_percent = 0;          // tests: PS_DROP_MSG
+  int replicas = 0;              // 0 or 1 (PS_REPLICAS)
 
   // Reads the process environment. Errors name the variable and the value.
   static StatusOr<Config> FromEnv();

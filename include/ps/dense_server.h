@@ -58,14 +58,33 @@
 // Wait returns it.
 //
 // Failures: when a worker that has not sent kDone is declared dead, the
-// shard stops waiting for it: pending pulls and every later kStep request
-// are refused with PeerFailed naming the dead worker, and WaitAllDone
-// returns false (failure() says why). kDone is still answered.
+// shard stops waiting for it, as DenseShardOptions::on_worker_failure says:
+//   kStop      pending pulls and every later kStep request are refused with
+//              PeerFailed naming the dead worker, and WaitAllDone returns
+//              false (failure() says why). kDone is still answered.
+//   kContinue  the dead worker counts as done at the last step it pushed
+//              any range of (the step in flight; the step it would have
+//              pushed next when it pushed nothing of it yet): a range of
+//              that step is applied once the live workers pushed it, with
+//              whatever gradients arrived, the dead one's included if its
+//              push came first (the updater's num_grads says how many);
+//              later steps wait for the live workers only. Its pending
+//              pulls and any later request of it are dropped. WaitAllDone
+//              returns true once every live worker sent kDone.
+//
+// Snapshots (kBsp): each time every key of the shard has had exactly t
+// updates applied, t a multiple of snapshot_every or a step named by
+// SnapshotAt before it was reached, the shard calls the
+// snapshot callback with t and its weights (a consistent state: no key has
+// any of step t applied yet), before it answers a pull for step t; none
+// after a worker was lost. A restored shard (first_step = t) starts with
+// every key at t updates: its first pulls are for step t.
 //
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, under the shard's mutex (which only the failure handle also takes);
-// the updater runs there. The accessors below may be called from any
-// thread; weights() only while no request is in flight (e.g. after
+// the updater and the snapshot callback run there (under that mutex: they
+// must not call back into the shard). The accessors below may be called from
+// any thread; weights() only while no request is in flight (e.g. after
 // WaitAllDone). The destructor unregisters the shard from its server (it
 // waits for a running request) so the server may outlive it.
 #ifndef PS_DENSE_SERVER_H_
@@ -124,10 +143,29 @@ struct DenseLayout {
   }
 };
 
+// What the shard does when a worker dies before kDone (see Failures).
+enum class WorkerFailure { kStop, kContinue };
+
+// "stop" or "continue"; InvalidArgument naming the value otherwise.
+StatusOr<WorkerFailure> ParseWorkerFailure(const std::string& name);
+
 struct DenseShardOptions {
   Consistency consistency = Consistency::kBsp;
   int max_delay = 0;    // tau, for kBounded (kBsp is tau = 0)
   int num_workers = 1;  // workers that push every step until done
+  WorkerFailure on_worker_failure = WorkerFailure::kStop;
+  // A restored shard: `weights` already hold this many updates of every
+  // key, and workers resume at this step.
+  int first_step = 0;
+  // kBsp: call the snapshot callback every this many steps (0: only at
+  // SnapshotAt's steps).
+  int snapshot_every = 0;
+  // Replication (PS_REPLICAS=1): this shard holds the keys of the server
+  // this one is the replica of (PrimaryOf its rank), registered with
+  // KVServer::set_replica_handle: the pushes that server gets come here
+  // too, and when it dies, its workers' requests. Make it before the
+  // server's own shard.
+  bool replica = false;
 };
 
 // Called once per update of a range with the range's n weights and the
@@ -140,6 +178,11 @@ using DenseUpdater =
     std::function<void(float* w, const float* grad_sum, size_t offset, size_t n,
                        int num_grads, int step, int tag)>;
 
+// Called with the number of steps applied to every key (a multiple of
+// snapshot_every) and the shard's n weights (see Snapshots above).
+using DenseSnapshot =
+    std::function<void(int steps, const float* weights, size_t n)>;
+
 class DenseShard {
  public:
   // Owns `weights`, the floats of keys [first_key, end_key) of `layout`
@@ -147,10 +190,16 @@ class DenseShard {
   // request handle of `server`, which must outlive this shard.
   DenseShard(KVServer<float>* server, const DenseLayout& layout, Key first_key,
              Key end_key, std::vector<float> weights,
-             const DenseShardOptions& options, DenseUpdater updater);
+             const DenseShardOptions& options, DenseUpdater updater,
+             DenseSnapshot snapshot = nullptr);
   ~DenseShard();
   DenseShard(const DenseShard&) = delete;
   DenseShard& operator=(const DenseShard&) = delete;
+
+  // Also snapshot at `step` (see Snapshots), e.g. a step a worker picked
+  // by the clock; it must come before that step's update can be applied.
+  // Any thread.
+  void SnapshotAt(int step);
 
   // Blocks until every worker sent kDone, a worker died (see Failures) or
   // `timeout` passes; true if all sent kDone.
@@ -167,6 +216,9 @@ class DenseShard {
   int64_t bad_requests() const;
   // Updates that had to copy the weights first (see Copies above).
   int64_t weight_copies() const;
+  // Workers declared dead before kDone that the shard went on without
+  // (kContinue).
+  int workers_lost() const;
 
  private:
   class Impl;  // src/kv/dense_server.cc: the state and its locks

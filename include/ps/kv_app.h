@@ -246,17 +246,7 @@ class KVServer {
       : core_(node, app_id, detail::DataTypeOf<Val>(), sizeof(Val)) {}
 
   // Requests are delivered once a handle is set (earlier ones are held).
-  void set_request_handle(const ReqHandle& handle) {
-    core_.SetHandle(
-        [this, handle](const KVMeta& meta, const detail::RawKVPairs& raw) {
-          KVPairs<Val> kvs;
-          kvs.keys = raw.keys;
-          kvs.vals = SArray<Val>(raw.vals);
-          kvs.lens = raw.lens;
-          kvs.priority = raw.priority;
-          handle(meta, kvs, this);
-        });
-  }
+  void set_request_handle(const ReqHandle& handle) { SetHandle(handle, false); }
 
   // Unregisters the handle (waiting for a running one to return, unless
   // called from it) and the failure handle; later requests are held, then
@@ -269,6 +259,19 @@ class KVServer {
   void set_failure_handle(
       const std::function<void(int id, const Status& why)>& handle) {
     core_.SetFailureHandle(handle);
+  }
+
+  // Replication (Config::replicas = 1, PS_REPLICAS): this server also holds
+  // the keys of server PrimaryOf(rank): the pushes that server gets are
+  // forwarded here (and answered only once this handle answered them), and
+  // when that server dies, workers send its requests here. This handle
+  // serves them, with KVMeta::shard naming that rank; set it (and its
+  // failure handle) before set_request_handle.
+  void set_replica_handle(const ReqHandle& handle) { SetHandle(handle, true); }
+  void clear_replica_handle() { core_.ClearHandle(true); }
+  void set_replica_failure_handle(
+      const std::function<void(int id, const Status& why)>& handle) {
+    core_.SetFailureHandle(handle, true);
   }
 
   // Answers `req`: an empty `res` for a push, the values for a pull.
@@ -287,6 +290,19 @@ class KVServer {
   }
 
  private:
+  void SetHandle(const ReqHandle& handle, bool replica) {
+    core_.SetHandle(
+        [this, handle](const KVMeta& meta, const detail::RawKVPairs& raw) {
+          KVPairs<Val> kvs;
+          kvs.keys = raw.keys;
+          kvs.vals = SArray<Val>(raw.vals);
+          kvs.lens = raw.lens;
+          kvs.priority = raw.priority;
+          handle(meta, kvs, this);
+        },
+        replica);
+  }
+
   detail::KVServerCore core_;
 };
 

@@ -50,6 +50,11 @@ struct KVMeta {
   // Internal (set by the transport): where in the worker's shared memory
   // the answer to a pull goes; Response writes it there when it fits.
   std::shared_ptr<const pb::SharedRef> reply_into;
+  // Internal (replication): the server rank whose keys the request is for
+  // when not this server's own (-1: its own), and the node the answer goes
+  // to when not `sender` (the primary that forwarded a push; -1: sender).
+  int shard = -1;
+  int reply_to = -1;
 };
 
 namespace detail {
@@ -160,12 +165,14 @@ class KVServerCore {
   KVServerCore(Node* node, int app_id, int val_type, size_t val_size);
   ~KVServerCore();  // ClearHandle()
   // Registers the handler; requests that arrived before wait for it.
-  void SetHandle(RawHandle handle);
+  // `replica`: the handler of the keys this server holds for another
+  // (Config::replicas), to be set before the other.
+  void SetHandle(RawHandle handle, bool replica = false);
   // Unregisters the handler (and the failure handle), waiting for a running
   // one to return; later requests are held as if no handler was ever set.
-  void ClearHandle();
+  void ClearHandle(bool replica = false);
   // Called on peer failures while a handler is registered.
-  void SetFailureHandle(FailureHandle handle);
+  void SetFailureHandle(FailureHandle handle, bool replica = false);
   void Response(const KVMeta& req, const RawKVPairs& res);
   // Refuses `req`: the worker's Wait returns `error` (not OK), its message
   // prefixed with this server's name. No data is sent.

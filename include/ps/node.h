@@ -80,6 +80,13 @@ class Node {
   // shared-memory references instead of bytes (ps/shared_array.h).
   uint64_t num_shared_frames_sent() const;
   uint64_t num_shared_frames_received() const;
+  // Resending (PS_RESEND_TIMEOUT_MS): requests this node sent again for
+  // want of an answer; requests and answers it received again and let go
+  // (a request is applied once); and messages the test switch PS_DROP_MSG
+  // let go unread.
+  uint64_t num_resent_messages() const;
+  uint64_t num_duplicate_messages() const;
+  uint64_t num_test_drops() const;
   // OK, or the first peer failure this node learned of (NODE_FAILED).
   Status peer_failure() const;
   // Runs on the receive thread (never under a lock) when a node this node

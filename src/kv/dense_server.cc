@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "van/sync.h"
@@ -31,6 +32,13 @@ const char* ConsistencyName(Consistency c) {
       return "async";
   }
   return "unknown";
+}
+
+StatusOr<WorkerFailure> ParseWorkerFailure(const std::string& name) {
+  if (name == "stop") return WorkerFailure::kStop;
+  if (name == "continue") return WorkerFailure::kContinue;
+  return Status::InvalidArgument("unknown worker failure policy '" + name +
+                                 "' (expected stop or continue)");
 }
 
 namespace {
@@ -63,7 +71,8 @@ class DenseShard::Impl {
  public:
   Impl(KVServer<float>* server, const DenseLayout& layout, Key first_key,
        Key end_key, std::vector<float> weights,
-       const DenseShardOptions& options, DenseUpdater updater);
+       const DenseShardOptions& options, DenseUpdater updater,
+       DenseSnapshot snapshot);
   ~Impl();
 
   bool WaitAllDone(std::chrono::milliseconds timeout) EXCLUDES(done_mu_);
@@ -77,12 +86,18 @@ class DenseShard::Impl {
   int max_staleness() const { return max_staleness_.load(); }
   int64_t bad_requests() const { return bad_requests_.load(); }
   int64_t weight_copies() const { return weight_copies_.load(); }
+  int workers_lost() const { return workers_lost_.load(); }
+  void SnapshotAt(int step) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    snapshot_at_.insert(step);
+  }
 
  private:
   struct RangeSum {     // the pushes of one (step, range)
     Key end = 0;        // the range is [first key of the map entry, end)
     SArray<float> sum;  // the first pushed frame, summed into
     int count = 0;
+    std::vector<int> from;  // the pushing workers' ids
     int tag = 0;
   };
   struct PendingPull {
@@ -112,6 +127,10 @@ class DenseShard::Impl {
   // Whether `count` pushes of [begin, end) for `step` are all it waits for
   // and every key of it has step - 1 applied (Advance would apply it).
   bool AppliesAt(int step, Key begin, Key end, int count) const REQUIRES(mu_);
+  // The pushes of `s` by workers still expected at `step`: a worker lost
+  // (kContinue) at that step may have pushed before it died; its gradient
+  // is summed, but the range still waits for every live worker's.
+  int Counted(const RangeSum& s, int step) const REQUIRES(mu_);
   bool PullReady(const SArray<Key>& keys, int step) const REQUIRES(mu_);
   // Offset of key k (or of end_key_, the slice's size) within weights_.
   size_t SliceOffset(Key k) const REQUIRES(mu_);
@@ -120,8 +139,14 @@ class DenseShard::Impl {
   // Offset of key k within weights_, or false when k is not ours.
   bool Locate(Key k, size_t* offset, size_t* length) const;
   void Reject(const KVMeta& meta, const std::string& why);
-  // A peer died: a worker still expected fails the shard (see Failures).
+  // A peer died: a worker still expected fails the shard, or is taken as
+  // done (see Failures).
   void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
+  // kContinue: `id` counts as done at the step in flight.
+  void GoOnWithout(int id, const Status& why) EXCLUDES(mu_);
+  // Calls snapshot_ when every key has had the same multiple of
+  // snapshot_every updates applied (see Snapshots).
+  void MaybeSnapshot() REQUIRES(mu_);
   // weights_, made exclusively ours first (copy on write).
   float* MutableWeights() REQUIRES(mu_);
 
@@ -130,6 +155,7 @@ class DenseShard::Impl {
   const Key first_key_, end_key_;
   const DenseShardOptions options_;
   const DenseUpdater updater_;
+  const DenseSnapshot snapshot_;
   // Shared with pull answers in flight. Written under mu_; weights() reads
   // it without (only while no request is in flight, as documented).
   SArray<float> weights_ GUARDED_BY(mu_);
@@ -144,11 +170,17 @@ class DenseShard::Impl {
   // Worker id -> steps it pushed in all.
   std::map<int, int> done_steps_ GUARDED_BY(mu_);
   Status failed_ GUARDED_BY(mu_);  // a dead worker: steps are refused
+  // Worker id -> the last step it pushed (any range); dead workers (kContinue).
+  std::map<int, int> last_push_ GUARDED_BY(mu_);
+  std::set<int> dead_ GUARDED_BY(mu_);
+  int last_snapshot_ GUARDED_BY(mu_);
+  std::set<int> snapshot_at_ GUARDED_BY(mu_);  // SnapshotAt's steps
 
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
   std::atomic<int64_t> bad_requests_{0};
   std::atomic<int64_t> weight_copies_{0};
+  std::atomic<int> workers_lost_{0};
   mutable Mutex done_mu_;
   CondVar done_cv_{&done_mu_};
   int num_done_ GUARDED_BY(done_mu_) = 0;
@@ -157,31 +189,49 @@ class DenseShard::Impl {
 
 DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
                        Key first_key, Key end_key, std::vector<float> weights,
-                       const DenseShardOptions& options, DenseUpdater updater)
+                       const DenseShardOptions& options, DenseUpdater updater,
+                       DenseSnapshot snapshot)
     : server_(server),
       layout_(layout),
       first_key_(first_key),
       end_key_(end_key),
       options_(options),
       updater_(std::move(updater)),
+      snapshot_(std::move(snapshot)),
       weights_(weights),
-      key_applied_(end_key - first_key, 0) {
+      key_applied_(end_key - first_key, options.first_step),
+      last_snapshot_(options.first_step),
+      applied_(options.first_step) {
   CHECK_LE(first_key_, end_key_);
   CHECK_GE(options_.num_workers, 1);
   CHECK_GE(options_.max_delay, 0);
+  CHECK(options_.first_step >= 0 && options_.first_step <= kMaxDenseStep)
+      << "first_step " << options_.first_step;
+  CHECK_GE(options_.snapshot_every, 0);
   size_t expect = 0;
   for (Key k = first_key_; k < end_key_; ++k) expect += layout_.length(k);
   CHECK_EQ(expect, weights_.size())
       << "keys [" << first_key_ << ", " << end_key_ << ") hold " << expect
       << " floats";
-  server_->set_failure_handle(
-      [this](int id, const Status& why) { OnFailure(id, why); });
-  server_->set_request_handle(
-      [this](const KVMeta& meta, const KVPairs<float>& data,
-             KVServer<float>* s) { Handle(meta, data, s); });
+  auto on_failure = [this](int id, const Status& why) { OnFailure(id, why); };
+  auto handle = [this](const KVMeta& meta, const KVPairs<float>& data,
+                       KVServer<float>* s) { Handle(meta, data, s); };
+  if (options_.replica) {
+    server_->set_replica_failure_handle(on_failure);
+    server_->set_replica_handle(handle);
+  } else {
+    server_->set_failure_handle(on_failure);
+    server_->set_request_handle(handle);
+  }
 }
 
-DenseShard::Impl::~Impl() { server_->clear_request_handle(); }
+DenseShard::Impl::~Impl() {
+  if (options_.replica) {
+    server_->clear_replica_handle();
+  } else {
+    server_->clear_request_handle();
+  }
+}
 
 bool DenseShard::Impl::WaitAllDone(std::chrono::milliseconds timeout) {
   MutexLock lock(&done_mu_);
@@ -199,6 +249,9 @@ Status DenseShard::Impl::failure() const {
 
 void DenseShard::Impl::OnFailure(int id, const Status& why) {
   if (!IsWorkerId(id)) return;  // a server, the scheduler, or our own stop
+  if (options_.on_worker_failure == WorkerFailure::kContinue) {
+    return GoOnWithout(id, why);
+  }
   const Status failed = Status::PeerFailed(
       "the dense shard stopped serving steps: " + why.message());
   size_t refused;
@@ -221,9 +274,34 @@ void DenseShard::Impl::OnFailure(int id, const Status& why) {
              << " pending pulls refused)";
 }
 
+void DenseShard::Impl::GoOnWithout(int id, const Status& why) {
+  int step;
+  {
+    MutexLock lock(&mu_);
+    if (done_steps_.count(id) > 0 || !dead_.insert(id).second) return;
+    auto it = last_push_.find(id);
+    step = it == last_push_.end() ? options_.first_step : it->second;
+    // Its pulls could not be answered anyway.
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [id](const PendingPull& p) {
+                                    return p.meta.sender == id;
+                                  }),
+                   pending_.end());
+    ++workers_lost_;
+    OnDone(id, step);
+  }
+  LOG(WARNING) << "dense shard: going on without " << DescribeId(id)
+               << " from its step " << step << " on: " << why;
+}
+
 void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data,
                               KVServer<float>* /*server*/) {
   MutexLock lock(&mu_);
+  if (dead_.count(meta.sender) > 0) {
+    LOG(WARNING) << "dense shard: dropped a request of the dead "
+                 << DescribeId(meta.sender);
+    return;
+  }
   StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
   if (!cmd.ok()) return Reject(meta, cmd.status().message());
   if (cmd->op == DenseOp::kDone) {
@@ -312,6 +390,8 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     Reject(meta, why);
     return false;
   }
+  int& last = last_push_[meta.sender];
+  last = std::max(last, cmd.step);
   RangeSum& s = sums_[{cmd.step, begin}];
   if (s.count == 0) {
     s.end = end;
@@ -330,6 +410,7 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     for (size_t i = 0; i < s.sum.size(); ++i) s.sum[i] += g[i];
   }
   ++s.count;
+  s.from.push_back(meta.sender);
   Advance();
   if (!meta.pull) server_->Response(meta);
   return true;
@@ -359,6 +440,16 @@ bool DenseShard::Impl::AppliesAt(int step, Key begin, Key end,
   return true;
 }
 
+int DenseShard::Impl::Counted(const RangeSum& s, int step) const {
+  if (dead_.empty()) return s.count;
+  int n = 0;
+  for (int id : s.from) {
+    auto done = done_steps_.find(id);
+    n += done == done_steps_.end() || done->second > step;
+  }
+  return n;
+}
+
 int DenseShard::Impl::ExpectedAt(int step) const {
   int n = options_.num_workers;
   for (const auto& [worker, steps] : done_steps_) n -= steps <= step;
@@ -384,7 +475,7 @@ void DenseShard::Impl::Advance() {
     const int step = it->first.first;
     const Key begin = it->first.second;
     const RangeSum& s = it->second;
-    if (!AppliesAt(step, begin, s.end, s.count)) {
+    if (!AppliesAt(step, begin, s.end, Counted(s, step))) {
       ++it;
       continue;
     }
@@ -409,6 +500,22 @@ void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
   if (!key_applied_.empty()) {
     applied_.store(*std::min_element(key_applied_.begin(), key_applied_.end()));
   }
+  MaybeSnapshot();
+}
+
+void DenseShard::Impl::MaybeSnapshot() {
+  const int every = options_.snapshot_every;
+  if (!snapshot_ || key_applied_.empty() ||
+      options_.consistency != Consistency::kBsp || workers_lost_.load() > 0) {
+    return;
+  }
+  const auto [lo, hi] =
+      std::minmax_element(key_applied_.begin(), key_applied_.end());
+  if (*lo != *hi || *lo <= last_snapshot_) return;
+  const bool asked = snapshot_at_.erase(*lo) > 0;
+  if (!asked && (every == 0 || *lo % every != 0)) return;
+  last_snapshot_ = *lo;
+  snapshot_(*lo, weights_.data(), weights_.size());
 }
 
 size_t DenseShard::Impl::SliceOffset(Key k) const {
@@ -494,10 +601,11 @@ void DenseShard::Impl::Reject(const KVMeta& meta, const std::string& why) {
 
 DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
                        Key first_key, Key end_key, std::vector<float> weights,
-                       const DenseShardOptions& options, DenseUpdater updater)
+                       const DenseShardOptions& options, DenseUpdater updater,
+                       DenseSnapshot snapshot)
     : impl_(std::make_unique<Impl>(server, layout, first_key, end_key,
                                    std::move(weights), options,
-                                   std::move(updater))) {}
+                                   std::move(updater), std::move(snapshot))) {}
 DenseShard::~DenseShard() = default;
 bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
   return impl_->WaitAllDone(timeout);
@@ -508,5 +616,7 @@ int64_t DenseShard::updates_applied() const { return impl_->updates_applied(); }
 int DenseShard::max_staleness() const { return impl_->max_staleness(); }
 int64_t DenseShard::bad_requests() const { return impl_->bad_requests(); }
 int64_t DenseShard::weight_copies() const { return impl_->weight_copies(); }
+int DenseShard::workers_lost() const { return impl_->workers_lost(); }
+void DenseShard::SnapshotAt(int step) { impl_->SnapshotAt(step); }
 
 }  // namespace ps

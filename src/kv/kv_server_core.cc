@@ -1,8 +1,20 @@
 // KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
 // Response (AddKVFrames, Postoffice::Send) or ResponseError (an answer with
-// control.error and no frames).
+// control.error and no frames). With resending on (PS_RESEND_TIMEOUT_MS), a
+// request that comes again is applied once (Seen): dropped while its answer
+// is pending; once answered, answered again without applying its values.
+// With replicas (PS_REPLICAS=1): a push to this server's keys is forwarded
+// to its replica (Forward) and answered once the replica answered
+// (HoldForReplica, OnReplicaAnswer); requests for the keys this server
+// holds for its primary go to the replica handle (Handle).
+#include <atomic>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "kv/call_gate.h"
 #include "kv/slicer.h"
@@ -34,9 +46,19 @@ class KVServerCore::Impl {
         app_id_(app_id),
         val_type_(val_type),
         val_size_(val_size) {}
-  ~Impl() { ClearHandle(); }
+  ~Impl() {
+    ClearHandle(false);
+    ClearHandle(true);
+  }
 
-  void SetHandle(RawHandle handle) {
+  void SetHandle(RawHandle handle, bool replica) {
+    if (replica) {
+      CHECK(!registered_) << "set_replica_handle after set_request_handle";
+      MutexLock lock(&replica_mu_);
+      CHECK(!replica_handle_) << "set_replica_handle called twice";
+      replica_handle_ = std::move(handle);
+      return;
+    }
     CHECK(!registered_) << "set_request_handle called twice";
     handle_ = std::move(handle);
     registered_ = true;
@@ -48,7 +70,16 @@ class KVServerCore::Impl {
         });
   }
 
-  void ClearHandle() {
+  void ClearHandle(bool replica) {
+    if (replica) {
+      {
+        MutexLock lock(&replica_mu_);  // waits out a running replica handle
+        replica_handle_ = nullptr;
+      }
+      MutexLock lock(&failure_mu_);
+      replica_failure_handle_ = nullptr;
+      return;
+    }
     if (!registered_) return;
     post_->UnregisterCustomer(true, app_id_, -1);  // waits out a handler
     gate_->Close();                                // and a failure handler
@@ -57,22 +88,27 @@ class KVServerCore::Impl {
     failure_handle_ = nullptr;
   }
 
-  void SetFailureHandle(FailureHandle handle) {
+  void SetFailureHandle(FailureHandle handle, bool replica) {
     MutexLock lock(&failure_mu_);
-    failure_handle_ = std::move(handle);
+    (replica ? replica_failure_handle_ : failure_handle_) = std::move(handle);
   }
 
   void OnFailure(int id, const Status& why) {
-    FailureHandle handle;
+    if (replicas_ > 0 && id >= 0 && id == ReplicaId()) ReleaseHeld();
+    FailureHandle handle, replica_handle;
     {
       MutexLock lock(&failure_mu_);
       handle = failure_handle_;
+      replica_handle = replica_failure_handle_;
     }
     if (handle) handle(id, why);
+    if (replica_handle) replica_handle(id, why);
   }
 
   void OnRequest(Message&& msg) {
     const pb::Meta& m = msg.meta;
+    // The only answers a server gets: its replica's (DispatchData).
+    if (!m.request()) return OnReplicaAnswer(m);
     StatusOr<RawKVPairs> kvs =
         DecodeKVPairs(msg, m.push(), val_type_, val_size_);
     if (!kvs.ok()) {
@@ -87,34 +123,78 @@ class KVServerCore::Impl {
       return;
     }
     KVMeta meta = RequestMeta(m);
+    const int me = post_->rank();
+    const bool for_replica = meta.shard >= 0 && meta.shard != me;
+    if (for_replica &&
+        (replicas_ == 0 ||
+         meta.shard != PrimaryOf(me, post_->config().num_servers))) {
+      ResponseError(meta,
+                    Status::InvalidArgument("server " + std::to_string(me) +
+                                            " holds no keys of server " +
+                                            std::to_string(meta.shard)));
+      return;
+    }
+    const bool forward = !for_replica && m.push() && ForwardsPushes();
+    if (dedup_) {
+      Record again;
+      if (Seen(meta, &again)) {
+        post_->CountDuplicate();
+        // Its answer may wait for the replica, whose copy (or answer) may
+        // be what was lost: send the copy again.
+        if (forward && AwaitsReplica(meta)) {
+          post_->CountResent();
+          Forward(msg, meta, *kvs);
+        }
+        if (!again.answered) return;
+        if (!again.error.empty()) {
+          return ResponseError(
+              meta,
+              Status(static_cast<Status::Code>(again.error_code), again.error));
+        }
+        if (!m.pull()) return Response(meta, RawKVPairs());
+        // Serve the pull again, without the values it pushed (applied).
+        meta.push = false;
+        kvs->vals = SArray<char>();
+        kvs->lens = SArray<int>();
+        return Handle(meta, *kvs, for_replica);
+      }
+    }
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
     }
-    handle_(meta, *kvs);
+    if (forward) Forward(msg, meta, *kvs);
+    Handle(meta, *kvs, for_replica);
   }
 
   void Response(const KVMeta& req, const RawKVPairs& res) {
+    if (dedup_) MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
+    if (HoldForReplica(req, &msg)) return;
     Status st = post_->Send(&msg);
     if (st.code() == Status::kInvalidArgument) {
       // Too large to send (PS_MAX_MESSAGE_BYTES): the worker learns why
       // instead of waiting for an answer that never comes.
       ResponseError(req, st);
     } else if (!st.ok()) {
-      LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
+      LOG(WARNING) << "answer to " << post_->DescribeNode(msg.meta.recver())
                    << " not sent: " << st;
     }
   }
 
   void ResponseError(const KVMeta& req, const Status& error) {
     CHECK(!error.ok()) << "ResponseError with OK";
+    if (dedup_) MarkAnswered(req, error);
+    if (replicas_ > 0) {
+      MutexLock lock(&hold_mu_);
+      held_.erase({req.sender, req.customer_id, req.timestamp});
+    }
     Message msg = AnswerTo(req);
     msg.meta.mutable_control()->set_error(
         error.message().empty() ? "(no reason given)" : error.message());
     msg.meta.mutable_control()->set_error_code(error.code());
-    Send(req, &msg);
+    Send(&msg);
   }
 
  private:
@@ -123,7 +203,11 @@ class KVServerCore::Impl {
     meta.cmd = m.head();
     meta.push = m.push();
     meta.pull = m.pull();
-    meta.sender = m.sender();
+    // A push forwarded by a primary is the worker's (DispatchData checked
+    // that it comes from the server this one is the replica of).
+    meta.sender = m.has_origin() ? m.origin() : m.sender();
+    meta.reply_to = m.has_origin() ? m.sender() : -1;
+    meta.shard = m.has_shard() ? m.shard() : -1;
     meta.timestamp = m.timestamp();
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
@@ -141,16 +225,141 @@ class KVServerCore::Impl {
     m.set_push(req.push);
     m.set_pull(req.pull);
     m.set_head(req.cmd);
-    m.set_recver(req.sender);
+    m.set_recver(req.reply_to >= 0 ? req.reply_to : req.sender);
+    if (req.shard >= 0) m.set_shard(req.shard);
+    if (req.reply_to >= 0) m.set_origin(req.sender);
     return msg;
   }
 
-  void Send(const KVMeta& req, Message* msg) {
+  void Send(Message* msg) {
     Status st = post_->Send(msg);
     if (!st.ok()) {
-      LOG(WARNING) << "answer to " << post_->DescribeNode(req.sender)
+      LOG(WARNING) << "answer to " << post_->DescribeNode(msg->meta.recver())
                    << " not sent: " << st;
     }
+  }
+
+  // Runs the handle of this server's own keys, or of the keys it holds for
+  // its primary (for_replica).
+  void Handle(const KVMeta& meta, const RawKVPairs& kvs, bool for_replica) {
+    if (!for_replica) return handle_(meta, kvs);
+    MutexLock lock(&replica_mu_);
+    if (!replica_handle_) {
+      return ResponseError(
+          meta,
+          Status::NotFound("server " + std::to_string(post_->rank()) +
+                           " has no replica handle (set_replica_handle)"));
+    }
+    replica_handle_(meta, kvs);
+  }
+
+  // ---- Replication: the primary's side ----------------------------------
+  // A push to this server's own keys goes to its replica too, and the
+  // worker's answer waits until the replica answered the copy: a push a
+  // worker saw answered is on both servers, so the replica can take over
+  // without it.
+
+  int ReplicaId() const {
+    return ServerRankToId(
+        ReplicaOf(post_->rank(), post_->config().num_servers));
+  }
+
+  bool ForwardsPushes() const { return replicas_ > 0 && !replica_dead_.load(); }
+
+  // Sends a copy of the push `msg` to the replica, as the worker's.
+  void Forward(const Message& msg, const KVMeta& meta, const RawKVPairs& kvs) {
+    Message copy;
+    pb::Meta& m = copy.meta;
+    m.set_app_id(meta.app_id);
+    m.set_customer_id(meta.customer_id);
+    m.set_timestamp(meta.timestamp);
+    m.set_request(true);
+    m.set_push(true);
+    m.set_head(meta.cmd);
+    m.set_priority(meta.priority);
+    m.set_recver(ReplicaId());
+    m.set_shard(post_->rank());
+    m.set_origin(meta.sender);
+    RawKVPairs values = kvs;
+    if (msg.meta.shared_size() > 0) {
+      // The worker's shared memory: the replica could not map it.
+      values.keys = SArray<Key>();
+      values.keys.CopyFrom(kvs.keys);
+      values.vals = SArray<char>();
+      values.vals.CopyFrom(kvs.vals);
+      values.lens = SArray<int>();
+      values.lens.CopyFrom(kvs.lens);
+    }
+    AddKVFrames(values, true, val_type_, &copy);
+    {
+      MutexLock lock(&hold_mu_);
+      held_.emplace(HeldKey{meta.sender, meta.customer_id, meta.timestamp},
+                    Held());
+    }
+    Status st = post_->Send(&copy);
+    if (!st.ok()) {
+      LOG(WARNING) << "copy for " << post_->DescribeNode(ReplicaId())
+                   << " not sent: " << st;
+    }
+  }
+
+  // Whether req's answer is still held for the replica's.
+  bool AwaitsReplica(const KVMeta& req) EXCLUDES(hold_mu_) {
+    MutexLock lock(&hold_mu_);
+    return held_.count({req.sender, req.customer_id, req.timestamp}) > 0;
+  }
+
+  // Keeps `msg`, the answer to req, until the replica answered req's copy;
+  // false: send it now.
+  bool HoldForReplica(const KVMeta& req, Message* msg) EXCLUDES(hold_mu_) {
+    if (replicas_ == 0 || req.reply_to >= 0 ||
+        (req.shard >= 0 && req.shard != post_->rank())) {
+      return false;
+    }
+    MutexLock lock(&hold_mu_);
+    auto it = held_.find({req.sender, req.customer_id, req.timestamp});
+    if (it == held_.end()) return false;
+    if (it->second.replica_answered) {
+      held_.erase(it);
+      return false;
+    }
+    it->second.answer = std::move(*msg);
+    it->second.answered = true;
+    return true;
+  }
+
+  // The replica answered a copy: the worker's answer may go.
+  void OnReplicaAnswer(const pb::Meta& m) EXCLUDES(hold_mu_) {
+    Message answer;
+    {
+      MutexLock lock(&hold_mu_);
+      auto it = held_.find({m.origin(), m.customer_id(), m.timestamp()});
+      if (it == held_.end()) {
+        post_->CountDuplicate();
+        return;
+      }
+      if (!it->second.answered) {
+        it->second.replica_answered = true;
+        return;
+      }
+      answer = std::move(it->second.answer);
+      held_.erase(it);
+    }
+    Send(&answer);
+  }
+
+  // The replica died: nothing more to wait for.
+  void ReleaseHeld() EXCLUDES(hold_mu_) {
+    replica_dead_.store(true);
+    std::vector<Message> answers;
+    {
+      MutexLock lock(&hold_mu_);
+      for (auto& [key, h] : held_) {
+        if (h.answered) answers.push_back(std::move(h.answer));
+      }
+      held_.clear();
+    }
+    for (Message& answer : answers) Send(&answer);
   }
 
   // A co-located worker named where the pulled values go: copy them there
@@ -177,27 +386,105 @@ class KVServerCore::Impl {
     return placed;
   }
 
+  // ---- Applying each request once (resending) ---------------------------
+
+  // What this server did with one request of a worker's customer.
+  struct Record {
+    bool answered = false;
+    int error_code = 0;  // answered with this error (empty: with data)
+    std::string error;
+  };
+  // One worker customer's last requests for one server's keys.
+  struct Recent {
+    std::unordered_map<int, Record> by_ts;
+    std::deque<int> order;  // oldest first
+  };
+  // (worker id, customer id, shard): a request's slices for this server's
+  // keys and for its primary's share a timestamp.
+  using RecentKey = std::tuple<int, int, int>;
+  // How many requests per worker customer are remembered: far more than
+  // can be in flight while one is resent.
+  static constexpr size_t kRecentPerCustomer = 4096;
+
+  RecentKey KeyOf(const KVMeta& req) const {
+    return {req.sender, req.customer_id,
+            req.shard >= 0 ? req.shard : post_->rank()};
+  }
+
+  // Whether req came before (its record in *again); else remembers it.
+  bool Seen(const KVMeta& req, Record* again) EXCLUDES(dedup_mu_) {
+    MutexLock lock(&dedup_mu_);
+    Recent& r = recent_[KeyOf(req)];
+    auto it = r.by_ts.find(req.timestamp);
+    if (it != r.by_ts.end()) {
+      *again = it->second;
+      return true;
+    }
+    r.by_ts.emplace(req.timestamp, Record());
+    r.order.push_back(req.timestamp);
+    if (r.order.size() > kRecentPerCustomer) {
+      r.by_ts.erase(r.order.front());
+      r.order.pop_front();
+    }
+    return false;
+  }
+
+  void MarkAnswered(const KVMeta& req, const Status& error)
+      EXCLUDES(dedup_mu_) {
+    MutexLock lock(&dedup_mu_);
+    auto r = recent_.find(KeyOf(req));
+    if (r == recent_.end()) return;
+    auto it = r->second.by_ts.find(req.timestamp);
+    if (it == r->second.by_ts.end()) return;
+    it->second.answered = true;
+    if (!error.ok()) {
+      it->second.error_code = error.code();
+      it->second.error =
+          error.message().empty() ? "(no reason given)" : error.message();
+    }
+  }
+
   Postoffice* const post_;
   const int app_id_;
   const int val_type_;
   const size_t val_size_;
+  const bool dedup_ = post_->config().resend_timeout_ms > 0;
+  const int replicas_ = post_->config().replicas;
+  Mutex dedup_mu_;
+  std::map<RecentKey, Recent> recent_ GUARDED_BY(dedup_mu_);
+
+  // A worker's answer waiting for the replica's answer to its copy.
+  struct Held {
+    bool answered = false;  // by the handle: `answer` is ready
+    bool replica_answered = false;
+    Message answer;
+  };
+  using HeldKey = std::tuple<int, int, int>;  // worker, customer, timestamp
+  Mutex hold_mu_;
+  std::map<HeldKey, Held> held_ GUARDED_BY(hold_mu_);
+  std::atomic<bool> replica_dead_{false};
+
   RawHandle handle_;
   bool registered_ = false;
   std::shared_ptr<CallGate> gate_;  // of the registered failure callback
+  // Held while the replica handle runs, so that clearing it waits.
+  Mutex replica_mu_;
+  RawHandle replica_handle_ GUARDED_BY(replica_mu_);
   Mutex failure_mu_;
   FailureHandle failure_handle_ GUARDED_BY(failure_mu_);
+  FailureHandle replica_failure_handle_ GUARDED_BY(failure_mu_);
 };
 
 KVServerCore::KVServerCore(Node* node, int app_id, int val_type,
                            size_t val_size)
     : impl_(std::make_unique<Impl>(node, app_id, val_type, val_size)) {}
 KVServerCore::~KVServerCore() = default;
-void KVServerCore::SetHandle(RawHandle handle) {
-  impl_->SetHandle(std::move(handle));
+void KVServerCore::SetHandle(RawHandle handle, bool replica) {
+  impl_->SetHandle(std::move(handle), replica);
 }
-void KVServerCore::ClearHandle() { impl_->ClearHandle(); }
-void KVServerCore::SetFailureHandle(FailureHandle handle) {
-  impl_->SetFailureHandle(std::move(handle));
+void KVServerCore::ClearHandle(bool replica) { impl_->ClearHandle(replica); }
+void KVServerCore::SetFailureHandle(FailureHandle handle, bool replica) {
+  impl_->SetFailureHandle(std::move(handle), replica);
 }
 void KVServerCore::Response(const KVMeta& req, const RawKVPairs& res) {
   impl_->Response(req, res);

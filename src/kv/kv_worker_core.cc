@@ -9,8 +9,18 @@
 // A user slicer (SetSlicer) takes a simpler path: SliceByUser checks its
 // slices, and the pulled values are assembled key by key (AssembleByKey),
 // since its slices need not be contiguous runs of the request's keys.
+// Resending (PS_RESEND_TIMEOUT_MS): each slice is kept as sent until its
+// server answers; Resend (on the monitor thread's tick) sends it again when
+// due, and OnResponse lets go of a second answer (Answered). The server
+// applies a request once (KVServerCore's Seen). Replication (PS_REPLICAS):
+// when a server dies and its replica takes over (FailOver), its slices go
+// to the replica naming the dead server's rank (Meta.shard), what it left
+// unanswered among them.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -80,7 +90,11 @@ class KVWorkerCore::Impl {
         [this](Message&& msg) { OnResponse(std::move(msg)); },
         [this, gate = gate_](int id, const Status& why) {
           gate->Call([&] { OnFailure(id, why); });
-        });
+        },
+        resend_ms_ == 0 ? Postoffice::TickHandler()
+                        : [this, gate = gate_](
+                              Postoffice::Clock::time_point
+                                  now) { gate->Call([&] { Resend(now); }); });
   }
   ~Impl() {
     post_->UnregisterCustomer(false, app_id_, customer_id_);
@@ -124,6 +138,20 @@ class KVWorkerCore::Impl {
   // when the sink or the answer does not allow it.
   bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
+  // Keeps a copy of `msg` (request ts for server `slot`'s keys) until it
+  // is answered.
+  void KeepForResend(int ts, int slot, const Message& msg) EXCLUDES(resend_mu_);
+  // Replication: the node that serves server `slot`'s keys (its replica,
+  // once it died), and the switch to the replica.
+  int RouteOf(int slot) EXCLUDES(mu_);
+  void FailOver(int id) EXCLUDES(mu_, resend_mu_);
+  // Sends again what is due and unanswered; forgets what needs no answer
+  // any more (done, failed, timed out).
+  void Resend(Postoffice::Clock::time_point now) EXCLUDES(resend_mu_);
+  // Whether server's answer to ts was awaited, came already (a second
+  // answer: let go), or was never asked for (the tracker says why).
+  enum class Answer { kAwaited, kDuplicate, kUnknown };
+  Answer Answered(int ts, int server) EXCLUDES(resend_mu_);
 
   Postoffice* const post_;
   const int app_id_;
@@ -134,6 +162,24 @@ class KVWorkerCore::Impl {
   RequestTracker tracker_;
   Mutex mu_;
   std::map<int, Status> dead_ GUARDED_BY(mu_);  // node id -> why
+  // Dead servers taken over: server id -> its replica's id.
+  std::map<int, int> route_ GUARDED_BY(mu_);
+
+  // A request to one server, as sent, until it is answered.
+  struct Unanswered {
+    Message msg;
+    Postoffice::Clock::time_point due;  // of the next resend
+    int sends = 1;
+  };
+  const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
+  Mutex resend_mu_;
+  // By (timestamp, server id).
+  std::map<std::pair<int, int>, Unanswered> unanswered_ GUARDED_BY(resend_mu_);
+  // The last kAnsweredKept (timestamp, server) answered, oldest first: a
+  // later answer to one of them is a duplicate, not a stranger's.
+  static constexpr size_t kAnsweredKept = 4096;
+  std::deque<std::pair<int, int>> answered_order_ GUARDED_BY(resend_mu_);
+  std::set<std::pair<int, int>> answered_ GUARDED_BY(resend_mu_);
 };
 
 int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
@@ -295,20 +341,135 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     m.set_push(push);
     m.set_pull(pull);
     m.set_head(cmd);
-    m.set_recver(ServerRankToId(static_cast<int>(s)));
+    const int slot = ServerRankToId(static_cast<int>(s));
+    const int to = RouteOf(slot);
+    m.set_recver(to);
+    if (to != slot) m.set_shard(static_cast<int>(s));  // taken over
     AddKVFrames(slices[s].kvs, push, val_type_, &msg);
     pb::SharedRef into;
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       *m.mutable_reply_into() = into;  // the van drops it for remote servers
     }
+    if (resend_ms_ > 0)
+      KeepForResend(ts, slot, msg);  // the answer may come first
     Status st = post_->Send(&msg);
-    if (!st.ok()) tracker_.FailServer(m.recver(), st);
+    if (!st.ok()) tracker_.FailServer(slot, st);
   }
+}
+
+void KVWorkerCore::Impl::KeepForResend(int ts, int slot, const Message& msg) {
+  auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+  MutexLock lock(&resend_mu_);
+  unanswered_[{ts, slot}] = Unanswered{msg, due, 1};
+}
+
+int KVWorkerCore::Impl::RouteOf(int slot) {
+  MutexLock lock(&mu_);
+  auto it = route_.find(slot);
+  return it == route_.end() ? slot : it->second;
+}
+
+void KVWorkerCore::Impl::FailOver(int id) {
+  const int rank = IdToRank(id);
+  const int to = ServerRankToId(ReplicaOf(rank, post_->config().num_servers));
+  {
+    MutexLock lock(&mu_);
+    route_[id] = to;
+  }
+  LOG(WARNING) << "requests for " << post_->DescribeNode(id) << " go to "
+               << post_->DescribeNode(to) << ", its replica";
+  // What the dead server left unanswered goes to the replica now.
+  std::vector<Message> again;
+  {
+    MutexLock lock(&resend_mu_);
+    auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+    for (auto& [key, u] : unanswered_) {
+      if (key.second != id) continue;
+      u.msg.meta.set_recver(to);
+      u.msg.meta.set_shard(rank);
+      u.due = due;
+      again.push_back(u.msg);
+    }
+  }
+  for (Message& msg : again) {
+    post_->CountResent();
+    Status st = post_->Send(&msg);
+    if (!st.ok()) LOG(WARNING) << "failover resend failed: " << st;
+  }
+}
+
+void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
+  // The wait doubles with every send, up to this many timeouts: a large
+  // message on a slow link is not sent again and again while it travels.
+  constexpr int kMaxBackoff = 16;
+  std::vector<Message> due;
+  {
+    MutexLock lock(&resend_mu_);
+    for (auto it = unanswered_.begin(); it != unanswered_.end();) {
+      const auto [ts, server] = it->first;
+      Unanswered& u = it->second;
+      if (!tracker_.Awaits(ts, server)) {
+        it = unanswered_.erase(it);
+        continue;
+      }
+      if (now >= u.due) {
+        due.push_back(u.msg);
+        int backoff = std::min(kMaxBackoff, 1 << std::min(u.sends, 4));
+        u.due = now + std::chrono::milliseconds(int64_t{resend_ms_} * backoff);
+        ++u.sends;
+      }
+      ++it;
+    }
+  }
+  for (Message& msg : due) {
+    post_->CountResent();
+    if (post_->config().verbose >= 1) {
+      LOG(INFO) << "resending " << DebugString(msg);
+    }
+    Status st = post_->Send(&msg);
+    if (!st.ok()) {
+      LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
+                   << " failed: " << st;
+    }
+  }
+}
+
+KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
+  MutexLock lock(&resend_mu_);
+  std::pair<int, int> key{ts, server};
+  if (unanswered_.erase(key) == 0) {
+    return answered_.count(key) > 0 ? Answer::kDuplicate : Answer::kUnknown;
+  }
+  if (answered_.insert(key).second) answered_order_.push_back(key);
+  if (answered_order_.size() > kAnsweredKept) {
+    answered_.erase(answered_order_.front());
+    answered_order_.pop_front();
+  }
+  return Answer::kAwaited;
 }
 
 void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   int ts = msg.meta.timestamp();
+  // The server whose keys were asked for: the sender, or the dead server
+  // whose keys the sender (its replica) took over.
   int sender = msg.meta.sender();
+  if (msg.meta.has_shard()) {
+    const int slot = ServerRankToId(msg.meta.shard());
+    if (RouteOf(slot) != sender) {
+      post_->CountDropped(sender, "an answer for server " +
+                                      std::to_string(msg.meta.shard()) +
+                                      "'s keys, which it does not serve");
+      return;
+    }
+    sender = slot;
+  }
+  // A resent request answered twice: the second answer must not touch the
+  // caller's memory again. (One never asked for goes on, for the tracker
+  // to name.)
+  if (resend_ms_ > 0 && Answered(ts, sender) == Answer::kDuplicate) {
+    post_->CountDuplicate();
+    return;
+  }
   std::shared_ptr<PullState> state;
   if (msg.meta.pull()) {
     state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));
@@ -504,11 +665,22 @@ Status KVWorkerCore::Impl::Wait(int ts) {
 }
 
 void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
+  if (id >= 0 && post_->config().replicas > 0 && post_->TakenOver(id)) {
+    return FailOver(id);
+  }
+  std::vector<int> slots = {id};
   if (id >= 0) {
     MutexLock lock(&mu_);
     dead_[id] = why;
+    // The keys it had taken over are lost with it.
+    for (const auto& [slot, to] : route_) {
+      if (to == id) {
+        dead_[slot] = why;
+        slots.push_back(slot);
+      }
+    }
   }
-  tracker_.FailServer(id, why);
+  for (int slot : slots) tracker_.FailServer(slot, why);
 }
 
 KVWorkerCore::KVWorkerCore(Node* node, int app_id, int customer_id,

@@ -231,6 +231,14 @@ bool RequestTracker::IsDone(int ts) const {
                      [ts](const auto& r) { return r.first == ts; });
 }
 
+bool RequestTracker::Awaits(int ts, int server) const {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(ts);
+  if (it == entries_.end() || it->second->done) return false;
+  const std::vector<int>& pending = it->second->pending;
+  return std::find(pending.begin(), pending.end(), server) != pending.end();
+}
+
 std::shared_ptr<void> RequestTracker::Payload(int ts) const {
   MutexLock lock(&mu_);
   auto it = entries_.find(ts);

@@ -75,6 +75,8 @@ class RequestTracker {
   Status Wait(int ts, int timeout_ms);
   // Whether ts is done (without forgetting it).
   bool IsDone(int ts) const;
+  // Whether ts is pending and still waits on `server`'s answer.
+  bool Awaits(int ts, int server) const;
   // ts's payload (null when unknown or none).
   std::shared_ptr<void> Payload(int ts) const;
 

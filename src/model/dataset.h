@@ -6,6 +6,7 @@
 #ifndef PS_MODEL_DATASET_H_
 #define PS_MODEL_DATASET_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -79,6 +80,11 @@ class Batcher {
   void StartEpoch(int epoch);
   // Fills `batch` with the next batch of the epoch; false at its end.
   bool Next(Batch* batch);
+  // Skips the next n batches of the epoch (as n calls of Next would), e.g.
+  // to resume an epoch from a checkpoint.
+  void Skip(int n) {
+    pos_ = std::min(shard_.size(), pos_ + static_cast<size_t>(n) * batch_size_);
+  }
 
   size_t shard_size() const { return shard_.size(); }
   int batches_per_epoch() const {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <sstream>
 
 #include "model/init.h"
 
@@ -39,6 +40,21 @@ Net::Net(std::unique_ptr<Backend> backend, const FloatAllocator& alloc)
       grads_(alloc ? alloc(num_params_) : HeapFloats(num_params_)) {
   CHECK(params_ != nullptr && grads_ != nullptr)
       << "no memory for " << num_params_ << " parameters";
+}
+
+std::string Net::DropoutState() const {
+  std::ostringstream out;
+  out << dropout_rng_;
+  return out.str();
+}
+
+bool Net::SetDropoutState(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 rng;
+  in >> rng;
+  if (in.fail()) return false;
+  dropout_rng_ = rng;
+  return true;
 }
 
 void Net::InitParams(uint64_t seed) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/backend.h"
@@ -52,6 +53,11 @@ class Net {
   // Restarts the dropout mask generator (e.g. seed + rank, so that workers
   // draw different masks).
   void SeedDropout(uint64_t seed) { dropout_rng_.seed(seed); }
+  // The dropout generator's state (std::mt19937_64's text form), e.g. for a
+  // checkpoint; SetDropoutState is false for a string that is no such state
+  // (the generator is then unchanged).
+  std::string DropoutState() const;
+  bool SetDropoutState(const std::string& state);
 
   // Training mode (the default) applies dropout in ForwardBackward; eval mode
   // does not.

@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 
 #include <cmath>
+#include <cstring>
 
 namespace ps {
 namespace model {
@@ -77,6 +78,57 @@ void Adam::Step(float* w, const float* g, size_t n) {
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     wr[i] -= step_size * m[i] / denom;
   }
+}
+
+namespace {
+// State bytes: a tag naming the kind, the float count, a counter, floats.
+std::string PackState(char kind, int64_t counter,
+                      const std::vector<const std::vector<float>*>& arrays) {
+  std::string out(1, kind);
+  out.append(reinterpret_cast<const char*>(&counter), sizeof(counter));
+  for (const std::vector<float>* a : arrays) {
+    out.append(reinterpret_cast<const char*>(a->data()),
+               a->size() * sizeof(float));
+  }
+  return out;
+}
+
+Status UnpackState(const std::string& in, char kind, const char* name,
+                   int64_t* counter,
+                   const std::vector<std::vector<float>*>& arrays) {
+  size_t want = 1 + sizeof(*counter);
+  for (const std::vector<float>* a : arrays) want += a->size() * sizeof(float);
+  if (in.empty() || in[0] != kind || in.size() != want) {
+    return Status::InvalidArgument(
+        std::string(name) + " state of " + std::to_string(in.size()) +
+        " bytes does not fit this optimizer (" + std::to_string(want) +
+        " bytes of " + name + ")");
+  }
+  std::memcpy(counter, in.data() + 1, sizeof(*counter));
+  size_t at = 1 + sizeof(*counter);
+  for (std::vector<float>* a : arrays) {
+    std::memcpy(a->data(), in.data() + at, a->size() * sizeof(float));
+    at += a->size() * sizeof(float);
+  }
+  return Status::OK();
+}
+}  // namespace
+
+std::string Sgd::SaveState() const {
+  return PackState('S', first_ ? 1 : 0, {&buf_});
+}
+
+Status Sgd::LoadState(const std::string& state) {
+  int64_t first = 0;
+  PS_RETURN_IF_ERROR(UnpackState(state, 'S', "sgd", &first, {&buf_}));
+  first_ = first != 0;
+  return Status::OK();
+}
+
+std::string Adam::SaveState() const { return PackState('A', t_, {&m_, &v_}); }
+
+Status Adam::LoadState(const std::string& state) {
+  return UnpackState(state, 'A', "adam", &t_, {&m_, &v_});
 }
 
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& c,

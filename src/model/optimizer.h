@@ -34,6 +34,12 @@ class Optimizer {
   // sum of W workers' gradients without a pass of its own); 1 by default.
   float grad_scale() const { return grad_scale_; }
   void set_grad_scale(float scale) { grad_scale_ = scale; }
+  // The state (momentum buffer, moments, step count) as bytes, for a
+  // checkpoint; LoadState takes what SaveState of an optimizer of the same
+  // kind and size wrote (InvalidArgument saying what differs otherwise).
+  // Neither lr nor grad_scale is state: the caller sets them every step.
+  virtual std::string SaveState() const = 0;
+  virtual Status LoadState(const std::string& state) = 0;
 
  protected:
   Optimizer(size_t n, float lr) : n_(n), lr_(lr) {}
@@ -49,6 +55,8 @@ class Sgd : public Optimizer {
   Sgd(size_t n, float lr, float momentum = 0.0f, float weight_decay = 0.0f,
       bool nesterov = false);
   void Step(float* w, const float* g, size_t n) override;
+  std::string SaveState() const override;
+  Status LoadState(const std::string& state) override;
 
  private:
   float momentum_, weight_decay_;
@@ -63,6 +71,8 @@ class Adam : public Optimizer {
   Adam(size_t n, float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f,
        float eps = 1e-8f, float weight_decay = 0.0f);
   void Step(float* w, const float* g, size_t n) override;
+  std::string SaveState() const override;
+  Status LoadState(const std::string& state) override;
 
  private:
   float beta1_, beta2_, eps_, weight_decay_;

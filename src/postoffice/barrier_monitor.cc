@@ -1,5 +1,10 @@
 // Postoffice, continued: barriers (member and scheduler side), the monitor
 // thread (heartbeats, liveness, barrier deadlines) and peer failures.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "postoffice/postoffice.h"
@@ -91,17 +96,38 @@ std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
   if (b.arrived.empty()) b.started = Clock::now();
   b.arrived.insert(sender);
   for (int id : table_.Ids(group)) {
-    if (dead_.count(id) > 0) {
+    if (dead_.count(id) > 0 && covered_.count(id) == 0) {
       return ReleaseBarrierLocked(
           group, Status::PeerFailed("barrier of " + GroupName(group) +
                                     " cannot complete: " + table_.Describe(id) +
                                     " is dead"));
     }
   }
-  if (b.arrived.size() == table_.Ids(group).size()) {
+  if (BarrierCompleteLocked(group)) {
     return ReleaseBarrierLocked(group, Status::OK());
   }
   return {};
+}
+
+bool Postoffice::BarrierCompleteLocked(int group) {
+  const std::set<int>& arrived = barriers_[group].arrived;
+  for (int id : table_.Ids(group)) {
+    if (covered_.count(id) == 0 && arrived.count(id) == 0) return false;
+  }
+  return true;
+}
+
+bool Postoffice::CoveredLocked(int id) const {
+  if (config_.replicas == 0 || !IsServerId(id)) return false;
+  const int rank = IdToRank(id), n = config_.num_servers;
+  // Its replica must live, and it must not hold a dead primary's keys.
+  return dead_.count(ServerRankToId(ReplicaOf(rank, n))) == 0 &&
+         dead_.count(ServerRankToId(PrimaryOf(rank, n))) == 0;
+}
+
+bool Postoffice::TakenOver(int id) const {
+  MutexLock lock(&mu_);
+  return covered_.count(id) > 0;
 }
 
 std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
@@ -128,9 +154,16 @@ std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
 void Postoffice::MonitorLoop() {
   int interval = config_.heartbeat_interval_ms;
   int tick = IsScheduler() ? kSchedulerTickMs : (interval > 0 ? interval : 0);
+  // Resends are due at PS_RESEND_TIMEOUT_MS granularity: tick at least
+  // twice as often (heartbeats still go once per interval).
+  if (config_.resend_timeout_ms > 0) {
+    int resend_tick = std::max(1, config_.resend_timeout_ms / 2);
+    tick = tick == 0 ? resend_tick : std::min(tick, resend_tick);
+  }
   MutexLock lock(&mu_);
   scheduler_seen_ = Clock::now();
   Clock::time_point last_tick = scheduler_seen_;
+  Clock::time_point last_heartbeat = scheduler_seen_;
   while (!stop_monitor_) {
     if (tick == 0) {
       while (!stop_monitor_) cv_.Wait();
@@ -163,7 +196,10 @@ void Postoffice::MonitorLoop() {
         }
       }
     } else if (interval > 0) {
-      outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+      if (MsSince(last_heartbeat, now) + tick / 2 >= interval) {
+        outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+        last_heartbeat = now;
+      }
       if (dead_.count(kSchedulerId) == 0 &&
           MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
         newly_dead.push_back(kSchedulerId);
@@ -177,6 +213,7 @@ void Postoffice::MonitorLoop() {
                                   " ms (PS_HEARTBEAT_TIMEOUT_MS)");
     }
     ExpireHeldRequests(now);
+    TickCustomers(now);
     lock.Lock();
   }
 }
@@ -233,27 +270,53 @@ void Postoffice::DeclareDead(const std::vector<int>& ids,
 void Postoffice::OnPeerFailure(int id, const Status& why) {
   std::function<void(const Status&)> user_handler;
   std::vector<Message> outbox;
+  bool covered = false;
   {
     MutexLock lock(&mu_);
     if (dead_.count(id) > 0) return;
     dead_.insert(id);
-    if (peer_failure_.ok()) peer_failure_ = why;
-    user_handler = peer_failure_handler_;
+    covered = CoveredLocked(id);
+    if (covered) {
+      covered_.insert(id);
+    } else {
+      if (peer_failure_.ok()) peer_failure_ = why;
+      user_handler = peer_failure_handler_;
+    }
     if (IsScheduler()) {
       std::vector<int> stuck;
       for (const auto& [group, b] : barriers_) {
         if (GroupContains(group, id)) stuck.push_back(group);
       }
       for (int group : stuck) {
-        auto msgs = ReleaseBarrierLocked(
-            group, Status::PeerFailed("barrier of " + GroupName(group) +
-                                      " cannot complete: " + why.message()));
+        // A server whose replica took over is not waited for.
+        std::vector<Message> msgs;
+        if (!covered) {
+          msgs = ReleaseBarrierLocked(
+              group, Status::PeerFailed("barrier of " + GroupName(group) +
+                                        " cannot complete: " + why.message()));
+        } else if (BarrierCompleteLocked(group)) {
+          msgs = ReleaseBarrierLocked(group, Status::OK());
+        }
         for (auto& m : msgs) outbox.push_back(std::move(m));
       }
     }
     cv_.SignalAll();
   }
-  LOG(ERROR) << why;
+  if (covered) {
+    std::string line =
+        why.message() + "; server " +
+        std::to_string(ReplicaOf(IdToRank(id), config_.num_servers)) +
+        " takes over its keys (PS_REPLICAS)";
+    LOG(WARNING) << line;
+    // Where glog keeps warnings in its files, the person running the job
+    // still sees the failover on stderr.
+    if (!FLAGS_logtostderr && !FLAGS_alsologtostderr &&
+        FLAGS_stderrthreshold > google::GLOG_WARNING) {
+      std::fprintf(stderr, "ps: %s\n", line.c_str());
+    }
+  } else {
+    LOG(ERROR) << why;
+  }
   SendAll(&outbox);
   std::vector<std::shared_ptr<Customer>> customers;
   {

@@ -48,6 +48,11 @@ DEFINE_string(ps_key_file, "",
               "overrides PS_KEY_FILE: the job's CurveZMQ secret key file");
 DEFINE_int64(ps_max_message_bytes, -1, "overrides PS_MAX_MESSAGE_BYTES");
 DEFINE_int32(ps_water_mark, -1, "overrides DMLC_PS_WATER_MARK");
+DEFINE_int32(ps_resend_timeout_ms, -1,
+             "overrides PS_RESEND_TIMEOUT_MS (0: never resend)");
+DEFINE_int32(ps_replicas, -1,
+             "overrides PS_REPLICAS: 1 keeps every server's keys on a second "
+             "server too");
 
 namespace ps {
 
@@ -113,6 +118,9 @@ void ApplyFlags(Settings* s) {
   Override("PS_MAX_MESSAGE_BYTES", "ps_max_message_bytes",
            FLAGS_ps_max_message_bytes, s);
   Override("DMLC_PS_WATER_MARK", "ps_water_mark", FLAGS_ps_water_mark, s);
+  Override("PS_RESEND_TIMEOUT_MS", "ps_resend_timeout_ms",
+           FLAGS_ps_resend_timeout_ms, s);
+  Override("PS_REPLICAS", "ps_replicas", FLAGS_ps_replicas, s);
 }
 
 // Looks a setting up by its variable name; nullptr when unset.
@@ -253,20 +261,41 @@ Status ReadPsLiteHeartbeat(const Lookup& env, Config* c) {
   return Status::OK();
 }
 
-// ps-lite's PS_RESEND, PS_RESEND_TIMEOUT and DMLC_LOCAL.
-Status ReadPsLiteOptions(const Lookup& env, Config* c) {
-  int resend = 0;
+// Resending: PS_RESEND_TIMEOUT_MS, or ps-lite's PS_RESEND (0 turns it off)
+// and PS_RESEND_TIMEOUT (milliseconds, as ps-lite's); the test switch
+// PS_DROP_MSG.
+Status ReadResend(const Lookup& env, Config* c) {
+  int resend = 1;
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND", false, 0, 1, "0 or 1", &resend));
-  if (resend == 1) {
-    return Status::InvalidArgument(
-        NameOf(env, "PS_RESEND") +
-        "='1': resending lost messages is not implemented; unset it or set "
-        "0 (messages go over TCP, and a lost peer fails the job naming it)");
+  if (env("PS_RESEND_TIMEOUT_MS") == nullptr) {
+    PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND_TIMEOUT", false, 1, kIntMax,
+                               "a positive number of milliseconds",
+                               &c->resend_timeout_ms));
   }
-  int resend_timeout = 0;
-  PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND_TIMEOUT", false, 1, kIntMax,
-                             "a positive number of milliseconds",
-                             &resend_timeout));
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_RESEND_TIMEOUT_MS", false, 0, kIntMax,
+                             "a non-negative integer", &c->resend_timeout_ms));
+  if (resend == 0) c->resend_timeout_ms = 0;
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_DROP_MSG", false, 0, 99,
+                             "a percentage in [0, 99]", &c->drop_percent));
+  PS_RETURN_IF_ERROR(
+      ReadInt(env, "PS_REPLICAS", false, 0, 1, "0 or 1", &c->replicas));
+  if (c->replicas > 0 && c->num_servers < 2) {
+    return Status::InvalidArgument(NameOf(env, "PS_REPLICAS") +
+                                   "='1' needs at least 2 servers (" +
+                                   NameOf(env, "DMLC_NUM_SERVER") + " is " +
+                                   std::to_string(c->num_servers) + ")");
+  }
+  if (c->replicas > 0 && c->resend_timeout_ms == 0) {
+    return Status::InvalidArgument(
+        NameOf(env, "PS_REPLICAS") +
+        "='1' needs resending (a failover resends to the replica what the "
+        "dead server did not answer); PS_RESEND_TIMEOUT_MS is 0");
+  }
+  return Status::OK();
+}
+
+// ps-lite's DMLC_LOCAL.
+Status ReadPsLiteOptions(const Lookup& env, Config* c) {
   int local = 0;
   PS_RETURN_IF_ERROR(ReadInt(env, "DMLC_LOCAL", false, 0, 1, "0 or 1", &local));
   if (local == 1 && !c->shm) {
@@ -356,6 +385,7 @@ StatusOr<Config> Parse(const Lookup& env) {
   PS_RETURN_IF_ERROR(ReadInt(env, "PS_SHM", false, 0, 1, "0 or 1", &shm));
   c.shm = shm == 1;
   PS_RETURN_IF_ERROR(ReadPsLiteOptions(env, &c));
+  PS_RETURN_IF_ERROR(ReadResend(env, &c));
   PS_RETURN_IF_ERROR(ReadKeyFile(env, &c));
   if (const Setting* v = env("PS_MAX_MESSAGE_BYTES")) {
     PS_RETURN_IF_ERROR(ParseInt(v->source, v->value, 4096, INT64_MAX,
@@ -443,7 +473,9 @@ std::string Config::ToString() const {
      << " wait_spin_us=" << wait_spin_us << " max_key=" << max_key
      << " shm=" << shm << " key_file=" << (key_file.empty() ? "-" : key_file)
      << " max_message_bytes=" << max_message_bytes
-     << " water_mark=" << water_mark;
+     << " water_mark=" << water_mark
+     << " resend_timeout_ms=" << resend_timeout_ms
+     << " drop_percent=" << drop_percent << " replicas=" << replicas;
   return os.str();
 }
 

@@ -40,6 +40,11 @@ std::string Node::DescribeNode(int id) const {
 uint64_t Node::num_dropped_messages() const {
   return postoffice_->num_dropped();
 }
+uint64_t Node::num_resent_messages() const { return postoffice_->num_resent(); }
+uint64_t Node::num_duplicate_messages() const {
+  return postoffice_->num_duplicates();
+}
+uint64_t Node::num_test_drops() const { return postoffice_->num_test_drops(); }
 uint64_t Node::num_refused_connections() const {
   return postoffice_->num_refused();
 }

@@ -5,12 +5,17 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <utility>
 
 namespace ps {
 
 namespace {
 constexpr size_t kMaxEarlyMessages = 10000;
+// How long a lost connection may take to come back before its node is
+// declared dead (Van::WatchConnections): ZeroMQ retries every 100 ms.
+constexpr int kLostConnectionGraceMs = 250;
 constexpr int kLingerMs = 1000;
 
 uint64_t MessageBytes(const Message& msg) {
@@ -66,6 +71,16 @@ Status Postoffice::Start() {
     me.port = port();
     table_.Add(me);
   }
+  // A node whose process dies closes its port: its connection drops and
+  // every reconnect is refused. Wait briefly for one that merely dropped
+  // (it comes back), then declare it dead, long before its heartbeats
+  // would be missed. The scheduler watches every member; a member, the
+  // scheduler only (the scheduler tells it of the others).
+  int grace = std::min(kLostConnectionGraceMs, config_.heartbeat_timeout_ms);
+  van_.WatchConnections(
+      grace,
+      [this](int id, const std::string& why) { OnConnectionLost(id, why); },
+      IsScheduler() ? -1 : kSchedulerId);
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();
   if (!st.ok()) return st;
@@ -180,11 +195,28 @@ void Postoffice::OnMessage(Message&& msg) {
     SendAll(&outbox);
     return;
   }
+  if (DropForTest(msg)) return;
   if (cmd == pb::EMPTY) {
     DispatchData(std::move(msg));
   } else {
     OnControl(std::move(msg));
   }
+}
+
+bool Postoffice::DropForTest(const Message& msg) {
+  if (config_.drop_percent == 0 || msg.meta.control().cmd() != pb::EMPTY ||
+      msg.meta.simple_app()) {
+    return false;
+  }
+  if (drop_state_ == 0) drop_state_ = std::random_device()() | 1;
+  // xorshift64: cheap, and any sequence will do.
+  drop_state_ ^= drop_state_ << 13;
+  drop_state_ ^= drop_state_ >> 7;
+  drop_state_ ^= drop_state_ << 17;
+  if (static_cast<int>(drop_state_ % 100) >= config_.drop_percent) return false;
+  num_test_drops_.fetch_add(1);
+  if (config_.verbose >= 1) LOG(INFO) << "PS_DROP_MSG: " << DebugString(msg);
+  return true;
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {
@@ -303,15 +335,28 @@ void Postoffice::DispatchData(Message&& msg) {
     DispatchSimpleApp(std::move(msg));
     return;
   }
+  const int sender = msg.meta.sender();
+  // Replication: a push a primary forwards to its replica (for a worker),
+  // and the replica's answer; both for the server's KV layer.
+  bool replica_traffic = false;
+  if (config_.replicas > 0 && config_.role == Role::kServer &&
+      IsServerId(sender) && msg.meta.has_origin() &&
+      IsWorkerId(msg.meta.origin())) {
+    const int me = rank(), n = config_.num_servers;
+    replica_traffic = msg.meta.request() ? IdToRank(sender) == PrimaryOf(me, n)
+                                         : IdToRank(sender) == ReplicaOf(me, n);
+  }
   bool request = msg.meta.request();
   bool ok_role =
-      request ? config_.role == Role::kServer && IsWorkerId(msg.meta.sender())
-              : config_.role == Role::kWorker && IsServerId(msg.meta.sender());
+      replica_traffic ||
+      (request ? config_.role == Role::kServer && IsWorkerId(sender)
+               : config_.role == Role::kWorker && IsServerId(sender));
   if (!ok_role) {
-    CountDropped(msg.meta.sender(), std::string("a ") + RoleName(config_.role) +
-                                        " does not take " + DebugString(msg));
+    CountDropped(sender, std::string("a ") + RoleName(config_.role) +
+                             " does not take " + DebugString(msg));
     return;
   }
+  if (replica_traffic) request = true;  // to the KVServer, either way
   CustomerKey key{request, msg.meta.app_id(),
                   request ? -1 : msg.meta.customer_id()};
   const Clock::time_point now = Clock::now();
@@ -340,7 +385,7 @@ void Postoffice::DispatchData(Message&& msg) {
       customer->delivering = true;
     }
   }
-  if (customer == nullptr && request) {
+  if (customer == nullptr && msg.meta.request()) {
     // Too many early requests held already: refused now, not lost.
     RefuseRequest(msg, Status::kUnavailable,
                   "server " + std::to_string(rank()) +
@@ -427,6 +472,8 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
   m.set_pull(q.pull());
   m.set_head(q.head());
   m.set_recver(q.sender());
+  if (q.has_shard()) m.set_shard(q.shard());
+  if (q.has_origin()) m.set_origin(q.origin());
   m.mutable_control()->set_error(why);
   m.mutable_control()->set_error_code(code);
   Status st = Send(&answer);
@@ -450,10 +497,12 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
                                   DataHandler on_data,
-                                  FailureHandler on_failure) {
+                                  FailureHandler on_failure,
+                                  TickHandler on_tick) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
+  customer->on_tick = std::move(on_tick);
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
@@ -472,6 +521,50 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     customer->delivering = true;
   }
   Deliver(customer);  // the held requests, on this thread, in order
+}
+
+void Postoffice::OnConnectionLost(int id, const std::string& why) {
+  {
+    MutexLock lock(&mu_);
+    // Before the node table a member's absence is rendezvous' business; a
+    // member that said goodbye (TERMINATE) leaves without blame, and so
+    // does the scheduler once this member finalized (it may end first).
+    if (!ready_ || table_.Find(id) == nullptr || dead_.count(id) > 0 ||
+        departed_.count(id) > 0 || (!IsScheduler() && finalized_)) {
+      return;
+    }
+  }
+  DeclareDead({id}, why);
+}
+
+void Postoffice::ReportResends() const {
+  uint64_t resent = num_resent(), dups = num_duplicates();
+  uint64_t drops = num_test_drops();
+  if (resent == 0 && dups == 0 && drops == 0) return;
+  std::string who;
+  {
+    MutexLock lock(&mu_);
+    who = my_id_ == 0 ? RoleName(config_.role) : table_.Describe(my_id_);
+  }
+  std::string line = who + ": " + std::to_string(resent) +
+                     " requests resent, " + std::to_string(dups) +
+                     " duplicates let go, " + std::to_string(drops) +
+                     " messages dropped by PS_DROP_MSG";
+  LOG(INFO) << line;
+  // The person running the job looks at stderr (glog keeps INFO in files).
+  std::fprintf(stderr, "ps: %s\n", line.c_str());
+}
+
+void Postoffice::TickCustomers(Clock::time_point now) {
+  std::vector<std::shared_ptr<Customer>> ticked;
+  {
+    MutexLock lock(&customers_mu_);
+    for (const auto& [key, customer] : customers_) {
+      if (customer->on_tick) ticked.push_back(customer);
+    }
+  }
+  // A customer unregistered meanwhile is kept off by its own gate.
+  for (const auto& customer : ticked) customer->on_tick(now);
 }
 
 void Postoffice::UnregisterCustomer(bool requests, int app_id,
@@ -532,7 +625,9 @@ void Postoffice::Stop() {
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
                   dead_.count(kSchedulerId) == 0;
-    clean = finalized_;
+    // A node that stops because a peer failed is not a second failure:
+    // blame stays with the peer.
+    clean = finalized_ || !peer_failure_.ok();
     cv_.SignalAll();
   }
   if (monitor_.joinable()) {
@@ -544,6 +639,7 @@ void Postoffice::Stop() {
       monitor_.join();
     }
   }
+  ReportResends();
   if (say_goodbye) {
     // Only Finalize is a clean departure: a node stopped without it (its
     // process exited early, e.g. after an error) is a failure, reported at

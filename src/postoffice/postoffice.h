@@ -41,6 +41,9 @@ class Postoffice {
   // Told that node `id` failed (-1: this node stops); receive or caller
   // thread, never under a lock.
   using FailureHandler = std::function<void(int id, const Status& why)>;
+  // Called by the monitor thread every few hundred ms at most (resends);
+  // never under a lock.
+  using TickHandler = std::function<void(Clock::time_point now)>;
 
   explicit Postoffice(const Config& config);
   ~Postoffice();
@@ -63,12 +66,16 @@ class Postoffice {
   uint64_t num_refused() const { return van_.num_refused(); }
   const Van& van() const { return van_; }
   Status peer_failure() const;
+  // Replication: whether dead server `id`'s keys were taken over by its
+  // replica (the job goes on without it).
+  bool TakenOver(int id) const EXCLUDES(mu_);
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
   // registers (false, app_id, customer_id) for responses.
   void RegisterCustomer(bool requests, int app_id, int customer_id,
-                        DataHandler on_data, FailureHandler on_failure);
+                        DataHandler on_data, FailureHandler on_failure,
+                        TickHandler on_tick = nullptr);
   // Waits for a running handler of this customer to return (unless called
   // from inside it).
   void UnregisterCustomer(bool requests, int app_id, int customer_id);
@@ -80,12 +87,22 @@ class Postoffice {
   Status Send(Message* msg);
   // Counts and logs a dropped message from node `sender`.
   void CountDropped(int sender, const std::string& why);
+  // Counts a message received again (a resent request or its answer) and
+  // let go; no log: after a loss they are expected.
+  void CountDuplicate() { num_duplicates_.fetch_add(1); }
+  uint64_t num_duplicates() const { return num_duplicates_.load(); }
+  // Counts a request sent again for want of an answer.
+  void CountResent() { num_resent_.fetch_add(1); }
+  uint64_t num_resent() const { return num_resent_.load(); }
+  // Messages the test switch PS_DROP_MSG let go.
+  uint64_t num_test_drops() const { return num_test_drops_.load(); }
 
  private:
   using CustomerKey = std::tuple<bool, int, int>;
   struct Customer {
     DataHandler on_data;
     FailureHandler on_failure;
+    TickHandler on_tick;
     // Guarded by customers_mu_: messages not yet handled, whether a thread
     // is draining them (handlers of one customer never run concurrently),
     // and which thread.
@@ -96,6 +113,8 @@ class Postoffice {
 
   // Receive thread.
   void OnMessage(Message&& msg);
+  // The test switch PS_DROP_MSG: whether to let this message go unread.
+  bool DropForTest(const Message& msg);
   void OnControl(Message&& msg);
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
@@ -135,9 +154,21 @@ class Postoffice {
   std::vector<Message> ReleaseBarrierLocked(int group, const Status& error)
       REQUIRES(mu_);
   void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
+  // Whether every member of `group` arrived but the servers taken over.
+  bool BarrierCompleteLocked(int group) REQUIRES(mu_);
+  // Whether dead server `id`'s keys are safe on its replica (Config::
+  // replicas): the replica lives and `id` held no dead primary's keys.
+  bool CoveredLocked(int id) const REQUIRES(mu_);
 
   // Monitor thread and failures.
   void MonitorLoop();
+  // Runs the customers' tick handlers (resends). No lock held.
+  void TickCustomers(Clock::time_point now) EXCLUDES(customers_mu_);
+  // Watch thread: the connection to node `id` (a member, at the scheduler;
+  // the scheduler, at a member) was lost for good.
+  void OnConnectionLost(int id, const std::string& why) EXCLUDES(mu_);
+  // One line on stderr with the resend counters, when any is non-zero.
+  void ReportResends() const EXCLUDES(mu_);
   std::vector<Message> SchedulerCheckLocked(Clock::time_point now)
       REQUIRES(mu_);
   // Tells every other member (scheduler) and this node's customers that
@@ -179,6 +210,7 @@ class Postoffice {
   std::map<int, Clock::time_point> last_seen_ GUARDED_BY(mu_);  // scheduler
   Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
   std::set<int> dead_ GUARDED_BY(mu_);
+  std::set<int> covered_ GUARDED_BY(mu_);  // dead servers taken over
   std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;
@@ -195,6 +227,11 @@ class Postoffice {
   std::function<void(const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   std::thread monitor_;
+
+  std::atomic<uint64_t> num_duplicates_{0};
+  std::atomic<uint64_t> num_resent_{0};
+  std::atomic<uint64_t> num_test_drops_{0};
+  uint64_t drop_state_ = 0;  // receive thread only: PS_DROP_MSG's generator
 
   std::vector<Message> early_;  // receive thread only: data before ready
   uint64_t early_bytes_ = 0;    // receive thread only: their data bytes

@@ -308,8 +308,26 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
       return;
     }
     // Workers talk to servers, servers to workers; all to the scheduler.
+    // With replicas, a server also talks to its replica and its primary
+    // (the forwarded pushes and their answers, by socket).
     int peers = config_.role == Role::kWorker ? kServerGroup : kWorkerGroup;
-    for (int id : table.Ids(peers)) {
+    std::vector<int> ids = table.Ids(peers);
+    if (config_.role == Role::kServer && config_.replicas > 0) {
+      const int n = config_.num_servers;
+      std::set<int> others = {ServerRankToId(ReplicaOf(me->rank, n)),
+                              ServerRankToId(PrimaryOf(me->rank, n))};
+      for (int id : others) {
+        const NodeInfo* other = table.Find(id);
+        if (other == nullptr) continue;
+        Status st = van_.Connect(id, other->host, other->port);
+        if (!st.ok()) {
+          start_error_ = st;
+          cv_.SignalAll();
+          return;
+        }
+      }
+    }
+    for (int id : ids) {
       const NodeInfo* n = table.Find(id);
       Status st = van_.Connect(id, n->host, n->port);
       if (!st.ok()) {

@@ -33,6 +33,12 @@
 // before it is buffered (the peer is disconnected); at most water_mark
 // messages queue per peer and direction; drops are counted and reported
 // at a bounded rate.
+//
+// Watching (WatchConnections, the scheduler's): every DEALER's socket
+// monitor reports its connection's state to the thread "ps-van-watch";
+// a connection that closes and cannot be made again within a grace period
+// (the peer's process is gone: its port refuses) is reported at once,
+// instead of after the heartbeat timeout.
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
@@ -45,6 +51,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "ps/status.h"
 #include "van/message.h"
@@ -90,6 +97,13 @@ class Van {
   // messages get up to `linger_ms` to leave. Idempotent.
   void Stop(int linger_ms);
 
+  // Reports a peer whose connection closed and did not come back within
+  // `grace_ms`: lost(id, why), on the watch thread, under no lock of the
+  // van, once per connection. Call before Start(); applies to the DEALERs
+  // opened from then on: all of them, or only node `only_id`'s.
+  using LostHandler = std::function<void(int id, const std::string& why)>;
+  void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1);
+
   // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
   Status Connect(int id, const std::string& host, int port);
   // Node `id` can map our shared memory: send it references.
@@ -133,6 +147,10 @@ class Van {
   void AuthLoop(void* zap, void* monitor);
   // Answers one ZAP request: admits the job's public key only.
   void AnswerZap(void* zap);
+  // Starts monitoring a new DEALER's connection (WatchConnections).
+  void Watch(const std::shared_ptr<Peer>& peer, void* socket)
+      EXCLUDES(watch_mu_);
+  void WatchLoop();
   // ZMTP heartbeats on `socket`, when configured.
   void SetHeartbeats(void* socket) const;
   // Prints `line` unless the rate limit says no (it then counts it).
@@ -156,6 +174,24 @@ class Van {
   // Routing id -> pid, and node id -> routing id (to forget it).
   std::unordered_map<std::string, int> accept_pid_ GUARDED_BY(peers_mu_);
   std::unordered_map<int, std::string> accept_identity_ GUARDED_BY(peers_mu_);
+
+  // One watched connection: its monitor's PAIR socket (the watch thread's
+  // alone once handed over) and its state.
+  struct Watched {
+    std::weak_ptr<Peer> peer;
+    void* monitor = nullptr;
+    bool down = false;  // closed and not yet made again
+    std::chrono::steady_clock::time_point down_since;
+    bool reported = false;
+  };
+  int watch_grace_ms_ = 0;  // 0: no watching
+  int watch_only_id_ = -1;  // -1: every peer
+  LostHandler lost_;
+  std::thread watcher_;  // "ps-van-watch"
+  Mutex watch_mu_;
+  std::vector<Watched> new_watches_ GUARDED_BY(watch_mu_);  // to hand over
+  uint64_t num_watches_ GUARDED_BY(watch_mu_) = 0;  // names the endpoints
+  std::atomic<bool> stopped_watch_{false};
 
   std::atomic<uint64_t> num_dropped_{0};
   std::atomic<uint64_t> num_refused_{0};

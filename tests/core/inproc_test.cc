@@ -738,5 +738,64 @@ TEST(InProc, DeadWorkerFailsDenseShardBspStepsInsteadOfHanging) {
   EXPECT_EQ(shard.updates_applied(), kSteps);
 }
 
+// A fifth of all KV messages lost at random (PS_DROP_MSG), resent every
+// 20 ms: every push is applied exactly once (the sums are exact), every
+// push+pull answers with the running sum it asked for, and nothing is left
+// waiting.
+TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
+  const int kS = 2, kW = 2, kRounds = 40;
+  DefaultJob c(kS, kW, [](Config* cfg) {
+    cfg->drop_percent = 20;
+    cfg->resend_timeout_ms = 20;
+  });
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    for (int i = 1; i <= kRounds; ++i) {
+      std::vector<float> vals = {float(i), float(n->rank() + 1)};
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Push(keys, vals)));
+    }
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    std::vector<float> out;
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out)));
+    // Key 3: each worker pushed 1..kRounds; key 40000: rank + 1, kRounds
+    // times per worker.
+    const float want0 = kW * kRounds * (kRounds + 1) / 2;
+    const float want1 = kRounds * (kW * (kW + 1) / 2);
+    if (out != std::vector<float>{want0, want1}) {
+      return Status::Internal(
+          "pulled " + std::to_string(out[0]) + ", " + std::to_string(out[1]) +
+          "; want " + std::to_string(want0) + ", " + std::to_string(want1));
+    }
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    // PushPull: the answer holds this push (each worker adds 0 to key 3 and
+    // 1 to key 40000 in turn, so the sum seen only grows).
+    for (int i = 0; i < 10; ++i) {
+      std::vector<float> got;
+      PS_RETURN_IF_ERROR(
+          kv.Wait(kv.PushPull(keys, std::vector<float>{0, 1}, &got)));
+      if (got.size() != 2 || got[0] != want0 || got[1] <= want1) {
+        return Status::Internal("push+pull answered a wrong sum");
+      }
+    }
+    if (kv.num_pending() != 0) return Status::Internal("requests left");
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  const float want1 = kRounds * (kW * (kW + 1) / 2) + kW * 10;
+  EXPECT_EQ(c.StoreOf(1).at(40000), std::vector<float>{want1});
+  uint64_t drops = 0, resent = 0;
+  for (Node* n : c.All()) {
+    drops += n->num_test_drops();
+    resent += n->num_resent_messages();
+  }
+  // About 2 x (2 x 40 + 2 + 2 x 10) x 2 = 400 messages: 20% is ~80.
+  EXPECT_GT(drops, 0u);
+  EXPECT_GE(resent, drops) << "every loss was made good by a resend";
+  EXPECT_TRUE(c.Finalize());
+}
+
 }  // namespace
 }  // namespace ps

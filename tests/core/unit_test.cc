@@ -118,6 +118,36 @@ TEST(Config, BadValuesNameVariableAndValue) {
             "DMLC_NUM_SERVER is not set (expected a positive integer)");
 }
 
+// Resending is on by default; PS_RESEND_TIMEOUT_MS sets it, ps-lite's names
+// work too, and the drop switch is a percentage.
+TEST(Config, ResendSettings) {
+  std::map<std::string, std::string> base = {{"DMLC_ROLE", "worker"},
+                                             {"DMLC_PS_ROOT_PORT", "9000"},
+                                             {"DMLC_NUM_SERVER", "1"},
+                                             {"DMLC_NUM_WORKER", "1"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    auto env = base;
+    for (auto& [k, v] : extra) env[k] = v;
+    return Config::FromEnv(env);
+  };
+  EXPECT_EQ(with({})->resend_timeout_ms, 1000);
+  EXPECT_EQ(with({})->drop_percent, 0);
+  EXPECT_EQ(with({{"PS_RESEND_TIMEOUT_MS", "250"}})->resend_timeout_ms, 250);
+  EXPECT_EQ(with({{"PS_RESEND_TIMEOUT", "300"}})->resend_timeout_ms, 300);
+  EXPECT_EQ(with({{"PS_RESEND_TIMEOUT", "300"}, {"PS_RESEND_TIMEOUT_MS", "7"}})
+                ->resend_timeout_ms,
+            7);
+  EXPECT_EQ(with({{"PS_RESEND", "0"}})->resend_timeout_ms, 0);
+  EXPECT_EQ(with({{"PS_RESEND", "1"}})->resend_timeout_ms, 1000);
+  EXPECT_EQ(with({{"PS_DROP_MSG", "5"}})->drop_percent, 5);
+  EXPECT_EQ(with({{"PS_DROP_MSG", "100"}}).status().message(),
+            "PS_DROP_MSG='100' is not a percentage in [0, 99]");
+  EXPECT_EQ(with({{"PS_RESEND_TIMEOUT_MS", "-1"}}).status().message(),
+            "PS_RESEND_TIMEOUT_MS='-1' is not a non-negative integer");
+  EXPECT_EQ(with({{"PS_RESEND", "2"}}).status().message(),
+            "PS_RESEND='2' is not 0 or 1");
+}
+
 // A job's environment for one server of one server and one worker.
 std::map<std::string, std::string> ServerEnv() {
   return {{"DMLC_ROLE", "server"},

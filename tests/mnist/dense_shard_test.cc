@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -393,6 +394,123 @@ TEST(DenseShard, ShardDestroyedBeforeItsServer) {
                               EncodeDenseCmd(DenseOp::kStep, 0)));
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.code(), Status::kTimeout) << st;
+  EXPECT_TRUE(cluster.Finalize());
+}
+
+// kContinue: worker 1 dies (its node stops without Finalize: the scheduler
+// tells the others at once) in step 3 after pushing only key 0 of it. Key
+// 0's step-3 update averages both gradients that arrived, key 1's has
+// worker 0's alone, and step 4 waits for worker 0 only. Each worker pushes
+// keys {0} and {1} as two ranges, worker r the gradient (r + 1) * (step + 1).
+TEST(DenseShard, ContinueGoesOnWithoutADeadWorker) {
+  Cluster cluster(1, 2);
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  DenseShardOptions options{Consistency::kBsp, 0, 2};
+  options.on_worker_failure = WorkerFailure::kContinue;
+  DenseShard shard(&server, kLayout, 0, 2, std::vector<float>(8, 0.0f), options,
+                   SubtractMean);
+  std::vector<std::vector<float>> pulled;  // worker 0's, after each step
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      Node* node = cluster.workers[r].get();
+      const int rank = node->rank();
+      {
+        KVWorker<float> kv(node, 0, 0);
+        for (int step = 0; step < (rank == 0 ? 5 : 4); ++step) {
+          const float g = (rank + 1.0f) * (step + 1.0f);
+          std::vector<float> w(8);
+          std::vector<int> ts;
+          for (Key k : {Key{0}, Key{1}}) {
+            if (rank == 1 && step == 3 && k == 1) break;  // dies here
+            ts.push_back(kv.Push({k}, std::vector<float>(4, g), {4},
+                                 EncodeDenseCmd(DenseOp::kStep, step)));
+          }
+          if (rank == 1 && step == 3) {
+            for (int t : ts) EXPECT_TRUE(kv.Wait(t).ok());
+            break;
+          }
+          ts.push_back(kv.Pull({0, 1}, &w, nullptr,
+                               EncodeDenseCmd(DenseOp::kStep, step + 1)));
+          for (int t : ts) EXPECT_TRUE(kv.Wait(t).ok()) << "step " << step;
+          if (rank == 0) pulled.push_back(w);
+        }
+        if (rank == 0) {
+          EXPECT_TRUE(kv.Wait(kv.Push({0}, {0.0f}, {1},
+                                      EncodeDenseCmd(DenseOp::kDone, 5)))
+                          .ok());
+        }
+      }
+      if (rank == 1) node->Stop();  // no Finalize: a failure
+    });
+  }
+  for (auto& t : workers) t.join();
+  ASSERT_TRUE(shard.WaitAllDone(std::chrono::seconds(10)));
+  EXPECT_TRUE(shard.failure().ok()) << shard.failure();
+  EXPECT_EQ(shard.workers_lost(), 1);
+  EXPECT_EQ(shard.updates_applied(), 5);
+  ASSERT_EQ(pulled.size(), 5u);
+  for (int s = 0; s < 3; ++s) {
+    for (float v : pulled[s]) EXPECT_EQ(v, BspWeightAfter(s + 1)) << s;
+  }
+  // Step 3: key 0 gets the mean of 4 and 8, key 1 worker 0's 4.
+  const float after2 = BspWeightAfter(3);  // -9
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(pulled[3][i], after2 - (i < 4 ? 6.0f : 4.0f)) << i;
+    EXPECT_EQ(pulled[4][i], after2 - (i < 4 ? 6.0f : 4.0f) - 5.0f) << i;
+    EXPECT_EQ(shard.weights()[i], pulled[4][i]);
+  }
+  EXPECT_EQ(shard.bad_requests(), 0);
+  // The dead worker cannot join the final barrier: the nodes just stop.
+}
+
+// Snapshots every 2 steps carry the weights of exactly that many updates;
+// a shard restored from the one of step 4 (first_step) serves it to a pull
+// for step 4 and goes on to the weights of an uninterrupted run.
+TEST(DenseShard, SnapshotsRestoreToTheSameWeights) {
+  Cluster cluster(1, 1);
+  ASSERT_TRUE(cluster.Start());
+  KVServer<float> server(cluster.servers[0].get(), 0);
+  std::map<int, std::vector<float>> snaps;
+  DenseShardOptions options{Consistency::kBsp, 0, 1};
+  options.snapshot_every = 2;
+  auto shard = std::make_unique<DenseShard>(
+      &server, kLayout, 0, 2, std::vector<float>(8, 0.0f), options,
+      SubtractMean, [&](int step, const float* w, size_t n) {
+        snaps[step].assign(w, w + n);
+      });
+  KVWorker<float> kv(cluster.workers[0].get(), 0, 0);
+  auto step = [&](int s) {
+    std::vector<float> w;
+    EXPECT_TRUE(kv.Wait(kv.Push({0, 1}, std::vector<float>(8, s + 1.0f), {},
+                                EncodeDenseCmd(DenseOp::kStep, s)))
+                    .ok());
+    EXPECT_TRUE(kv.Wait(kv.Pull({0, 1}, &w, nullptr,
+                                EncodeDenseCmd(DenseOp::kStep, s + 1)))
+                    .ok());
+    return w;
+  };
+  for (int s = 0; s < 5; ++s) step(s);
+  ASSERT_EQ(snaps.size(), 2u);
+  EXPECT_EQ(snaps[2], std::vector<float>(8, -3.0f));   // -(1 + 2)
+  EXPECT_EQ(snaps[4], std::vector<float>(8, -10.0f));  // -(1 + 2 + 3 + 4)
+  shard.reset();
+  options.first_step = 4;
+  shard = std::make_unique<DenseShard>(&server, kLayout, 0, 2, snaps[4],
+                                       options, SubtractMean);
+  EXPECT_EQ(shard->updates_applied(), 4);
+  std::vector<float> w;
+  ASSERT_TRUE(
+      kv.Wait(kv.Pull({0, 1}, &w, nullptr, EncodeDenseCmd(DenseOp::kStep, 4)))
+          .ok());
+  EXPECT_EQ(w, std::vector<float>(8, -10.0f));
+  EXPECT_EQ(step(4), std::vector<float>(8, -15.0f));
+  EXPECT_TRUE(
+      kv.Wait(kv.Push({0}, {0.0f}, {1}, EncodeDenseCmd(DenseOp::kDone, 5)))
+          .ok());
+  EXPECT_TRUE(shard->WaitAllDone(std::chrono::seconds(10)));
+  EXPECT_EQ(shard->updates_applied(), 5);
   EXPECT_TRUE(cluster.Finalize());
 }
 

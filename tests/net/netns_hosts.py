@@ -376,7 +376,7 @@ class HostJob(launch.Job):
         args = argparse.Namespace(
             command=list(command), host=hosts.addr(plan[0][2]),
             num_servers=servers, num_workers=workers, extra_env=dict(env),
-            grace=3.0, timeout=None)
+            grace=3.0, timeout=None, tolerate=[])
         args.extra_env.setdefault("GLOG_logtostderr", "1")
         super().__init__(args, _Mux(out))
         self.root_port = root_port

@@ -1,0 +1,392 @@
+// Checkpoints and failures of mnist_dist end to end, through
+// tracker/launch.py on 127.0.0.1 with real processes: a job killed after a
+// checkpoint and relaunched with --restore ends with the very bytes of the
+// job that was never killed (checkpoints every N steps, or at steps worker
+// 0 picks by the clock); --restore refuses another job shape, and a new
+// job a used folder, in every role; a worker killed (SIGKILL) under
+// --on_worker_failure continue leaves a job that ends with exit 0, the same
+// bytes every time. Every job runs under a timeout; every exit code and
+// number printed is checked.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Runs `cmd` through sh with stderr joined to stdout.
+Result Shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const char* kEnv =
+    " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=2000"
+    " --env PS_CONNECT_TIMEOUT_MS=5000 --env PS_RENDEZVOUS_TIMEOUT_MS=20000"
+    " --env PS_BARRIER_TIMEOUT_MS=60000";
+
+// 2 servers, 2 workers; `launch` are launch.py's flags, `flags`
+// mnist_dist's. 640 images, batch 16: 20 steps an epoch.
+Result Launch(const std::string& launch, const std::string& flags) {
+  return Shell(std::string(PS_PYTHON) + " " + PS_LAUNCH +
+               " -s 2 -w 2 --timeout 120" + kEnv + " " + launch + " -- " +
+               PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+               " --threads 1 --train_limit 640 --test_limit 200"
+               " --batch_size 16 --optimizer adam --lr 2e-3 " +
+               flags);
+}
+
+std::string TempDir(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/checkpoint_job_test_" +
+                     std::to_string(getpid()) + "_" + name;
+  Shell("rm -rf " + path + " && mkdir -p " + path);
+  return path;
+}
+
+// Starts Launch(launch, flags) in the background, writing to `log`; the
+// launcher's pid.
+int LaunchInBackground(const std::string& flags, const std::string& log) {
+  Result r = Shell("(" + std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                   " -s 2 -w 2 --timeout 120" + kEnv + " -- " + PS_MNIST_DIST +
+                   " --data_dir " + PS_MNIST_DIR +
+                   " --threads 1 --train_limit 640 --test_limit 200"
+                   " --batch_size 16 --optimizer adam --lr 2e-3 " +
+                   flags + " > " + log + " 2>&1 & echo $!)");
+  return r.rc == 0 ? std::atoi(r.out.c_str()) : -1;
+}
+
+// SIGKILL to every child of `parent` (found in /proc), then to it.
+void KillJob(int parent) {
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), &closedir);
+  ASSERT_TRUE(proc != nullptr);
+  while (dirent* e = readdir(proc.get())) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
+    const size_t close = line.rfind(')');
+    int ppid = -1;
+    if (close != std::string::npos &&
+        std::sscanf(line.c_str() + close + 1, " %*c %d", &ppid) == 1 &&
+        ppid == parent) {
+      kill(pid, SIGKILL);
+    }
+  }
+  kill(parent, SIGKILL);
+}
+
+// The newest step of any checkpoint file in `dir` (-1: none).
+int NewestFileStep(const std::string& dir) {
+  Result r = Shell("ls " + dir +
+                   " | sed -n 's/^step-0*\\([0-9]*\\)\\..*/\\1/p'"
+                   " | sort -n | tail -1");
+  return r.out.empty() ? -1 : std::atoi(r.out.c_str());
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+std::string FinalAccuracy(const std::string& out) {
+  std::smatch m;
+  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
+  return std::regex_search(out, m, re) ? m[1].str() : "none";
+}
+
+// "server R done: ... N updates applied, ... L workers lost", per server.
+std::vector<std::pair<int, int>> UpdatesAndLost(const std::string& out) {
+  std::vector<std::pair<int, int>> v;
+  std::regex re(
+      R"(server \d+ done: .*: (\d+) updates applied, .* (\d+) workers lost)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    v.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
+  }
+  return v;
+}
+
+// Two epochs (40 steps) with dropout and Adam, run once per test process
+// without a stop (with checkpoints every 5 steps, which change nothing):
+// the bytes and accuracy every restored job must end with. BSP with two
+// workers is exact (a sum of two gradients does not depend on their
+// order), so a restored job ends with the very same bytes.
+class Checkpoint : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = TempDir("whole");
+    Result whole = Launch("",
+                          " --epochs 2 --checkpoint_every_steps 5"
+                          " --checkpoint_dir " +
+                              dir + " --dump_weights " + dir + "/weights.bin");
+    whole_rc_ = whole.rc;
+    whole_out_ = whole.out;
+    whole_bytes_ = ReadBytes(dir + "/weights.bin");
+    Shell("rm -rf " + dir);
+  }
+  void SetUp() override {
+    ASSERT_EQ(whole_rc_, 0) << whole_out_;
+    for (const auto& [updates, lost] : UpdatesAndLost(whole_out_)) {
+      EXPECT_EQ(updates, 40);
+      EXPECT_EQ(lost, 0);
+    }
+    ASSERT_EQ(whole_bytes_.size(), 1199882u * 4);
+    ASSERT_NE(FinalAccuracy(whole_out_), "none") << whole_out_;
+  }
+  // A restored job: exit 0, `step` resumed by all 4 processes, 40 updates,
+  // the bytes and accuracy of the job never stopped.
+  void ExpectSameEnd(const Result& restored, const std::string& bin,
+                     const std::string& dir, int step) {
+    ASSERT_EQ(restored.rc, 0) << restored.out;
+    EXPECT_EQ(Count(restored.out,
+                    "restore: resuming from the checkpoint of "
+                    "step " +
+                        std::to_string(step) + " in " + dir),
+              4)
+        << restored.out;
+    std::vector<std::pair<int, int>> reports = UpdatesAndLost(restored.out);
+    ASSERT_EQ(reports.size(), 2u) << restored.out;
+    for (const auto& [updates, lost] : reports) EXPECT_EQ(updates, 40);
+    EXPECT_TRUE(ReadBytes(bin) == whole_bytes_)
+        << "the job restored from step " << step << " ends with other weights";
+    EXPECT_EQ(FinalAccuracy(restored.out), FinalAccuracy(whole_out_))
+        << restored.out;
+  }
+
+  static int whole_rc_;
+  static std::string whole_out_, whole_bytes_;
+};
+int Checkpoint::whole_rc_ = -1;
+std::string Checkpoint::whole_out_, Checkpoint::whole_bytes_;
+
+// Checkpoints every 5 steps; worker 1 kills itself after 27 steps and the
+// launcher stops the others at once. Step 25 is complete on disk by then
+// (worker 1 finishing step 26 means every node passed step 25) and step 30
+// cannot be (worker 1 never pushes step 27): the relaunch resumes at 25 in
+// every role. Then --restore refuses another job shape, and a new job the
+// used folder, in a server and a worker (they fail before ps::Start, so no
+// scheduler is needed; `timeout 20` bounds them).
+TEST_F(Checkpoint, KilledJobRestoresToTheSameBytes) {
+  const std::string dir = TempDir("killed"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_steps 5 --checkpoint_dir " + dir;
+  Result killed =
+      Launch("", flags + " --die_node worker:1 --die_after_steps 27");
+  ASSERT_EQ(killed.rc, 1) << killed.out;
+  EXPECT_NE(killed.out.find("launch: worker 1 (pid"), std::string::npos)
+      << killed.out;
+  ExpectSameEnd(Launch("", flags + " --restore --dump_weights " + bin), bin,
+                dir, 25);
+
+  for (const char* role : {"server", "worker"}) {
+    Result r = Shell(std::string("DMLC_ROLE=") + role +
+                     " DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=3"
+                     " timeout 20 " +
+                     PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                     " --train_limit 640 --checkpoint_every_steps 5"
+                     " --checkpoint_dir " +
+                     dir + " --restore");
+    EXPECT_EQ(r.rc, 1) << role << ": " << r.out;
+    EXPECT_NE(r.out.find("mnist_dist: --restore: '" + dir +
+                         "/step-00000040.server-0.ckpt' was written by a job "
+                         "of 2 servers, 2 workers"),
+              std::string::npos)
+        << role << ": " << r.out;
+    EXPECT_NE(r.out.find("this job has 2 servers, 3 workers"),
+              std::string::npos)
+        << role << ": " << r.out;
+    r = Shell(std::string("DMLC_ROLE=") + role +
+              " DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2"
+              " timeout 20 " +
+              PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+              " --train_limit 640 --checkpoint_every_steps 5"
+              " --checkpoint_dir " +
+              dir);
+    EXPECT_EQ(r.rc, 1) << role << ": " << r.out;
+    EXPECT_NE(r.out.find("mnist_dist: --checkpoint_dir: '" + dir +
+                         "' already holds checkpoints"),
+              std::string::npos)
+        << role << ": " << r.out;
+  }
+  Shell("rm -rf " + dir);
+}
+
+// Checkpoints by the clock (--checkpoint_every_s), and every process of the
+// job killed with SIGKILL at once from outside, at whatever point it is
+// once a file of step 15 or later exists (maybe in the middle of writing
+// one): the step resumed from is not known in advance, but every role
+// resumes from the same one, and the end is the same.
+TEST_F(Checkpoint, JobKilledFromOutsideRestoresToTheSameBytes) {
+  const std::string dir = TempDir("clock"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_s 0.2 --checkpoint_dir " + dir;
+  const int launcher = LaunchInBackground(flags, dir + ".log");
+  ASSERT_GT(launcher, 0);
+  for (int i = 0; i < 6000 && NewestFileStep(dir) < 15; ++i) {
+    usleep(20 * 1000);  // bounded: 6000 x 20 ms
+  }
+  KillJob(launcher);
+  for (int i = 0; i < 500 && kill(launcher, 0) == 0; ++i) usleep(20 * 1000);
+  const std::string log = ReadBytes(dir + ".log");
+  EXPECT_GE(NewestFileStep(dir), 15) << log;
+  EXPECT_EQ(log.find("final: test accuracy"), std::string::npos)
+      << "the job ended before it was killed: " << log;
+
+  Result restored = Launch("", flags + " --restore --dump_weights " + bin);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      restored.out, m,
+      std::regex(R"(resuming from the checkpoint of step (\d+))")))
+      << restored.out;
+  const int step = std::stoi(m[1]);
+  EXPECT_GE(step, 1);
+  EXPECT_LE(step, 40);
+  ExpectSameEnd(restored, bin, dir, step);
+  Shell("rm -rf " + dir + " " + dir + ".log");
+}
+
+// The child of `parent` whose environment says DMLC_ROLE=`role` (-1: none).
+int ChildWithRole(int parent, const std::string& role) {
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), &closedir);
+  if (proc == nullptr) return -1;
+  while (dirent* e = readdir(proc.get())) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    const std::string dir = "/proc/" + std::string(e->d_name);
+    std::ifstream stat(dir + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    int ppid = -1;
+    if (close == std::string::npos ||
+        std::sscanf(line.c_str() + close + 1, " %*c %d", &ppid) != 1 ||
+        ppid != parent) {
+      continue;
+    }
+    const std::string env = ReadBytes(dir + "/environ");
+    if (env.find(std::string("DMLC_ROLE=") + role + '\0') !=
+        std::string::npos) {
+      return pid;
+    }
+  }
+  return -1;
+}
+
+// The scheduler killed (SIGKILL) while the job trains: every member sees
+// its connection to the scheduler close for good and stops, naming it; the
+// job relaunched with --restore resumes from the last complete checkpoint
+// and ends with the bytes of the job never stopped. (The last worker sleeps
+// every step so that the job is still training when the kill comes; sleep
+// changes no number.)
+TEST_F(Checkpoint, KilledSchedulerRestoresToTheSameBytes) {
+  const std::string dir = TempDir("scheduler"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_steps 5 --checkpoint_dir " + dir;
+  const int launcher =
+      LaunchInBackground(flags + " --slow_worker_ms 100", dir + ".log");
+  ASSERT_GT(launcher, 0);
+  for (int i = 0; i < 6000 && NewestFileStep(dir) < 10; ++i) {
+    usleep(20 * 1000);  // bounded: 6000 x 20 ms
+  }
+  const int scheduler = ChildWithRole(launcher, "scheduler");
+  ASSERT_GT(scheduler, 0) << ReadBytes(dir + ".log");
+  ASSERT_EQ(kill(scheduler, SIGKILL), 0);
+  for (int i = 0; i < 3000 && kill(launcher, 0) == 0; ++i) {
+    usleep(20 * 1000);  // bounded: 60 s
+  }
+  const std::string log = ReadBytes(dir + ".log");
+  EXPECT_NE(log.find("launch: scheduler (pid"), std::string::npos) << log;
+  EXPECT_NE(log.find("scheduler (tcp://"), std::string::npos) << log;
+  EXPECT_NE(log.find("closed and could not be made again"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("final: test accuracy"), std::string::npos)
+      << "the job ended before the scheduler was killed: " << log;
+
+  Result restored = Launch("", flags + " --restore --dump_weights " + bin);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      restored.out, m,
+      std::regex(R"(resuming from the checkpoint of step (\d+))")))
+      << restored.out;
+  const int step = std::stoi(m[1]);
+  EXPECT_GE(step, 10);
+  ExpectSameEnd(restored, bin, dir, step);
+  Shell("rm -rf " + dir + " " + dir + ".log");
+}
+
+// Worker 1 kills itself (SIGKILL) after 5 of its 20 steps; under continue
+// the launcher and the other nodes go on: the servers apply all 20 steps
+// (from step 5 on with worker 0's gradient alone), worker 0 reports its
+// accuracy, and every process left exits 0. The outcome does not depend on
+// when the death was noticed: a second run ends with the same bytes.
+TEST(Continue, KilledWorkerLetsTheJobFinish) {
+  const std::string dir = TempDir("continue");
+  std::string bytes[2];
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const std::string bin = dir + "/weights" + std::to_string(run) + ".bin";
+    Result r = Launch("--tolerate worker",
+                      "--on_worker_failure continue --die_node worker:1 "
+                      "--die_after_steps 5 --dump_weights " +
+                          bin);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("launch: worker 1 (pid"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("was killed by signal SIGKILL; the job goes on "
+                         "(--tolerate worker)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("launch: 4 processes exited 0"), std::string::npos)
+        << r.out;
+    std::vector<std::pair<int, int>> reports = UpdatesAndLost(r.out);
+    ASSERT_EQ(reports.size(), 2u) << r.out;
+    for (const auto& [updates, lost] : reports) {
+      EXPECT_EQ(updates, 20);
+      EXPECT_EQ(lost, 1);
+    }
+    EXPECT_EQ(r.out.find("worker 1 final"), std::string::npos) << r.out;
+    const std::string acc = FinalAccuracy(r.out);
+    ASSERT_NE(acc, "none") << r.out;
+    EXPECT_GE(std::stod(acc), 60.0) << r.out;
+    bytes[run] = ReadBytes(bin);
+    EXPECT_EQ(bytes[run].size(), 1199882u * 4);
+  }
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "the two runs' weights differ";
+  Shell("rm -rf " + dir);
+}
+
+}  // namespace

@@ -1,0 +1,311 @@
+// Faults, end to end: mnist_dist through tracker/launch.py.
+// - Lost messages: the test switch PS_DROP_MSG drops received KV messages at
+//   random. Every request is resent until answered and applied once, so a
+//   BSP job ends with weights bit-identical to the same job without drops.
+// - A killed node: its connections close, and the scheduler declares it
+//   dead from that (not from missed heartbeats), naming it by role and
+//   rank; no healthy node is blamed. A killed scheduler is named by the
+//   members the same way.
+// - Replication: with --replicas 1 a server killed at any step costs no
+//   step; the weights equal the fault-free job's bit for bit.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+};
+
+Result Shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A BSP job of S servers and 2 workers; `env` are launch.py options
+// (--env ones: later ones win).
+Result Launch(const std::string& env, const std::string& flags, int s = 2) {
+  std::string cmd =
+      std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " + std::to_string(s) +
+      " -w 2 --timeout 240"
+      " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=5000"
+      " --env PS_BARRIER_TIMEOUT_MS=60000 --env PS_RESEND_TIMEOUT_MS=100 " +
+      env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+      " --threads 1 --consistency bsp --dropout=false --optimizer sgd"
+      " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500 " +
+      flags;
+  return Shell(cmd);
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/fault_test_" +
+         std::to_string(getpid()) + "_" + name;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+// Sums of the "ps: NODE: R requests resent, D duplicates let go, X
+// messages dropped by PS_DROP_MSG" lines of every node.
+struct Counters {
+  long resent = 0, duplicates = 0, dropped = 0;
+  int lines = 0;
+};
+Counters ResendCounters(const std::string& out) {
+  Counters c;
+  std::regex re(
+      R"(ps: .*: (\d+) requests resent, (\d+) duplicates let go, (\d+) messages dropped by PS_DROP_MSG)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    c.resent += std::stol((*it)[1]);
+    c.duplicates += std::stol((*it)[2]);
+    c.dropped += std::stol((*it)[3]);
+    ++c.lines;
+  }
+  return c;
+}
+
+int UpdatesOf(const std::string& out, int server) {
+  std::smatch m;
+  std::regex re(
+      "server " + std::to_string(server) +
+      R"( done: consistency \w+ max_delay \d+: (\d+) updates applied)");
+  return std::regex_search(out, m, re) ? std::stoi(m[1]) : -1;
+}
+
+double FinalAccuracy(const std::string& out) {
+  std::smatch m;
+  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+}
+
+// 3200 images, 100 steps of 2 x 16: about 1,600 KV messages received in
+// all, so 1% drops some 16 of them (none at all: p < 1e-7).
+void ExpectSameWeightsUnderDrops(const std::string& how) {
+  const std::string flags = "--train_limit 3200 " + how;
+  std::string clean = TempPath("clean.bin"), lossy = TempPath("lossy.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_EQ(ResendCounters(a.out).dropped, 0) << a.out;
+  Result b = Launch("--env PS_DROP_MSG=1", flags + " --dump_weights " + lossy);
+  ASSERT_EQ(b.rc, 0) << b.out;
+  Counters c = ResendCounters(b.out);
+  EXPECT_GT(c.dropped, 0) << b.out;
+  // Every loss is made good by a resend: a lost request or a lost answer.
+  EXPECT_GE(c.resent, c.dropped) << b.out;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(UpdatesOf(a.out, s), 100) << a.out;
+    EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;  // none twice, none lost
+  }
+  // The weights are worth comparing: the job trained.
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  std::string wa = ReadBytes(clean), wb = ReadBytes(lossy);
+  ASSERT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ after drops";
+  std::remove(clean.c_str());
+  std::remove(lossy.c_str());
+}
+
+TEST(Resend, BspWeightsBitIdenticalWithOnePercentDropped) {
+  ExpectSameWeightsUnderDrops("--overlap off");
+}
+
+TEST(Resend, BspWeightsBitIdenticalWithDropsThroughSockets) {
+  ExpectSameWeightsUnderDrops("--overlap on --ps_shm 0");
+}
+
+// Heartbeats would take a minute to miss: only the closed connection can
+// name the dead node before the job's --timeout.
+void ExpectKilledNodeNamedFast(const std::string& node) {
+  Result r = Launch(
+      "--env PS_HEARTBEAT_INTERVAL_MS=1000 --env PS_HEARTBEAT_TIMEOUT_MS=60000",
+      "--train_limit 6000 --die_after_steps 5 --die_node " + node);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  const std::string role = node.substr(0, node.find(':'));
+  const std::string rank = node.substr(node.find(':') + 1);
+  std::regex declared(
+      R"(\[(\w+ ?\d*)\] .*(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) was declared dead: (.*))");
+  int named = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), declared);
+       it != std::sregex_iterator(); ++it) {
+    const std::string who = (*it)[2], why = (*it)[3];
+    EXPECT_EQ(who, role + " " + rank)
+        << "a healthy node was blamed: " << it->str();
+    EXPECT_NE(why.find("closed and could not be made again"), std::string::npos)
+        << it->str();
+    ++named;
+  }
+  EXPECT_GE(named, 1) << r.out;
+  EXPECT_NE(r.out.find("launch: " + role + " " + rank + " (pid"),
+            std::string::npos)
+      << r.out;
+}
+
+// The pid of the process whose environment holds every one of `vars`
+// (KEY=VALUE), or -1.
+int FindProcess(const std::vector<std::string>& vars) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = readdir(proc)) {
+    int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string env = ReadBytes("/proc/" + std::string(e->d_name) + "/environ");
+    std::vector<std::string> entries;
+    for (size_t at = 0; at < env.size();) {
+      size_t end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      entries.push_back(env.substr(at, end - at));
+      at = end + 1;
+    }
+    bool all = true;
+    for (const std::string& v : vars) {
+      all =
+          all && std::find(entries.begin(), entries.end(), v) != entries.end();
+    }
+    if (all) found = pid;
+  }
+  closedir(proc);
+  return found;
+}
+
+// kill -9 of the scheduler while the workers train: each member sees its
+// connection to the scheduler close for good and stops, naming it (the
+// job's heartbeats would take a minute).
+TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
+  const std::string out = TempPath("scheduler.out"), rc = TempPath("rc");
+  const int port = 20000 + getpid() % 20000;
+  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                    " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
+                    " --env PS_HEARTBEAT_INTERVAL_MS=1000"
+                    " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
+                    PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                    " --threads 1 --log_every_s 0.2 --test_limit 200";
+  ASSERT_EQ(
+      std::system(
+          ("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc + ") &").c_str()),
+      0);
+  // Until a worker reports a step (at most 60 s), then kill the scheduler.
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    training =
+        ReadBytes(out).find("] worker 0 epoch 0 step") != std::string::npos;
+  }
+  ASSERT_TRUE(training) << ReadBytes(out);
+  int pid = FindProcess(
+      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << "no scheduler process on port " << port;
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  std::string code;
+  for (int i = 0; i < 1200 && code.empty(); ++i) {  // at most 120 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    code = ReadBytes(rc);
+  }
+  std::string text = ReadBytes(out);
+  EXPECT_EQ(code, "1\n") << text;
+  EXPECT_NE(text.find("launch: scheduler (pid"), std::string::npos) << text;
+  std::regex declared(
+      R"(\[(server|worker) \d\] .*scheduler \(tcp://[^)]*\) was declared dead: its connection .* closed and could not be made again)");
+  EXPECT_TRUE(std::regex_search(text, declared)) << text;
+  std::remove(out.c_str());
+  std::remove(rc.c_str());
+}
+
+TEST(Detection, KilledServerDeclaredDeadByItsConnection) {
+  ExpectKilledNodeNamedFast("server:1");
+}
+
+TEST(Detection, KilledWorkerDeclaredDeadByItsConnection) {
+  ExpectKilledNodeNamedFast("worker:0");
+}
+
+// With --replicas 1, a server killed (kill -9) at a step picked at random
+// costs nothing: its replica takes over its keys, the workers send it what
+// the dead server left unanswered, and the job ends with the weights of the
+// job that never failed (and never replicated), bit for bit.
+void ExpectFailoverLosesNothing(int servers, int victim,
+                                const std::string& env) {
+  std::srand(static_cast<unsigned>(std::time(nullptr)) ^ getpid());
+  const int step = 5 + std::rand() % 85;  // of 100
+  SCOPED_TRACE("server " + std::to_string(victim) + " killed after update " +
+               std::to_string(step));
+  const std::string flags = "--train_limit 3200 --overlap off";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("failed.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean, servers);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  Result b = Launch("--tolerate server " + env,
+                    flags + " --replicas 1 --dump_weights " + failed +
+                        " --die_node server:" + std::to_string(victim) +
+                        " --die_after_steps " + std::to_string(step),
+                    servers);
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const int heir = (victim + 1) % servers;
+  EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(b.out.find("the job survived the loss of server " +
+                       std::to_string(victim)),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(
+      b.out.find("server " + std::to_string(heir) + " takes over its keys"),
+      std::string::npos)
+      << b.out;
+  // The heir applied every step of the dead server's keys, none twice.
+  EXPECT_NE(
+      b.out.find("server " + std::to_string(heir) + " replica of server " +
+                 std::to_string(victim) + " done: 100 updates applied"),
+      std::string::npos)
+      << b.out;
+  for (int s = 0; s < servers; ++s) {
+    if (s != victim) {
+      EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;
+    }
+  }
+  std::string wa = ReadBytes(clean), wb = ReadBytes(failed);
+  ASSERT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ after the failover";
+  std::remove(clean.c_str());
+  std::remove(failed.c_str());
+}
+
+TEST(Replication, KilledServerCostsNoStepTwoServers) {
+  ExpectFailoverLosesNothing(2, 1, "");
+}
+
+// Three servers (server 0's keys go to server 1), and 1% of the messages
+// lost on top: the forwarded copies and their answers are made good too.
+TEST(Replication, KilledServerCostsNoStepThreeServersWithDrops) {
+  ExpectFailoverLosesNothing(3, 0, "--env PS_DROP_MSG=1");
+}
+
+}  // namespace
