@@ -230,8 +230,10 @@ class Hosts:
         """cmd run on `host` (its network, PID and mount namespaces)."""
         if host not in self.holders:
             raise ValueError(f"no host h{host} (1..{self.count}) is up")
+        # -r: the holder's root, which a chroot's holder keeps (entering
+        # a mount namespace alone would move to the machine's real root).
         return ["nsenter", "-t", str(self.holders[host]), "-n", "-p", "-m",
-                f"--wd={cwd or os.getcwd()}", "--"] + list(cmd)
+                "-r", f"--wd={cwd or os.getcwd()}", "--"] + list(cmd)
 
     def run(self, host, cmd, timeout=COMMAND_TIMEOUT, **kwargs):
         """subprocess.run of cmd on host, output captured as text."""
