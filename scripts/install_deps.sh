@@ -22,6 +22,11 @@ packages=(
   # and clang's OpenMP (src/model's find_package(OpenMP) fails without it).
   clang libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
 )
+# --- cross-host tests and bench (tests/net, bench/net) ---
+# ip and tc (veth, bridge, tbf) and mount (each host's /proc); nsenter and
+# unshare come with util-linux, which every Debian has.
+packages+=(iproute2 mount)
+# --- end cross-host ---
 # The Python module (python/, pybind11) and its tests; PyTorch only for
 # examples/pytorch and bench/pytorch (the C++ build never uses it). Only
 # with PS_PYTHON_DEPS=1 (scripts/test.sh sets it): the C++ path, demo.sh

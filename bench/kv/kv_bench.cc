@@ -49,6 +49,8 @@ DEFINE_double(seconds, 0.5, "measured time per cell and op, after warm-up");
 DEFINE_string(sizes, "1000,100000,1199882,10000000",
               "model sizes in floats, comma-separated");
 DEFINE_int32(chunk, 65536, "floats per key in the chunk layout");
+DEFINE_string(layouts, "tensor,chunk",
+              "key layouts timed for each of --sizes: tensor, chunk or both");
 DEFINE_int32(rtt_rounds, 2000, "one-float Push+Wait round trips measured");
 DEFINE_bool(server_add, false,
             "servers add pushed values into their shard (kAdd) instead of "
@@ -140,11 +142,22 @@ std::vector<size_t> ParseSizes(const std::string& flag,
 // what they are sent.
 std::vector<Cell> MakeCells() {
   std::vector<Cell> cells;
+  const std::string layouts = "," + FLAGS_layouts + ",";
+  const bool tensor = layouts.find(",tensor,") != std::string::npos;
+  const bool chunk = layouts.find(",chunk,") != std::string::npos;
+  if (!tensor && !chunk) {
+    LOG(FATAL) << "--layouts='" << FLAGS_layouts
+               << "' names neither tensor nor chunk";
+  }
   for (size_t floats : ParseSizes(FLAGS_sizes, "--sizes")) {
-    cells.push_back(
-        MakeCell(floats, "tensor", TensorLens(floats), cells.size()));
-    cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),
-                             cells.size()));
+    if (tensor) {
+      cells.push_back(
+          MakeCell(floats, "tensor", TensorLens(floats), cells.size()));
+    }
+    if (chunk) {
+      cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),
+                               cells.size()));
+    }
   }
   for (size_t floats : ParseSizes(FLAGS_shm_sizes, "--shm_sizes")) {
     cells.push_back(MakeCell(floats, "chunk", ChunkLens(floats, FLAGS_chunk),

@@ -134,12 +134,31 @@ ps::DenseLayout ModelLayout(const TrainOptions& options) {
 }
 
 ps::StatusOr<ps::Placement> ModelPlacement(const ps::DenseLayout& layout,
-                                           int num_servers) {
-  std::vector<ps::Key> keys(layout.num_keys());
-  std::vector<uint64_t> bytes(keys.size());
-  for (size_t k = 0; k < keys.size(); ++k) {
-    keys[k] = k;
-    bytes[k] = layout.length(k) * sizeof(float);
+                                           int num_servers,
+                                           TrainOptions::PlacementKind kind) {
+  std::vector<ps::Key> keys;
+  std::vector<uint64_t> bytes;
+  const auto& tensors = ps::model::ConvNetTensors();
+  size_t tensor = 0;  // of the last group's first float
+  for (size_t k = 0; k < layout.num_keys(); ++k) {
+    const size_t first = layout.offset(k);
+    bool new_group =
+        keys.empty() || kind == TrainOptions::PlacementKind::kBytes;
+    while (tensor + 1 < tensors.size() && tensors[tensor + 1].offset <= first) {
+      ++tensor;
+      new_group = true;
+    }
+    if (new_group) {
+      keys.push_back(k);
+      bytes.push_back(0);
+    }
+    bytes.back() += layout.length(k) * sizeof(float);
+  }
+  if (kind == TrainOptions::PlacementKind::kTensor) {
+    // An empty key past the model's: servers that no tensor fills own
+    // [num_keys, num_keys) rather than the last tensor's tail.
+    keys.push_back(layout.num_keys());
+    bytes.push_back(0);
   }
   return ps::Placement::ByBytes(keys, bytes, num_servers);
 }

@@ -53,6 +53,11 @@ struct TrainOptions {
   enum class Overlap { kAuto, kOn, kOff };
   Overlap overlap = Overlap::kAuto;
   size_t chunk = 8192;  // floats per key
+  // kBytes: servers hold equal shares of the bytes (fc1 split among them);
+  // kTensor: whole tensors, as ps-lite's one key per tensor would place
+  // them, so the server holding fc1.weight carries 98% of the bytes.
+  enum class PlacementKind { kBytes, kTensor };
+  PlacementKind placement = PlacementKind::kBytes;
   double log_every_s = 2.0;
   std::string metrics_file, metrics_dir, dump_weights;
   // Checkpoints (checkpoint.h) every checkpoint_every_steps steps into
@@ -124,9 +129,11 @@ void FinalizeNode(const TrainOptions& options);
 
 // The flat parameter vector cut into keys of options.chunk floats.
 ps::DenseLayout ModelLayout(const TrainOptions& options);
-// Keys [0, K) balanced by bytes over num_servers servers.
-ps::StatusOr<ps::Placement> ModelPlacement(const ps::DenseLayout& layout,
-                                           int num_servers);
+// Keys [0, K) balanced by bytes over num_servers servers; with kTensor the
+// cuts fall only where a key's first float starts a new tensor.
+ps::StatusOr<ps::Placement> ModelPlacement(
+    const ps::DenseLayout& layout, int num_servers,
+    TrainOptions::PlacementKind kind = TrainOptions::PlacementKind::kBytes);
 // Server `rank`'s keys: [*begin, *end) (clipped to the layout's keys).
 void ServerKeys(const ps::Placement& placement, const ps::DenseLayout& layout,
                 int rank, ps::Key* begin, ps::Key* end);

@@ -1,6 +1,7 @@
 // The server role of mnist_dist: one DenseShard holding this server's slice
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -102,7 +103,7 @@ class SliceUpdater {
 // The floats of keys [begin, end): [*lo, *hi) of the flat vector.
 void FloatsOf(const ps::DenseLayout& layout, ps::Key begin, ps::Key end,
               size_t* lo, size_t* hi) {
-  *lo = layout.offset(begin);
+  *lo = std::min(layout.offset(begin), layout.total);
   *hi = begin == end ? *lo : layout.offset(end - 1) + layout.length(end - 1);
 }
 
@@ -155,7 +156,7 @@ void LoadServer(const TrainOptions& options, int rank, int step,
 int RunServer(const TrainOptions& options) {
   const int rank = ps::MyRank();
   const ps::DenseLayout layout = ModelLayout(options);
-  auto placement = ModelPlacement(layout, ps::NumServers());
+  auto placement = ModelPlacement(layout, ps::NumServers(), options.placement);
   if (!placement.ok()) Die(placement.status().ToString());
   ps::Key begin, end;
   ServerKeys(*placement, layout, rank, &begin, &end);
@@ -198,12 +199,14 @@ int RunServer(const TrainOptions& options) {
   // checkpointed: with checkpoints, a restore starts both copies from the
   // primary's file.)
   std::unique_ptr<ps::DenseShard> replica;
+  bool replica_has_keys = false;
   const int replica_of = ps::DefaultNode()->config().replicas > 0
                              ? ps::PrimaryOf(rank, ps::NumServers())
                              : -1;
   if (replica_of >= 0) {
     ps::Key rbegin, rend;
     ServerKeys(*placement, layout, replica_of, &rbegin, &rend);
+    replica_has_keys = rbegin < rend;
     size_t rlo, rhi;
     FloatsOf(layout, rbegin, rend, &rlo, &rhi);
     std::printf(
@@ -250,8 +253,11 @@ int RunServer(const TrainOptions& options) {
   }
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
   // the shard give up (failure()), unless under `continue` the shard counts
-  // it done; a live one always sends done, so this wait ends.
-  for (ps::DenseShard* s : {&shard, replica.get()}) {
+  // it done; a live one always sends done, so this wait ends. A shard
+  // without keys (more servers than whole tensors, with --placement tensor)
+  // hears from no worker and is not waited for.
+  for (ps::DenseShard* s : {begin < end ? &shard : nullptr,
+                            replica_has_keys ? replica.get() : nullptr}) {
     while (s != nullptr && !s->WaitAllDone(std::chrono::seconds(60))) {
       if (!s->failure().ok()) {
         LOG(ERROR) << "server " << rank << ": " << s->failure();

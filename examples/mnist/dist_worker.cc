@@ -75,7 +75,8 @@ class PsExchange : public Exchange {
  public:
   PsExchange(const TrainOptions& options, ps::model::Net* net, bool overlap)
       : kv_(0, 0), layout_(ModelLayout(options)), overlap_(overlap) {
-    auto placement = ModelPlacement(layout_, ps::NumServers());
+    auto placement =
+        ModelPlacement(layout_, ps::NumServers(), options.placement);
     if (!placement.ok()) Die(placement.status().ToString());
     kv_.SetPlacement(*placement);
     for (size_t k = 0; k < layout_.num_keys(); ++k) {

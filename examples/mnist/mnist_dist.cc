@@ -51,6 +51,9 @@ DEFINE_string(overlap, "auto",
               "the conv backward pass (auto: when --threads leaves a core "
               "free)");
 DEFINE_uint64(chunk, 8192, "floats per key of the flat parameter vector");
+DEFINE_string(placement, "bytes",
+              "bytes: each server holds 1/S of the bytes; tensor: whole "
+              "tensors per server, as one key per tensor would (comparison)");
 DEFINE_double(log_every_s, 2.0, "seconds between progress lines");
 DEFINE_string(metrics_file, "", "JSON-lines metrics of worker 0 go here");
 DEFINE_string(metrics_dir, "",
@@ -163,6 +166,11 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(total % o.chunk == 0 || total % keys != 0, "chunk",
             "leaves a short last chunk while " + std::to_string(keys) +
                 " keys divide " + std::to_string(total) + "; pick another");
+  CheckFlag(FLAGS_placement == "bytes" || FLAGS_placement == "tensor",
+            "placement", "must be bytes or tensor");
+  o.placement = FLAGS_placement == "tensor"
+                    ? mnist::TrainOptions::PlacementKind::kTensor
+                    : mnist::TrainOptions::PlacementKind::kBytes;
   o.log_every_s = FLAGS_log_every_s;
   o.metrics_file = FLAGS_metrics_file;
   o.metrics_dir = FLAGS_metrics_dir;
