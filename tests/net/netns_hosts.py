@@ -458,8 +458,8 @@ class HostJob(launch.Job):
         if outcome == "done":
             return launch.EXIT_OK, "all processes exited 0"
         if outcome == "failed":
-            return launch.EXIT_FAILED, launch.describe_failure(
-                self, failed, returncode, others)
+            return launch.EXIT_FAILED, self.describe_failure(
+                failed, returncode, others)
         names = ", ".join(c.name for c in others)
         return launch.EXIT_TIMEOUT, f"timeout; killed {names}"
 

@@ -181,6 +181,42 @@ class CrossHost(unittest.TestCase):
                          r"declared dead")
         print(f"cut h3 (server 1): the job ended {took:.1f} s later: {why}")
 
+    def test_cut_link_with_replicas_training_goes_on(self):
+        # --replicas 1: server 1 cut off mid-run is declared dead, server 0
+        # (its replica) takes its keys over, the workers re-route, and the
+        # job ends with every step applied and a trained model.
+        env = {"PS_HEARTBEAT_INTERVAL_MS": "200",
+               "PS_HEARTBEAT_TIMEOUT_MS": "2000"}
+        with netns_hosts.Hosts(5, rate="1gbit") as hosts:
+            plan = [("scheduler", None, 1), ("server", 0, 2),
+                    ("server", 1, 3), ("worker", 0, 4), ("worker", 1, 5)]
+            job = hosts.job(plan, [MNIST_DIST, "--threads", "1",
+                                   "--data_dir", MNIST_DIR, "--replicas", "1",
+                                   "--train_limit", "6400", "--test_limit",
+                                   "500", "--batch_size", "32",
+                                   "--log_every_s", "0.2"], env=env)
+            job.args.tolerate = ["server"]  # the cut-off server gives up
+            try:
+                job.start(job.root_port)
+                started = job.wait_for_line(r"\[worker 0\] worker 0 epoch 0 "
+                                            r"step \d+", JOB_TIMEOUT)
+                self.assertIsNotNone(started, "".join(job.lines))
+                hosts.set_link(3, up=False)
+                rc, why = job.finish(deadline=time.monotonic() + JOB_TIMEOUT)
+            finally:
+                job.close()
+        out = "".join(job.lines)
+        self.assertEqual(rc, 0, f"{why}\n{out}")
+        self.assertRegex(out, r"server 1 \(tcp://198\.18\.0\.3:\d+\) was "
+                         r"declared dead: .*; server 0 takes over its keys")
+        self.assertIn("server 0 replica of server 1 done: 100 updates "
+                      "applied", out)
+        self.assertRegex(out, r"server 0 done: .*: 100 updates applied")
+        accuracy = re.search(r"\[worker 0\] final: test accuracy "
+                             r"([0-9.]+)%", out)
+        self.assertIsNotNone(accuracy, out)
+        self.assertGreaterEqual(float(accuracy.group(1)), 80.0, out)
+
 
 if __name__ == "__main__":
     unittest.main()
