@@ -208,6 +208,23 @@ int main(int argc, char** argv) {
       if (quit) std::exit(3);  // on the receive thread
       store(m, d, s);
     });
+    if (mode == "hostile") {
+      // Every message of a flood read before Finalize stops the receive
+      // thread: wait until no drop came for a second (at most 60 s).
+      auto now = std::chrono::steady_clock::now;
+      const auto deadline = now() + std::chrono::seconds(60);
+      uint64_t seen = ps::DefaultNode()->num_dropped_messages();
+      auto quiet_since = now();
+      while (now() < deadline &&
+             now() - quiet_since < std::chrono::seconds(1)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        uint64_t dropped = ps::DefaultNode()->num_dropped_messages();
+        if (dropped != seen) {
+          seen = dropped;
+          quiet_since = now();
+        }
+      }
+    }
     ps::Finalize(0, true);
     if (mode == "hostile") PrintCounters();
     double sum = 0;
