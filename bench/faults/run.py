@@ -13,7 +13,9 @@ mnist_dist through tracker/launch.py), in one run, and prints it:
                job (same flags):
                  a server killed (kill -9) at step 100 with --replicas 1 (the
                  job goes on), a server killed without replicas (the job
-                 stops, naming it), a worker killed, 1% of messages lost.
+                 stops, naming it), a worker killed, 1% of messages lost,
+                 the scheduler killed from outside (the job stops, naming
+                 it; detect: from the kill).
 
   python3 bench/faults/run.py BUILD_DIR [--only SECTION] [--pairs N]
 
@@ -22,7 +24,9 @@ read off the job's output lines as they arrive.
 """
 
 import argparse
+import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -53,6 +57,35 @@ def launch(build, servers, workers, flags, extra=(), timeout=600):
     lines = [(time.monotonic() - start, line.rstrip("\n"))
              for line in proc.stdout]
     return proc.wait(), lines
+
+
+def kill_scheduler(build, flags):
+    """A job whose scheduler gets SIGKILL from here once worker 0 reports a
+    step; returns (exit code, seconds from the kill to the first line naming
+    the scheduler dead, or None)."""
+    port = 20000 + os.getpid() % 20000
+    cmd = [sys.executable, str(LAUNCH), "-s", "2", "-w", "2", "--timeout",
+           "300", "--port", str(port), *ENV, "--",
+           str(build / "examples/mnist/mnist_dist"), *FLAGS, *flags]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    want = [b"DMLC_ROLE=scheduler", f"DMLC_PS_ROOT_PORT={port}".encode()]
+    killed = detected = None
+    for line in proc.stdout:
+        if killed is None and "] worker 0 epoch 0 step" in line:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if all(w in env for w in want):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed = time.monotonic()
+        elif (killed is not None and detected is None and
+              re.search(r"scheduler \(tcp://[^)]*\) was declared dead", line)):
+            detected = time.monotonic() - killed
+    return proc.wait(), detected
 
 
 def first(lines, pattern, after=0.0):
@@ -165,6 +198,10 @@ def faults(build, limit):
                      "-" if acc is None else f"{acc:.2f}%",
                      "-" if acc is None or base is None
                      else f"{acc - base:+.2f}"))
+    rc, detect = kill_scheduler(build, flags)
+    rows.append(("scheduler killed (from outside)", rc,
+                 "-" if detect is None else f"{detect:.3f}", "-", "-", "-",
+                 "-"))
     widths = [max(len(str(r[i])) for r in rows + [head])
               for i in range(len(head))]
     for r in [head] + rows:
