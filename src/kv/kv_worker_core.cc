@@ -20,9 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 

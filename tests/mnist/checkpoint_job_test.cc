@@ -22,25 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "job_util.h"
+
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `cmd` through sh with stderr joined to stdout.
-Result Shell(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using mnist_test::FinalAccuracyText;
+using mnist_test::ReadBytes;
+using mnist_test::Result;
+using mnist_test::Shell;
 
 const char* kEnv =
     " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=2000"
@@ -78,25 +67,9 @@ int LaunchInBackground(const std::string& flags, const std::string& log) {
   return r.rc == 0 ? std::atoi(r.out.c_str()) : -1;
 }
 
-// SIGKILL to every child of `parent` (found in /proc), then to it.
+// SIGKILL to every child of `parent`, then to it.
 void KillJob(int parent) {
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), &closedir);
-  ASSERT_TRUE(proc != nullptr);
-  while (dirent* e = readdir(proc.get())) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    // pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
-    const size_t close = line.rfind(')');
-    int ppid = -1;
-    if (close != std::string::npos &&
-        std::sscanf(line.c_str() + close + 1, " %*c %d", &ppid) == 1 &&
-        ppid == parent) {
-      kill(pid, SIGKILL);
-    }
-  }
+  for (int pid : mnist_test::ProcessesWith({}, parent)) kill(pid, SIGKILL);
   kill(parent, SIGKILL);
 }
 
@@ -108,12 +81,6 @@ int NewestFileStep(const std::string& dir) {
   return r.out.empty() ? -1 : std::atoi(r.out.c_str());
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-}
-
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos;
@@ -121,12 +88,6 @@ int Count(const std::string& text, const std::string& what) {
     ++n;
   }
   return n;
-}
-
-std::string FinalAccuracy(const std::string& out) {
-  std::smatch m;
-  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
-  return std::regex_search(out, m, re) ? m[1].str() : "none";
 }
 
 // "server R done: ... N updates applied, ... L workers lost", per server.
@@ -166,7 +127,7 @@ class Checkpoint : public ::testing::Test {
       EXPECT_EQ(lost, 0);
     }
     ASSERT_EQ(whole_bytes_.size(), 1199882u * 4);
-    ASSERT_NE(FinalAccuracy(whole_out_), "none") << whole_out_;
+    ASSERT_NE(FinalAccuracyText(whole_out_), "none") << whole_out_;
   }
   // A restored job: exit 0, `step` resumed by all 4 processes, 40 updates,
   // the bytes and accuracy of the job never stopped.
@@ -184,7 +145,7 @@ class Checkpoint : public ::testing::Test {
     for (const auto& [updates, lost] : reports) EXPECT_EQ(updates, 40);
     EXPECT_TRUE(ReadBytes(bin) == whole_bytes_)
         << "the job restored from step " << step << " ends with other weights";
-    EXPECT_EQ(FinalAccuracy(restored.out), FinalAccuracy(whole_out_))
+    EXPECT_EQ(FinalAccuracyText(restored.out), FinalAccuracyText(whole_out_))
         << restored.out;
   }
 
@@ -282,29 +243,9 @@ TEST_F(Checkpoint, JobKilledFromOutsideRestoresToTheSameBytes) {
 
 // The child of `parent` whose environment says DMLC_ROLE=`role` (-1: none).
 int ChildWithRole(int parent, const std::string& role) {
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), &closedir);
-  if (proc == nullptr) return -1;
-  while (dirent* e = readdir(proc.get())) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    const std::string dir = "/proc/" + std::string(e->d_name);
-    std::ifstream stat(dir + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    int ppid = -1;
-    if (close == std::string::npos ||
-        std::sscanf(line.c_str() + close + 1, " %*c %d", &ppid) != 1 ||
-        ppid != parent) {
-      continue;
-    }
-    const std::string env = ReadBytes(dir + "/environ");
-    if (env.find(std::string("DMLC_ROLE=") + role + '\0') !=
-        std::string::npos) {
-      return pid;
-    }
-  }
-  return -1;
+  std::vector<int> pids =
+      mnist_test::ProcessesWith({"DMLC_ROLE=" + role}, parent);
+  return pids.empty() ? -1 : pids.front();
 }
 
 // The scheduler killed (SIGKILL) while the job trains: every member sees
@@ -379,7 +320,7 @@ TEST(Continue, KilledWorkerLetsTheJobFinish) {
       EXPECT_EQ(lost, 1);
     }
     EXPECT_EQ(r.out.find("worker 1 final"), std::string::npos) << r.out;
-    const std::string acc = FinalAccuracy(r.out);
+    const std::string acc = FinalAccuracyText(r.out);
     ASSERT_NE(acc, "none") << r.out;
     EXPECT_GE(std::stod(acc), 60.0) << r.out;
     bytes[run] = ReadBytes(bin);

@@ -26,24 +26,14 @@
 #include <thread>
 #include <vector>
 
+#include "job_util.h"
+
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result Shell(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using mnist_test::FinalAccuracy;
+using mnist_test::ReadBytes;
+using mnist_test::Result;
+using mnist_test::Shell;
 
 // A BSP job of S servers and 2 workers; `env` are launch.py options
 // (--env ones: later ones win).
@@ -64,12 +54,6 @@ std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TMPDIR");
   return std::string(dir ? dir : "/tmp") + "/fault_test_" +
          std::to_string(getpid()) + "_" + name;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
 }
 
 // Sums of the "ps: NODE: R requests resent, D duplicates let go, X
@@ -98,12 +82,6 @@ int UpdatesOf(const std::string& out, int server) {
       "server " + std::to_string(server) +
       R"( done: consistency \w+ max_delay \d+: (\d+) updates applied)");
   return std::regex_search(out, m, re) ? std::stoi(m[1]) : -1;
-}
-
-double FinalAccuracy(const std::string& out) {
-  std::smatch m;
-  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
-  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
 }
 
 // 3200 images, 100 steps of 2 x 16: about 1,600 KV messages received in
@@ -168,32 +146,11 @@ void ExpectKilledNodeNamedFast(const std::string& node) {
       << r.out;
 }
 
-// The pid of the process whose environment holds every one of `vars`
+// The pid of a process whose environment holds every one of `vars`
 // (KEY=VALUE), or -1.
 int FindProcess(const std::vector<std::string>& vars) {
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return -1;
-  int found = -1;
-  while (dirent* e = readdir(proc)) {
-    int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string env = ReadBytes("/proc/" + std::string(e->d_name) + "/environ");
-    std::vector<std::string> entries;
-    for (size_t at = 0; at < env.size();) {
-      size_t end = env.find('\0', at);
-      if (end == std::string::npos) end = env.size();
-      entries.push_back(env.substr(at, end - at));
-      at = end + 1;
-    }
-    bool all = true;
-    for (const std::string& v : vars) {
-      all =
-          all && std::find(entries.begin(), entries.end(), v) != entries.end();
-    }
-    if (all) found = pid;
-  }
-  closedir(proc);
-  return found;
+  std::vector<int> pids = mnist_test::ProcessesWith(vars);
+  return pids.empty() ? -1 : pids.front();
 }
 
 // kill -9 of the scheduler while the workers train: each member sees its
@@ -249,10 +206,10 @@ TEST(Detection, FrozenServerDeclaredDeadAfterTwoMissedHeartbeats) {
                     " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
                     " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
                     " --threads 1 --log_every_s 0.2 --test_limit 200";
-  ASSERT_EQ(std::system(("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc +
-                         ") &")
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(
+          ("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc + ") &").c_str()),
+      0);
   bool training = false;
   for (int i = 0; i < 600 && !training; ++i) {  // at most 60 s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

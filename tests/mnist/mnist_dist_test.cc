@@ -18,28 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "job_util.h"
 #include "model/backend.h"
 #include "model/init.h"
 
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `cmd` through sh with stderr joined to stdout.
-Result Shell(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using mnist_test::FinalAccuracy;
+using mnist_test::Result;
+using mnist_test::Shell;
 
 const char* kEnv =
     " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=2000"
@@ -70,12 +57,6 @@ std::vector<std::smatch> FindAll(const std::string& text,
     all.push_back(*it);
   }
   return all;
-}
-
-double FinalAccuracy(const Result& r) {
-  std::smatch m;
-  std::regex re(R"(\[worker 0\] final: test accuracy ([0-9.]+)%)");
-  return std::regex_search(r.out, m, re) ? std::stod(m[1]) : -1.0;
 }
 
 // Server lines "server R done: ... N updates applied, max staleness M, B bad
@@ -123,7 +104,7 @@ TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
              "--batch_size 32 --optimizer adam --lr 1e-3 --metrics_file " +
                  metrics);
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_GE(FinalAccuracy(r), 88.0) << r.out;
+  EXPECT_GE(FinalAccuracy(r.out), 88.0) << r.out;
   std::vector<long> bytes = OwnedBytes(r);
   ASSERT_EQ(bytes.size(), 2u) << r.out;
   EXPECT_EQ(bytes[0] + bytes[1], kModelBytes);
@@ -216,7 +197,7 @@ TEST(MnistDist, BoundedDelayNeverExceedsTau) {
     EXPECT_LE(s.staleness, 2);
     EXPECT_GE(s.staleness, 1) << "the fast worker never ran ahead";
   }
-  EXPECT_GE(FinalAccuracy(r), 70.0) << r.out;
+  EXPECT_GE(FinalAccuracy(r.out), 70.0) << r.out;
 }
 
 TEST(MnistDist, AsyncAppliesEveryPush) {
@@ -226,7 +207,7 @@ TEST(MnistDist, AsyncAppliesEveryPush) {
   std::vector<ServerReport> reports = ServerReports(r);
   ASSERT_EQ(reports.size(), 2u) << r.out;
   for (const auto& s : reports) EXPECT_EQ(s.updates, 2 * 47);
-  EXPECT_GE(FinalAccuracy(r), 70.0) << r.out;
+  EXPECT_GE(FinalAccuracy(r.out), 70.0) << r.out;
 }
 
 TEST(MnistDist, ThreeServersSplitTheBytes) {
@@ -237,7 +218,7 @@ TEST(MnistDist, ThreeServersSplitTheBytes) {
   EXPECT_EQ(bytes[0] + bytes[1] + bytes[2], kModelBytes);
   for (long b : bytes) EXPECT_NEAR(b, kModelBytes / 3, kModelBytes / 20);
   for (const auto& s : ServerReports(r)) EXPECT_EQ(s.updates, 10);
-  EXPECT_GT(FinalAccuracy(r), 0.0) << r.out;
+  EXPECT_GT(FinalAccuracy(r.out), 0.0) << r.out;
 }
 
 void ExpectStopsNaming(const std::string& node) {
