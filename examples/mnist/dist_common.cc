@@ -118,7 +118,7 @@ void GoOnWithoutDeadWorkers() {
 bool WorkerLost() { return worker_lost.load(); }
 
 void FinalizeNode(const TrainOptions& options) {
-  if (options.on_worker_failure == ps::WorkerFailure::kStop) {
+  if (options.on_worker_failure != ps::WorkerFailure::kContinue) {
     ps::Finalize(0, true);
     return;
   }

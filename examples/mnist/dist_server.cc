@@ -2,6 +2,7 @@
 // of the ConvNet's weights, initialised from the seed exactly as every
 // worker's Net, with the optimizer state of that slice.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -45,6 +46,7 @@ class SliceUpdater {
     optimizer->set_grad_scale(1.0f / static_cast<float>(num_grads));
     optimizer->set_lr(schedule_.LrAt(lr_period));
     optimizer->Step(w, grad_sum, n);
+    if (num_grads < ps::NumWorkers()) ++short_updates_;
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
     if (may_die_ && options_.die_after_steps > 0 &&
@@ -90,6 +92,8 @@ class SliceUpdater {
     return ps::Status::OK();
   }
 
+  int64_t short_updates() const { return short_updates_.load(); }
+
  private:
   const TrainOptions& options_;
   const size_t slice_size_;
@@ -98,6 +102,9 @@ class SliceUpdater {
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;
   int32_t updates_ = 0;
+  // Range updates with fewer than every worker's gradient (a worker lost
+  // under --on_worker_failure continue); read after the shard is done.
+  std::atomic<int64_t> short_updates_{0};
 };
 
 // The floats of keys [begin, end): [*lo, *hi) of the flat vector.
@@ -275,7 +282,8 @@ int RunServer(const TrainOptions& options) {
   std::printf(
       "server %d done: consistency %s max_delay %d: %lld updates applied, "
       "max staleness %d, %lld bad requests, %lld weight copies, %llu/%llu "
-      "frames sent/received by shared memory, %d workers lost\n",
+      "frames sent/received by shared memory, %d workers lost, %d workers "
+      "rejoined, %lld range updates short of a worker\n",
       rank, ps::ConsistencyName(options.consistency), shard_options.max_delay,
       static_cast<long long>(shard.updates_applied()), shard.max_staleness(),
       static_cast<long long>(shard.bad_requests()),
@@ -284,7 +292,8 @@ int RunServer(const TrainOptions& options) {
           ps::DefaultNode()->num_shared_frames_sent()),
       static_cast<unsigned long long>(
           ps::DefaultNode()->num_shared_frames_received()),
-      shard.workers_lost());
+      shard.workers_lost(), shard.workers_rejoined(),
+      static_cast<long long>(updater->short_updates()));
   std::fflush(stdout);
   if (options.clock != nullptr) options.clock->SetSink(nullptr);
   FinalizeNode(options);

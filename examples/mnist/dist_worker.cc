@@ -121,6 +121,22 @@ class PsExchange : public Exchange {
     ps::Status late = Wait(&late_);
     return st.ok() ? late : st;
   }
+  // A restarted worker (ps::Node::rejoined): the step the servers expect
+  // from it next, the least of every server's answer (DenseOp::kJoin).
+  ps::StatusOr<int> Rejoin() {
+    std::vector<float> steps;
+    std::vector<int> lens;
+    ps::Status st = kv_.Wait(kv_.Pull(
+        first_keys_, &steps, &lens, ps::EncodeDenseCmd(ps::DenseOp::kJoin, 0)));
+    if (!st.ok()) return st;
+    if (steps.size() != first_keys_.size() || steps.empty()) {
+      return ps::Status::Corruption("join: " + std::to_string(steps.size()) +
+                                    " answers from " +
+                                    std::to_string(first_keys_.size()) +
+                                    " servers");
+    }
+    return static_cast<int>(*std::min_element(steps.begin(), steps.end()));
+  }
   // Tells every server this worker pushed `steps` steps and is finished.
   ps::Status Done(int steps) {
     std::vector<float> zeros(first_keys_.size(), 0.0f);
@@ -400,14 +416,33 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   auto net = MakeNet(options, true);
   PsExchange exchange(options, net.get(), UseOverlap(options));
   Position from;
-  if (options.restore_step >= 0) {
+  const bool rejoined = ps::DefaultNode()->rejoined();
+  TrainOptions run = options;
+  if (rejoined) {
+    // A restart: the servers say where the job stands; the position in the
+    // data follows from the step (every worker has as many per epoch).
+    ps::StatusOr<int> step = exchange.Rejoin();
+    if (!step.ok()) Die("rejoin: " + step.status().ToString());
+    const int per_epoch =
+        ps::model::Batcher(&train, options.batch_size, options.seed, rank,
+                           num_workers)
+            .batches_per_epoch();
+    from.steps = *step;
+    from.epoch = per_epoch > 0 ? *step / per_epoch : 0;
+    from.batches_in_epoch = per_epoch > 0 ? *step % per_epoch : 0;
+    net->SeedDropout(options.seed * 1000003ull + rank);
+    run.die_after_steps = 0;  // the test hook killed the one before
+    std::printf("worker %d rejoined at step %d (epoch %d, batch %d)\n", rank,
+                from.steps, from.epoch, from.batches_in_epoch);
+    std::fflush(stdout);
+  } else if (options.restore_step >= 0) {
     from = LoadWorker(options, rank, options.restore_step, net.get());
   }
   ps::Status st = exchange.PullInitial(from.steps);
   if (!st.ok()) Die("initial pull: " + st.ToString());
   Summary sum =
-      Train(options, "worker", rank, num_workers, net.get(), &exchange, train,
-            test, options.restore_step >= 0 ? &from : nullptr);
+      Train(run, "worker", rank, num_workers, net.get(), &exchange, train,
+            test, rejoined || options.restore_step >= 0 ? &from : nullptr);
   st = exchange.Done(sum.steps);
   if (!st.ok()) Die("done: " + st.ToString());
   const double rate = sum.samples / sum.train_s;

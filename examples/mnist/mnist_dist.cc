@@ -75,7 +75,9 @@ DEFINE_bool(restore, false,
             "(same -s, -w, --chunk and training flags)");
 DEFINE_string(on_worker_failure, "stop",
               "stop: a dead worker stops the job; continue: the others go on "
-              "without it (launch with --tolerate worker)");
+              "without it (launch with --tolerate worker); restart: the job "
+              "waits for it to be restarted and rejoin (launch with "
+              "--max-restarts N, which makes restart the default)");
 DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
@@ -264,6 +266,26 @@ int main(int argc, char** argv) {
   if (role.empty()) {
     Die("DMLC_ROLE is not set: launch through tracker/launch.py, or pass "
         "--local");
+  }
+  // Restarts (launch.py --max-restarts sets PS_MAX_RESTARTS) need the
+  // restart policy on every node, and it needs them.
+  const int max_restarts = ps::DefaultNode()->config().max_restarts;
+  if (max_restarts > 0 &&
+      gflags::GetCommandLineFlagInfoOrDie("on_worker_failure").is_default) {
+    options.on_worker_failure = ps::WorkerFailure::kRestart;
+  }
+  const bool restart =
+      options.on_worker_failure == ps::WorkerFailure::kRestart;
+  if (restart && max_restarts == 0) {
+    Die("--on_worker_failure restart: nobody restarts dead workers "
+        "(PS_MAX_RESTARTS is 0); launch with tracker/launch.py "
+        "--max-restarts N");
+  }
+  if (!restart && max_restarts > 0) {
+    Die("--on_worker_failure " + FLAGS_on_worker_failure +
+        " contradicts PS_MAX_RESTARTS=" + std::to_string(max_restarts) +
+        " (launch.py --max-restarts), which restarts dead workers: use "
+        "--on_worker_failure restart, or leave it out");
   }
   const bool go_on = options.on_worker_failure == ps::WorkerFailure::kContinue;
   // Made before ps::Start (its handle must be set before requests come);

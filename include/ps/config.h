@@ -50,6 +50,14 @@
 //                            resending), server r's keys are also
 //                            held by server (r+1)%S, which takes
 //                            them over when r dies                (0)
+//   PS_MAX_RESTARTS          > 0: a dead worker may be restarted
+//                            (launch.py --max-restarts sets it):
+//                            the job waits for it instead of
+//                            failing, and it rejoins with its rank
+//                            (PS_RANK)                             (0)
+//   PS_REJOIN_TIMEOUT_MS     with PS_MAX_RESTARTS, how long the job
+//                            waits for a dead worker to rejoin
+//                            before it fails naming it           (60000)
 //   PS_DROP_MSG              tests and benchmarks only: drop this
 //                            percentage of received KV data and
 //                            barrier messages at random           (0)
@@ -72,7 +80,8 @@
 //   --ps_wait_spin_us PS_WAIT_SPIN_US     --ps_shm PS_SHM
 //   --ps_key_file PS_KEY_FILE             --ps_max_message_bytes
 //   --ps_water_mark DMLC_PS_WATER_MARK    --ps_resend_timeout_ms
-//   --ps_replicas PS_REPLICAS
+//   --ps_replicas PS_REPLICAS             --ps_max_restarts PS_MAX_RESTARTS
+//   --ps_rejoin_timeout_ms
 // (each --ps_*_timeout_ms / _interval_ms overrides the PS_* of that name). A
 // flag at its default ("" for text, -1 for numbers) is not set and the
 // variable decides; a flag that is set wins over its variable, and
@@ -124,6 +133,8 @@ struct Config {
   int resend_timeout_ms = 1000;  // 0: never resend
   int drop_percent = 0;          // tests: PS_DROP_MSG
   int replicas = 0;              // 0 or 1 (PS_REPLICAS)
+  int max_restarts = 0;          // > 0: dead workers may rejoin
+  int rejoin_timeout_ms = 60000;
 
   // Reads the process environment. Errors name the variable and the value.
   static StatusOr<Config> FromEnv();

@@ -38,6 +38,13 @@
 //   kDone push: the worker pushed `step` steps in all and sends no more; the
 //               shard stops waiting for it from that step on. Any keys of
 //               the shard (one is enough).
+//   kJoin pull: a restarted worker (kRestart) asks where to resume: each key
+//               named (any of the shard) is answered with one value, the
+//               step (exact in a float: steps are below 2^20) to pull and
+//               push next. kBsp/kBounded: the least step any key of the
+//               shard still waits for; kAsync: after its last push; the
+//               step of its kDone if it sent one. A worker resumes at the
+//               least answer of all shards.
 // The tag is passed to the updater with the step (e.g. the epoch, for a
 // learning-rate schedule). Workers must send to every server their steps in
 // order (the van keeps one sender's messages in order).
@@ -71,6 +78,19 @@
 //              later steps wait for the live workers only. Its pending
 //              pulls and any later request of it are dropped. WaitAllDone
 //              returns true once every live worker sent kDone.
+//   kRestart   (PS_MAX_RESTARTS, launch.py --max-restarts) the dead worker
+//              is awaited back: the shard keeps waiting for its gradients
+//              (its pending pulls are dropped). Its successor asks where to
+//              resume (kJoin), pulls and pushes from there; the pushes its
+//              predecessor made already (summed or applied) are answered
+//              and not summed again, so every update still has all
+//              workers' gradients. The step in flight: where the old
+//              process had pushed a range of it and that range was applied,
+//              the successor computes the rest of the step on weights that
+//              hold that range's update (under BSP, with no dropout, a
+//              worker killed between steps resumes bit-exactly). Declared
+//              dead a second time (it did not rejoin within
+//              PS_REJOIN_TIMEOUT_MS): as kStop.
 //
 // Snapshots (kBsp): each time every key of the shard has had exactly t
 // updates applied, t a multiple of snapshot_every or a step named by
@@ -112,7 +132,7 @@ enum class Consistency { kBsp, kBounded, kAsync };
 StatusOr<Consistency> ParseConsistency(const std::string& name);
 const char* ConsistencyName(Consistency c);
 
-enum class DenseOp { kStep = 0, kDone = 1 };
+enum class DenseOp { kStep = 0, kDone = 1, kJoin = 2 };
 
 constexpr int kMaxDenseStep = (1 << 20) - 1;
 constexpr int kMaxDenseTag = (1 << 8) - 1;
@@ -144,9 +164,10 @@ struct DenseLayout {
 };
 
 // What the shard does when a worker dies before kDone (see Failures).
-enum class WorkerFailure { kStop, kContinue };
+enum class WorkerFailure { kStop, kContinue, kRestart };
 
-// "stop" or "continue"; InvalidArgument naming the value otherwise.
+// "stop", "continue" or "restart"; InvalidArgument naming the value
+// otherwise.
 StatusOr<WorkerFailure> ParseWorkerFailure(const std::string& name);
 
 struct DenseShardOptions {
@@ -219,6 +240,8 @@ class DenseShard {
   // Workers declared dead before kDone that the shard went on without
   // (kContinue).
   int workers_lost() const;
+  // Workers that rejoined after they were declared dead (kRestart).
+  int workers_rejoined() const;
 
  private:
   class Impl;  // src/kv/dense_server.cc: the state and its locks

@@ -55,6 +55,10 @@ struct KVMeta {
   // to when not `sender` (the primary that forwarded a push; -1: sender).
   int shard = -1;
   int reply_to = -1;
+  // Internal (restarts, PS_MAX_RESTARTS): how many times the sender had
+  // rejoined when the request came; an answer to an earlier process of it
+  // is not sent.
+  int incarnation = 0;
 };
 
 namespace detail {

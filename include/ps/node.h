@@ -89,8 +89,15 @@ class Node {
   uint64_t num_test_drops() const;
   // OK, or the first peer failure this node learned of (NODE_FAILED).
   Status peer_failure() const;
+  // Whether this node is a restarted worker that rejoined a running job
+  // under its rank (PS_MAX_RESTARTS): the others passed the start barrier
+  // long ago, so it must not wait at it (ps::Start skips it); it learns
+  // where the job stands from the servers (e.g. DenseOp::kJoin).
+  bool rejoined() const;
   // Runs on the receive thread (never under a lock) when a node this node
   // talks to is declared dead. The Node itself only records and logs it.
+  // A worker awaited back (PS_MAX_RESTARTS) is no failure until it did not
+  // rejoin within PS_REJOIN_TIMEOUT_MS.
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
   // Internal: the postoffice, for the KV layer (src/kv). Never null.

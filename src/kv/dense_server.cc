@@ -37,15 +37,16 @@ const char* ConsistencyName(Consistency c) {
 StatusOr<WorkerFailure> ParseWorkerFailure(const std::string& name) {
   if (name == "stop") return WorkerFailure::kStop;
   if (name == "continue") return WorkerFailure::kContinue;
+  if (name == "restart") return WorkerFailure::kRestart;
   return Status::InvalidArgument("unknown worker failure policy '" + name +
-                                 "' (expected stop or continue)");
+                                 "' (expected stop, continue or restart)");
 }
 
 namespace {
 constexpr int kStepBits = 20;
 constexpr int kTagBits = 8;
 constexpr int kOpShift = kStepBits + kTagBits;
-constexpr int kNumOps = 2;
+constexpr int kNumOps = 3;
 }  // namespace
 
 int EncodeDenseCmd(DenseOp op, int step, int tag) {
@@ -87,6 +88,7 @@ class DenseShard::Impl {
   int64_t bad_requests() const { return bad_requests_.load(); }
   int64_t weight_copies() const { return weight_copies_.load(); }
   int workers_lost() const { return workers_lost_.load(); }
+  int workers_rejoined() const { return workers_rejoined_.load(); }
   void SnapshotAt(int step) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     snapshot_at_.insert(step);
@@ -144,6 +146,13 @@ class DenseShard::Impl {
   void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
   // kContinue: `id` counts as done at the step in flight.
   void GoOnWithout(int id, const Status& why) EXCLUDES(mu_);
+  // kJoin: a restarted worker asks where to resume; answers each key with
+  // the step (see kJoin in dense_server.h).
+  void OnJoin(const KVMeta& meta, const KVPairs<float>& data) REQUIRES(mu_);
+  // Whether a rejoined worker's push of `step` for [begin, end) is one its
+  // predecessor made (summed or applied already): answered, not summed.
+  bool PushedBefore(int worker, int step, Key begin, Key end) const
+      REQUIRES(mu_);
   // Calls snapshot_ when every key has had the same multiple of
   // snapshot_every updates applied (see Snapshots).
   void MaybeSnapshot() REQUIRES(mu_);
@@ -173,6 +182,10 @@ class DenseShard::Impl {
   // Worker id -> the last step it pushed (any range); dead workers (kContinue).
   std::map<int, int> last_push_ GUARDED_BY(mu_);
   std::set<int> dead_ GUARDED_BY(mu_);
+  // kRestart: workers declared dead and awaited back; workers that came
+  // back (their first pushes may repeat their predecessor's).
+  std::set<int> away_ GUARDED_BY(mu_);
+  std::set<int> rejoined_ GUARDED_BY(mu_);
   int last_snapshot_ GUARDED_BY(mu_);
   std::set<int> snapshot_at_ GUARDED_BY(mu_);  // SnapshotAt's steps
 
@@ -181,6 +194,7 @@ class DenseShard::Impl {
   std::atomic<int64_t> bad_requests_{0};
   std::atomic<int64_t> weight_copies_{0};
   std::atomic<int> workers_lost_{0};
+  std::atomic<int> workers_rejoined_{0};
   mutable Mutex done_mu_;
   CondVar done_cv_{&done_mu_};
   int num_done_ GUARDED_BY(done_mu_) = 0;
@@ -252,6 +266,21 @@ void DenseShard::Impl::OnFailure(int id, const Status& why) {
   if (options_.on_worker_failure == WorkerFailure::kContinue) {
     return GoOnWithout(id, why);
   }
+  if (options_.on_worker_failure == WorkerFailure::kRestart) {
+    MutexLock lock(&mu_);
+    // Declared dead once: awaited back. Twice (it did not rejoin in time):
+    // as kStop, below.
+    if (done_steps_.count(id) == 0 && away_.insert(id).second) {
+      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                    [id](const PendingPull& p) {
+                                      return p.meta.sender == id;
+                                    }),
+                     pending_.end());
+      LOG(WARNING) << "dense shard: waiting for " << DescribeId(id)
+                   << " to rejoin: " << why;
+      return;
+    }
+  }
   const Status failed = Status::PeerFailed(
       "the dense shard stopped serving steps: " + why.message());
   size_t refused;
@@ -310,6 +339,7 @@ void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data,
     OnDone(meta.sender, cmd->step);
     return;
   }
+  if (cmd->op == DenseOp::kJoin) return OnJoin(meta, data);
   if (!failed_.ok()) return server_->ResponseError(meta, failed_);
   if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
   if (!meta.pull) return;
@@ -379,9 +409,16 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     Reject(meta, why);
     return false;
   }
+  int& last = last_push_[meta.sender];
   if (options_.consistency == Consistency::kAsync) {
+    last = std::max(last, cmd.step);
     Apply(begin, end, data.vals.data(), options_.num_workers, cmd.step,
           cmd.tag);
+    if (!meta.pull) server_->Response(meta);
+    return true;
+  }
+  if (rejoined_.count(meta.sender) > 0 &&
+      PushedBefore(meta.sender, cmd.step, begin, end)) {
     if (!meta.pull) server_->Response(meta);
     return true;
   }
@@ -390,7 +427,6 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     Reject(meta, why);
     return false;
   }
-  int& last = last_push_[meta.sender];
   last = std::max(last, cmd.step);
   RangeSum& s = sums_[{cmd.step, begin}];
   if (s.count == 0) {
@@ -414,6 +450,56 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
   Advance();
   if (!meta.pull) server_->Response(meta);
   return true;
+}
+
+void DenseShard::Impl::OnJoin(const KVMeta& meta, const KVPairs<float>& data) {
+  if (!meta.pull || meta.push) return Reject(meta, "a join command must be a pull");
+  const int worker = meta.sender;
+  // Under kBsp/kBounded each key has had every step before the least one
+  // applied, and a worker pushes no step before it pulled the weights of
+  // the one before: it resumes at the least step any key waits for, and
+  // what its predecessor pushed of later steps is not summed twice
+  // (PushedBefore). kAsync applies pushes as they come: after the last.
+  int resume = options_.first_step;
+  auto done = done_steps_.find(worker);
+  auto last = last_push_.find(worker);
+  if (done != done_steps_.end()) {
+    resume = done->second;
+  } else if (options_.consistency == Consistency::kAsync) {
+    if (last != last_push_.end()) resume = last->second + 1;
+  } else if (!key_applied_.empty()) {
+    resume = *std::min_element(key_applied_.begin(), key_applied_.end());
+  }
+  for (Key k : data.keys) {
+    if (k < first_key_ || k >= end_key_) {
+      return Reject(meta, "key " + std::to_string(k) + " is not in [" +
+                              std::to_string(first_key_) + ", " +
+                              std::to_string(end_key_) + ")");
+    }
+  }
+  KVPairs<float> res;
+  res.keys = data.keys;
+  res.lens.resize(data.keys.size(), 1);
+  res.vals.resize(data.keys.size(), static_cast<float>(resume));
+  if (away_.erase(worker) > 0) ++workers_rejoined_;
+  rejoined_.insert(worker);
+  LOG(WARNING) << "dense shard: " << DescribeId(worker)
+               << " rejoined; it resumes at step " << resume;
+  server_->Response(meta, res);
+}
+
+bool DenseShard::Impl::PushedBefore(int worker, int step, Key begin,
+                                    Key end) const {
+  auto s = sums_.find({step, begin});
+  if (s != sums_.end()) {
+    return std::find(s->second.from.begin(), s->second.from.end(), worker) !=
+           s->second.from.end();
+  }
+  // Applied already: the range waited for every worker, this one included.
+  for (Key k = begin; k < end; ++k) {
+    if (key_applied_[k - first_key_] <= step) return false;
+  }
+  return begin < end;
 }
 
 void DenseShard::Impl::OnDone(int worker, int steps) {
@@ -617,6 +703,7 @@ int DenseShard::max_staleness() const { return impl_->max_staleness(); }
 int64_t DenseShard::bad_requests() const { return impl_->bad_requests(); }
 int64_t DenseShard::weight_copies() const { return impl_->weight_copies(); }
 int DenseShard::workers_lost() const { return impl_->workers_lost(); }
+int DenseShard::workers_rejoined() const { return impl_->workers_rejoined(); }
 void DenseShard::SnapshotAt(int step) { impl_->SnapshotAt(step); }
 
 }  // namespace ps

@@ -7,6 +7,9 @@
 // to its replica (Forward) and answered once the replica answered
 // (HoldForReplica, OnReplicaAnswer); requests for the keys this server
 // holds for its primary go to the replica handle (Handle).
+// With restarts (PS_MAX_RESTARTS): when a dead worker's successor rejoins
+// (OnJoin), the old process's requests are forgotten, and an answer to one
+// of them is dropped rather than sent to the successor (Incarnation).
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -67,7 +70,9 @@ class KVServerCore::Impl {
         true, app_id_, -1, [this](Message&& msg) { OnRequest(std::move(msg)); },
         [this, gate = gate_](int id, const Status& why) {
           gate->Call([&] { OnFailure(id, why); });
-        });
+        },
+        nullptr,
+        [this, gate = gate_](int id) { gate->Call([&] { OnJoin(id); }); });
   }
 
   void ClearHandle(bool replica) {
@@ -105,6 +110,41 @@ class KVServerCore::Impl {
     if (replica_handle) replica_handle(id, why);
   }
 
+  // Worker `id` was restarted: what this server remembers of the old
+  // process's requests is no longer about the process behind that id.
+  void OnJoin(int id) {
+    {
+      MutexLock lock(&dedup_mu_);
+      for (auto it = recent_.begin(); it != recent_.end();) {
+        it = std::get<0>(it->first) == id ? recent_.erase(it) : std::next(it);
+      }
+    }
+    {
+      MutexLock lock(&hold_mu_);
+      for (auto it = held_.begin(); it != held_.end();) {
+        it = std::get<0>(it->first) == id ? held_.erase(it) : std::next(it);
+      }
+    }
+    MutexLock lock(&incarnation_mu_);
+    ++incarnation_[id];
+  }
+
+  // How many times worker `id` rejoined; stamped on each request of it.
+  int Incarnation(int id) EXCLUDES(incarnation_mu_) {
+    MutexLock lock(&incarnation_mu_);
+    auto it = incarnation_.find(id);
+    return it == incarnation_.end() ? 0 : it->second;
+  }
+
+  // Whether req came from an earlier process of its worker than the one
+  // now behind its id: its answer would reach the wrong process.
+  bool Outlived(const KVMeta& req) {
+    if (!restarts_ || req.incarnation == Incarnation(req.sender)) return false;
+    LOG(INFO) << "not answering a request of the process "
+              << post_->DescribeNode(req.sender) << " replaced";
+    return true;
+  }
+
   void OnRequest(Message&& msg) {
     const pb::Meta& m = msg.meta;
     // The only answers a server gets: its replica's (DispatchData).
@@ -123,6 +163,7 @@ class KVServerCore::Impl {
       return;
     }
     KVMeta meta = RequestMeta(m);
+    if (restarts_) meta.incarnation = Incarnation(meta.sender);
     const int me = post_->rank();
     const bool for_replica = meta.shard >= 0 && meta.shard != me;
     if (for_replica &&
@@ -168,6 +209,7 @@ class KVServerCore::Impl {
   }
 
   void Response(const KVMeta& req, const RawKVPairs& res) {
+    if (Outlived(req)) return;
     if (dedup_) MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
@@ -185,6 +227,7 @@ class KVServerCore::Impl {
 
   void ResponseError(const KVMeta& req, const Status& error) {
     CHECK(!error.ok()) << "ResponseError with OK";
+    if (Outlived(req)) return;
     if (dedup_) MarkAnswered(req, error);
     if (replicas_ > 0) {
       MutexLock lock(&hold_mu_);
@@ -450,6 +493,9 @@ class KVServerCore::Impl {
   const size_t val_size_;
   const bool dedup_ = post_->config().resend_timeout_ms > 0;
   const int replicas_ = post_->config().replicas;
+  const bool restarts_ = post_->config().max_restarts > 0;
+  Mutex incarnation_mu_;
+  std::unordered_map<int, int> incarnation_ GUARDED_BY(incarnation_mu_);
   Mutex dedup_mu_;
   std::map<RecentKey, Recent> recent_ GUARDED_BY(dedup_mu_);
 

@@ -96,7 +96,10 @@ std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
   if (b.arrived.empty()) b.started = Clock::now();
   b.arrived.insert(sender);
   for (int id : table_.Ids(group)) {
-    if (dead_.count(id) > 0 && covered_.count(id) == 0) {
+    // A worker that may yet rejoin is waited for (it comes back under its
+    // id); PS_REJOIN_TIMEOUT_MS bounds that.
+    if (dead_.count(id) > 0 && covered_.count(id) == 0 &&
+        awaiting_.count(id) == 0) {
       return ReleaseBarrierLocked(
           group, Status::PeerFailed("barrier of " + GroupName(group) +
                                     " cannot complete: " + table_.Describe(id) +
@@ -186,9 +189,9 @@ void Postoffice::MonitorLoop() {
     }
     last_tick = now;
     std::vector<Message> outbox;
-    std::vector<int> newly_dead;
+    std::vector<int> newly_dead, not_back;
     if (IsScheduler()) {
-      outbox = SchedulerCheckLocked(now);
+      outbox = SchedulerCheckLocked(now, &not_back);
       for (const auto& [id, seen] : last_seen_) {
         if (interval > 0 && dead_.count(id) == 0 && departed_.count(id) == 0 &&
             MsSince(seen, now) > config_.heartbeat_timeout_ms) {
@@ -212,14 +215,50 @@ void Postoffice::MonitorLoop() {
                                   std::to_string(config_.heartbeat_timeout_ms) +
                                   " ms (PS_HEARTBEAT_TIMEOUT_MS)");
     }
+    if (!not_back.empty()) {
+      // Declared dead a second time: now for good.
+      DeclareDead(not_back, "it did not rejoin within " +
+                                std::to_string(config_.rejoin_timeout_ms) +
+                                " ms of its death (PS_REJOIN_TIMEOUT_MS)");
+    }
     ExpireHeldRequests(now);
     TickCustomers(now);
     lock.Lock();
   }
 }
 
-std::vector<Message> Postoffice::SchedulerCheckLocked(Clock::time_point now) {
+std::vector<Message> Postoffice::SchedulerCheckLocked(
+    Clock::time_point now, std::vector<int>* not_back) {
   std::vector<Message> outbox;
+  for (const auto& [id, since] : awaiting_) {
+    auto r = rejoins_.find(id);
+    if (MsSince(since, now) > config_.rejoin_timeout_ms &&
+        (r == rejoins_.end() || !r->second.started)) {
+      not_back->push_back(id);
+    }
+  }
+  // A restart whose predecessor is never declared dead (it still answers
+  // heartbeats) is refused, naming the one still alive.
+  const int64_t wait_ms =
+      std::max<int64_t>(config_.connect_timeout_ms,
+                        int64_t{config_.heartbeat_timeout_ms} + 1000);
+  for (auto it = rejoins_.begin(); it != rejoins_.end();) {
+    const Rejoin& r = it->second;
+    if (r.started || MsSince(r.since, now) <= wait_ms) {
+      ++it;
+      continue;
+    }
+    Status st = Status::InvalidArgument(
+        "the worker at " + r.node.Address() + " registered as a restart of " +
+        table_.Describe(it->first) + ", which is still alive after " +
+        std::to_string(wait_ms) + " ms: refused");
+    LOG(WARNING) << st.message();
+    Message reject = ControlMessage(pb::ADD_NODE, r.temp_id, false);
+    reject.meta.mutable_control()->set_error(st.message());
+    reject.meta.mutable_control()->set_error_code(st.code());
+    outbox.push_back(std::move(reject));
+    it = rejoins_.erase(it);
+  }
   std::vector<int> expired;
   for (const auto& [group, b] : barriers_) {
     if (MsSince(b.started, now) > config_.barrier_timeout_ms) {
@@ -249,7 +288,12 @@ void Postoffice::DeclareDead(const std::vector<int>& ids,
     std::vector<Message> outbox;
     if (IsScheduler()) {
       MutexLock lock(&mu_);
-      if (dead_.count(id) > 0 || table_.Find(id) == nullptr) continue;
+      // A worker awaited back (PS_MAX_RESTARTS) is declared dead again,
+      // for good, when it did not come back in time.
+      if ((dead_.count(id) > 0 && awaiting_.count(id) == 0) ||
+          table_.Find(id) == nullptr) {
+        continue;
+      }
       for (const auto& [other, node] : table_.nodes()) {
         if (other == id || other == my_id_ || dead_.count(other) > 0 ||
             departed_.count(other) > 0) {
@@ -271,18 +315,42 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
   std::function<void(const Status&)> user_handler;
   std::vector<Message> outbox;
   bool covered = false;
+  bool awaited = false;  // a worker that may rejoin (PS_MAX_RESTARTS)
   {
     MutexLock lock(&mu_);
-    if (dead_.count(id) > 0) return;
+    if (dead_.count(id) > 0) {
+      // Only a worker awaited back dies twice: the second time for good.
+      if (awaiting_.erase(id) == 0) return;
+    } else if (RestartableLocked(id)) {
+      awaited = true;
+      awaiting_[id] = Clock::now();
+    }
     dead_.insert(id);
     covered = CoveredLocked(id);
     if (covered) {
       covered_.insert(id);
-    } else {
+    } else if (!awaited) {
       if (peer_failure_.ok()) peer_failure_ = why;
       user_handler = peer_failure_handler_;
     }
     if (IsScheduler()) {
+      // The restarts under way wait no more for this node's answer.
+      std::vector<int> answered;
+      for (auto& [rid, r] : rejoins_) {
+        if (r.started && r.pending.erase(id) > 0 && r.pending.empty()) {
+          answered.push_back(rid);
+        }
+      }
+      for (int rid : answered) FinishRejoinLocked(rid, &outbox);
+      auto own = rejoins_.find(id);
+      if (own != rejoins_.end() && own->second.started) {
+        rejoins_.erase(own);  // the successor died while rejoining
+      } else if (own != rejoins_.end() && awaited) {
+        // Its successor registered before this death was known.
+        StartRejoinLocked(id, &outbox);
+      }
+    }
+    if (IsScheduler() && !awaited) {
       std::vector<int> stuck;
       for (const auto& [group, b] : barriers_) {
         if (GroupContains(group, id)) stuck.push_back(group);
@@ -302,11 +370,15 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
     }
     cv_.SignalAll();
   }
-  if (covered) {
+  if (covered || awaited) {
     std::string line =
-        why.message() + "; server " +
-        std::to_string(ReplicaOf(IdToRank(id), config_.num_servers)) +
-        " takes over its keys (PS_REPLICAS)";
+        covered ? why.message() + "; server " +
+                      std::to_string(
+                          ReplicaOf(IdToRank(id), config_.num_servers)) +
+                      " takes over its keys (PS_REPLICAS)"
+                : why.message() + "; the job waits up to " +
+                      std::to_string(config_.rejoin_timeout_ms) +
+                      " ms for it to rejoin (PS_MAX_RESTARTS)";
     LOG(WARNING) << line;
     // Where glog keeps warnings in its files, the person running the job
     // still sees the failover on stderr.

@@ -53,6 +53,10 @@ DEFINE_int32(ps_resend_timeout_ms, -1,
 DEFINE_int32(ps_replicas, -1,
              "overrides PS_REPLICAS: 1 keeps every server's keys on a second "
              "server too");
+DEFINE_int32(ps_max_restarts, -1,
+             "overrides PS_MAX_RESTARTS: > 0 lets a dead worker rejoin the "
+             "job under its rank");
+DEFINE_int32(ps_rejoin_timeout_ms, -1, "overrides PS_REJOIN_TIMEOUT_MS");
 
 namespace ps {
 
@@ -121,6 +125,9 @@ void ApplyFlags(Settings* s) {
   Override("PS_RESEND_TIMEOUT_MS", "ps_resend_timeout_ms",
            FLAGS_ps_resend_timeout_ms, s);
   Override("PS_REPLICAS", "ps_replicas", FLAGS_ps_replicas, s);
+  Override("PS_MAX_RESTARTS", "ps_max_restarts", FLAGS_ps_max_restarts, s);
+  Override("PS_REJOIN_TIMEOUT_MS", "ps_rejoin_timeout_ms",
+           FLAGS_ps_rejoin_timeout_ms, s);
 }
 
 // Looks a setting up by its variable name; nullptr when unset.
@@ -291,6 +298,11 @@ Status ReadResend(const Lookup& env, Config* c) {
         "='1' needs resending (a failover resends to the replica what the "
         "dead server did not answer); PS_RESEND_TIMEOUT_MS is 0");
   }
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_MAX_RESTARTS", false, 0, kIntMax,
+                             "a non-negative integer", &c->max_restarts));
+  PS_RETURN_IF_ERROR(ReadInt(env, "PS_REJOIN_TIMEOUT_MS", false, 1, kIntMax,
+                             "a positive number of milliseconds",
+                             &c->rejoin_timeout_ms));
   return Status::OK();
 }
 
@@ -475,7 +487,9 @@ std::string Config::ToString() const {
      << " max_message_bytes=" << max_message_bytes
      << " water_mark=" << water_mark
      << " resend_timeout_ms=" << resend_timeout_ms
-     << " drop_percent=" << drop_percent << " replicas=" << replicas;
+     << " drop_percent=" << drop_percent << " replicas=" << replicas
+     << " max_restarts=" << max_restarts
+     << " rejoin_timeout_ms=" << rejoin_timeout_ms;
   return os.str();
 }
 

@@ -78,7 +78,8 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
         " failed to start: " + st.ToString());
   }
   state.started = true;
-  if (do_barrier) Barrier(kAllGroups);
+  // A restarted worker rejoins a job that passed this barrier long ago.
+  if (do_barrier && !node->rejoined()) Barrier(kAllGroups);
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ uint64_t Node::num_shared_frames_received() const {
   return postoffice_->van().num_shared_received();
 }
 Status Node::peer_failure() const { return postoffice_->peer_failure(); }
+bool Node::rejoined() const { return postoffice_->rejoined(); }
 void Node::SetPeerFailureHandler(std::function<void(const Status&)> handler) {
   postoffice_->SetPeerFailureHandler(std::move(handler));
 }

@@ -114,6 +114,11 @@ std::string Postoffice::DescribeNode(int id) const {
   return table_.Describe(id);
 }
 
+bool Postoffice::rejoined() const {
+  MutexLock lock(&mu_);
+  return rejoined_;
+}
+
 Status Postoffice::peer_failure() const {
   MutexLock lock(&mu_);
   return peer_failure_;
@@ -296,6 +301,16 @@ void Postoffice::OnControl(Message&& msg) {
     }
     case pb::NODE_FAILED:
       OnNodeFailed(msg);
+      return;
+    case pb::NODE_JOINED:
+      if (IsScheduler() && !msg.meta.request()) {
+        SchedulerOnJoined(msg);
+      } else if (!IsScheduler() && msg.meta.request() &&
+                 msg.meta.sender() == kSchedulerId) {
+        MemberOnNodeJoined(msg);
+      } else {
+        CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
+      }
       return;
     case pb::SHM_READY: {
       // The sender tried to map our probe; no error: it can read our
@@ -498,11 +513,12 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
                                   DataHandler on_data,
                                   FailureHandler on_failure,
-                                  TickHandler on_tick) {
+                                  TickHandler on_tick, JoinHandler on_join) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
   customer->on_tick = std::move(on_tick);
+  customer->on_join = std::move(on_join);
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};

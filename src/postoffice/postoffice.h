@@ -44,6 +44,11 @@ class Postoffice {
   // Called by the monitor thread every few hundred ms at most (resends);
   // never under a lock.
   using TickHandler = std::function<void(Clock::time_point now)>;
+  // Told that worker `id`, declared dead, was restarted and rejoined
+  // (PS_MAX_RESTARTS): later messages of that id come from the new
+  // process. Receive thread, before the new process may send to this node;
+  // never under a lock.
+  using JoinHandler = std::function<void(int id)>;
 
   explicit Postoffice(const Config& config);
   ~Postoffice();
@@ -69,13 +74,17 @@ class Postoffice {
   // Replication: whether dead server `id`'s keys were taken over by its
   // replica (the job goes on without it).
   bool TakenOver(int id) const EXCLUDES(mu_);
+  // Whether this node rejoined a running job (a restarted worker, see
+  // PS_MAX_RESTARTS): it skips the start barrier the others passed.
+  bool rejoined() const EXCLUDES(mu_);
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
   // registers (false, app_id, customer_id) for responses.
   void RegisterCustomer(bool requests, int app_id, int customer_id,
                         DataHandler on_data, FailureHandler on_failure,
-                        TickHandler on_tick = nullptr);
+                        TickHandler on_tick = nullptr,
+                        JoinHandler on_join = nullptr);
   // Waits for a running handler of this customer to return (unless called
   // from inside it).
   void UnregisterCustomer(bool requests, int app_id, int customer_id);
@@ -103,6 +112,7 @@ class Postoffice {
     DataHandler on_data;
     FailureHandler on_failure;
     TickHandler on_tick;
+    JoinHandler on_join;
     // Guarded by customers_mu_: messages not yet handled, whether a thread
     // is draining them (handlers of one customer never run concurrently),
     // and which thread.
@@ -141,6 +151,20 @@ class Postoffice {
   // (logged). The caller tells the peer (SHM_READY with that error).
   std::string ProbeSharedMemory(const NodeInfo& peer);
   void SchedulerOnAddNode(const Message& msg);
+  // Restarts (PS_MAX_RESTARTS): why `node`, registering while the job
+  // runs, may not rejoin it (OK if it may: a restarted worker).
+  Status CheckRejoinLocked(const NodeInfo& node) const REQUIRES(mu_);
+  // Worker `id` is dead and its successor registered: the table takes its
+  // new address and every member is told (NODE_JOINED); once all answered,
+  // FinishRejoinLocked sends the successor the node table.
+  void StartRejoinLocked(int id, std::vector<Message>* outbox) REQUIRES(mu_);
+  void FinishRejoinLocked(int id, std::vector<Message>* outbox) REQUIRES(mu_);
+  void SchedulerOnJoined(const Message& msg) EXCLUDES(mu_);
+  void MemberOnNodeJoined(const Message& msg) EXCLUDES(mu_);
+  // Whether a death of node `id` may be undone by a restart.
+  bool RestartableLocked(int id) const REQUIRES(mu_) {
+    return config_.max_restarts > 0 && IsWorkerId(id);
+  }
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table
   // message per member; *new_ids maps each temporary id to the assigned one.
@@ -169,7 +193,8 @@ class Postoffice {
   void OnConnectionLost(int id, const std::string& why) EXCLUDES(mu_);
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
-  std::vector<Message> SchedulerCheckLocked(Clock::time_point now)
+  std::vector<Message> SchedulerCheckLocked(Clock::time_point now,
+                                            std::vector<int>* not_back)
       REQUIRES(mu_);
   // Tells every other member (scheduler) and this node's customers that
   // each of `ids` is dead, for `why`.
@@ -211,6 +236,21 @@ class Postoffice {
   Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> covered_ GUARDED_BY(mu_);  // dead servers taken over
+  // Dead workers that may yet rejoin (PS_MAX_RESTARTS), since their death;
+  // also in dead_. Not a failure until PS_REJOIN_TIMEOUT_MS passes.
+  std::map<int, Clock::time_point> awaiting_ GUARDED_BY(mu_);
+  // Scheduler: restarted workers registering, by their id. Until the old
+  // process is declared dead the registration waits (started false); then
+  // the members still to answer NODE_JOINED.
+  struct Rejoin {
+    NodeInfo node;
+    int temp_id = 0;  // its connection's id until it takes the worker's
+    bool started = false;
+    std::set<int> pending;
+    Clock::time_point since;
+  };
+  std::map<int, Rejoin> rejoins_ GUARDED_BY(mu_);
+  bool rejoined_ GUARDED_BY(mu_) = false;  // member: we are a restart
   std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;

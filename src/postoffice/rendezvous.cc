@@ -8,7 +8,21 @@
 //   connect to the peers it talks to
 //   map the shm_probe of each peer of its domain, SHM_READY to it (with
 //   the reason if that failed); Start returns when all such peers answered
+//
+// Restarts (PS_MAX_RESTARTS): a worker registering while the job runs is a
+// restart of a dead one, under its rank (PS_RANK). Its registration waits
+// until the old process is declared dead, then:
+//   successor                 scheduler                   members
+//   ADD_NODE request ->       ACK, table takes the new address,
+//                             NODE_JOINED request ->      reconnect, probe
+//                                                         its shm, forget the
+//                                                         old one's requests
+//                             <- NODE_JOINED response     (SHM_READY to it)
+//   <- ADD_NODE response (table, rejoin)
+// so that no member hears the successor before it knows its address.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <utility>
@@ -198,7 +212,9 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
           ", the scheduler for DMLC_NUM_SERVER=" +
           std::to_string(config_.num_servers) + " DMLC_NUM_WORKER=" +
           std::to_string(config_.num_workers) + ": refused");
-    } else if (ready_ || have >= want) {
+    } else if (ready_) {
+      st = CheckRejoinLocked(node);
+    } else if (have >= want) {
       st = Status::InvalidArgument(
           std::string("one ") + RoleName(node.role) +
           " too many: " + node.Address() + " registered after all " +
@@ -233,6 +249,21 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       reject.meta.mutable_control()->set_error(st.message());
       reject.meta.mutable_control()->set_error_code(st.code());
       outbox.push_back(std::move(reject));
+    } else if (ready_) {
+      const int id = WorkerRankToId(node.requested_rank);
+      Rejoin& r = rejoins_[id];
+      r.node = node;
+      r.temp_id = node.id;
+      r.since = Clock::now();
+      LOG(INFO) << "a restart of " << table_.Describe(id) << " registered from "
+                << node.Address()
+                << (awaiting_.count(id) > 0
+                        ? ""
+                        : "; waiting for the old process to be declared dead");
+      if (awaiting_.count(id) > 0) {
+        StartRejoinLocked(id, &outbox);
+        outbox[0].meta.set_recver(id);  // the ACK: its connection is id's now
+      }
     } else {
       arrivals_.push_back(node);
       if (config_.verbose >= 1) {
@@ -251,6 +282,160 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
     }
   }
   SendAll(&outbox);
+}
+
+Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
+  const std::string who =
+      std::string(RoleName(node.role)) + " at " + node.Address();
+  if (config_.max_restarts == 0) {
+    return Status::InvalidArgument(
+        "one " + std::string(RoleName(node.role)) + " too many: " +
+        node.Address() + " registered after all expected had arrived (a " +
+        "restarted worker rejoins only with PS_MAX_RESTARTS > 0)");
+  }
+  if (node.role != Role::kWorker) {
+    return Status::InvalidArgument("the " + who +
+                                   " registered while the job runs: only "
+                                   "restarted workers rejoin a running job");
+  }
+  if (node.requested_rank < 0 || node.requested_rank >= config_.num_workers) {
+    return Status::InvalidArgument(
+        "the " + who +
+        " registered while the job runs without a worker rank (PS_RANK in [0, " +
+        std::to_string(config_.num_workers) +
+        ")): a restarted worker rejoins under its rank");
+  }
+  const int id = WorkerRankToId(node.requested_rank);
+  auto it = rejoins_.find(id);
+  if (it != rejoins_.end()) {
+    return Status::InvalidArgument("a restart of " + table_.Describe(id) +
+                                   " is rejoining already (from " +
+                                   it->second.node.Address() + "); " + who +
+                                   " refused");
+  }
+  return Status::OK();
+}
+
+void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
+  Rejoin& r = rejoins_.at(id);
+  r.started = true;
+  NodeInfo node = r.node;
+  node.id = id;
+  node.rank = IdToRank(id);
+  r.node = node;
+  table_.Add(node);
+  van_.Disconnect(id);  // the dead process's
+  van_.Rekey(r.temp_id, id);
+  dead_.erase(id);
+  awaiting_.erase(id);
+  departed_.erase(id);
+  last_seen_[id] = Clock::now();
+  for (const auto& [other, info] : table_.nodes()) {
+    if (other == id || other == my_id_ || dead_.count(other) > 0 ||
+        departed_.count(other) > 0) {
+      continue;
+    }
+    Message msg = ControlMessage(pb::NODE_JOINED, other, true);
+    ToProto(node, msg.meta.mutable_control()->add_node());
+    outbox->push_back(std::move(msg));
+    r.pending.insert(other);
+  }
+  if (r.pending.empty()) FinishRejoinLocked(id, outbox);
+}
+
+void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
+  Message msg = ControlMessage(pb::ADD_NODE, id, false);
+  for (const auto& [other, info] : table_.nodes()) {
+    ToProto(info, msg.meta.mutable_control()->add_node());
+  }
+  msg.meta.mutable_control()->set_rejoin(true);
+  outbox->push_back(std::move(msg));
+  const Rejoin& r = rejoins_.at(id);
+  const double s = std::chrono::duration<double>(Clock::now() - r.since).count();
+  char line[256];
+  std::snprintf(line, sizeof(line), "%s rejoined the job (%.3f s after it registered)",
+                table_.Describe(id).c_str(), s);
+  LOG(INFO) << line;
+  // The person running the job sees it on stderr (glog keeps INFO in files).
+  std::fprintf(stderr, "ps: %s\n", line);
+  rejoins_.erase(id);
+}
+
+void Postoffice::SchedulerOnJoined(const Message& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  std::vector<Message> outbox;
+  {
+    MutexLock lock(&mu_);
+    auto it = ctrl.node_size() == 1 ? rejoins_.find(ctrl.node(0).id())
+                                    : rejoins_.end();
+    if (it == rejoins_.end() || !it->second.started ||
+        it->second.pending.erase(msg.meta.sender()) == 0) {
+      van_.CountDropped(table_.Describe(msg.meta.sender()),
+                        "unexpected " + DebugString(msg));
+      return;
+    }
+    if (it->second.pending.empty()) FinishRejoinLocked(it->first, &outbox);
+  }
+  SendAll(&outbox);
+}
+
+void Postoffice::MemberOnNodeJoined(const Message& msg) {
+  const pb::Control& ctrl = msg.meta.control();
+  if (ctrl.node_size() != 1) {
+    CountDropped(msg.meta.sender(), "NODE_JOINED without exactly one node");
+    return;
+  }
+  NodeInfo node = FromProto(ctrl.node(0));
+  std::string probe_error;
+  bool probed = false;
+  {
+    MutexLock lock(&mu_);
+    const NodeInfo* old = table_.Find(node.id);
+    if (!ready_ || old == nullptr || old->role != Role::kWorker ||
+        node.role != Role::kWorker || node.rank != old->rank) {
+      van_.CountDropped("scheduler", "NODE_JOINED for no worker of ours: " +
+                                         DebugString(msg));
+      return;
+    }
+    table_.Add(node);
+    dead_.erase(node.id);
+    awaiting_.erase(node.id);
+    if (config_.role == Role::kServer) {  // servers talk to workers
+      van_.Disconnect(node.id);
+      Status st = van_.Connect(node.id, node.host, node.port);
+      if (!st.ok()) {
+        LOG(WARNING) << "cannot reach the restarted " << node.Describe()
+                     << ": " << st;
+      }
+      if (!node.shm_domain.empty() && node.shm_domain == MyShmDomain()) {
+        shm_pending_.insert(node.id);
+        probe_error = ProbeSharedMemory(node);
+        probed = true;
+      }
+    }
+  }
+  LOG(INFO) << node.Describe() << " rejoined the job";
+  // The KV layer forgets the old process's requests before the new one
+  // can be heard (it hears the scheduler's table after our answer).
+  std::vector<std::shared_ptr<Customer>> customers;
+  {
+    MutexLock lock(&customers_mu_);
+    for (auto& [key, c] : customers_) customers.push_back(c);
+  }
+  for (auto& c : customers) {
+    if (c->on_join) c->on_join(node.id);
+  }
+  if (probed) {
+    Message ready = ControlMessage(pb::SHM_READY, node.id, false);
+    ready.meta.mutable_control()->set_error(probe_error);
+    Status st = Send(&ready);
+    if (!st.ok()) {
+      LOG(WARNING) << "SHM_READY to " << node.Describe() << ": " << st;
+    }
+  }
+  Message answer = ControlMessage(pb::NODE_JOINED, kSchedulerId, false);
+  ToProto(node, answer.meta.mutable_control()->add_node());
+  Send(&answer).IgnoreError();  // a lost answer: the scheduler's link died
 }
 
 std::vector<Message> Postoffice::CompleteRendezvousLocked(
@@ -342,6 +527,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     }
     my_id_ = me->id;
     my_rank_ = me->rank;
+    rejoined_ = ctrl.rejoin();
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);
