@@ -797,5 +797,123 @@ TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
   EXPECT_TRUE(c.Finalize());
 }
 
+
+// PS_MAX_RESTARTS: a worker that dies (abandoned, as a crash) is awaited,
+// not a failure; a new node with its rank rejoins the running job under its
+// id, and the job goes on with exact sums: the servers kept what the dead
+// process pushed, and the new one's pushes count once.
+TEST(InProc, RestartedWorkerRejoinsUnderItsRank) {
+  const int kS = 2, kW = 2;
+  auto restarts = [](Config* cfg) { cfg->max_restarts = 1; };
+  DefaultJob c(kS, kW, restarts);
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  for (auto& w : c.workers) {
+    KVWorker<float> kv(w.get(), 0, 0);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {1, float(w->rank() + 1)})).ok());
+  }
+  Node* victim = c.workers[1].get();
+  const int rank = victim->rank(), id = victim->id();
+  victim->postoffice()->Abandon();  // gone without a word, like a crash
+  // Its successor registers at once: the scheduler holds it until the dead
+  // process's connection is found closed.
+  Config cfg = TestConfig(Role::kWorker, kS, kW);
+  cfg.root_port = c.scheduler->port();
+  cfg.rank = rank;
+  restarts(&cfg);
+  auto successor = std::make_unique<Node>(cfg);
+  ASSERT_TRUE(successor->Start().ok());
+  EXPECT_TRUE(successor->rejoined());
+  EXPECT_EQ(successor->rank(), rank);
+  EXPECT_EQ(successor->id(), id);
+  c.workers[1] = std::move(successor);
+  {
+    KVWorker<float> kv(c.workers[1].get(), 0, 0);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {10, 100})).ok());
+    std::vector<float> out;
+    ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+    // Both first pushes (the dead process's too) and the new one.
+    EXPECT_EQ(out, (std::vector<float>{1 + 1 + 10, 1 + 2 + 100}));
+  }
+  // Nobody took the death for a failure, and the successor is in every
+  // barrier (the others passed the start barrier long ago; it did not wait
+  // at it).
+  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  EXPECT_FALSE(c.workers[0]->rejoined());
+  EXPECT_TRUE(c.Finalize());
+}
+
+// The successor of a worker that is still alive is refused once the
+// scheduler has waited long enough for the death, naming the live one.
+TEST(InProc, RestartOfALiveWorkerIsRefused) {
+  auto tweak = [](Config* cfg) {
+    cfg->max_restarts = 1;
+    cfg->connect_timeout_ms = 1500;
+    cfg->heartbeat_timeout_ms = 300;
+  };
+  DefaultJob c(1, 2, tweak);
+  ASSERT_TRUE(c.Start());
+  Config cfg = TestConfig(Role::kWorker, 1, 2);
+  cfg.root_port = c.scheduler->port();
+  cfg.rank = c.workers[0]->rank();
+  tweak(&cfg);
+  cfg.rendezvous_timeout_ms = 20000;
+  Node impostor(cfg);
+  Status st = impostor.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("still alive"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("worker " + std::to_string(cfg.rank)),
+            std::string::npos)
+      << st;
+  // A server never rejoins.
+  Config server = TestConfig(Role::kServer, 1, 2);
+  server.root_port = c.scheduler->port();
+  tweak(&server);
+  Node late_server(server);
+  st = late_server.Start();
+  EXPECT_NE(st.message().find("only restarted workers rejoin"),
+            std::string::npos)
+      << st;
+  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok());
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Without PS_MAX_RESTARTS a late worker is refused, and says how restarts
+// are turned on; with it, a worker that does not come back within
+// PS_REJOIN_TIMEOUT_MS fails the job, named with that reason.
+TEST(InProc, AWorkerThatDoesNotRejoinInTimeFailsTheJob) {
+  {
+    DefaultJob c(1, 1);
+    ASSERT_TRUE(c.Start());
+    Config cfg = TestConfig(Role::kWorker, 1, 1);
+    cfg.root_port = c.scheduler->port();
+    Node late(cfg);
+    Status st = late.Start();
+    EXPECT_NE(st.message().find("PS_MAX_RESTARTS"), std::string::npos) << st;
+    EXPECT_TRUE(c.Finalize());
+  }
+  DefaultJob c(1, 2, [](Config* cfg) {
+    cfg->max_restarts = 1;
+    cfg->rejoin_timeout_ms = 800;
+  });
+  ASSERT_TRUE(c.Start());
+  const int rank = c.workers[1]->rank();
+  c.workers[1]->postoffice()->Abandon();
+  // The barrier waits for the awaited worker, then fails naming it.
+  Status st = c.workers[0]->Barrier(kWorkerGroup);
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("worker " + std::to_string(rank)),
+            std::string::npos)
+      << st;
+  Status failure;
+  for (int i = 0; i < 100 && failure.ok(); ++i) {  // at most 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    failure = c.servers[0]->peer_failure();
+  }
+  EXPECT_NE(failure.message().find("did not rejoin within 800 ms"),
+            std::string::npos)
+      << failure;
+}
+
 }  // namespace
 }  // namespace ps
