@@ -28,6 +28,8 @@ void Postoffice::RegisterExitCallback(const Callback& cb) {
   ps::RegisterExitCallback(cb);
 }
 
+bool Postoffice::is_recovery() const { return DefaultNode()->rejoined(); }
+
 const std::vector<int>& Postoffice::GetNodeIDs(int node_id) const {
   std::vector<int> ids = node_id >= 8 ? std::vector<int>{node_id}
                                       : DefaultNode()->GetNodeIds(node_id);

@@ -8,6 +8,9 @@
 //   members the same way.
 // - Replication: with --replicas 1 a server killed at any step costs no
 //   step; the weights equal the fault-free job's bit for bit.
+// - Restarts: with launch.py --max-restarts a killed worker is started
+//   again and rejoins; every update still has both workers' gradients, and
+//   a worker killed between steps resumes bit-exactly.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -37,17 +40,22 @@ using mnist_test::Shell;
 
 // A BSP job of S servers and 2 workers; `env` are launch.py options
 // (--env ones: later ones win).
+std::string LaunchCommand(const std::string& env, const std::string& flags,
+                          int s = 2) {
+  return std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " +
+         std::to_string(s) +
+         " -w 2 --timeout 240"
+         " --env PS_HEARTBEAT_INTERVAL_MS=200 --env "
+         "PS_HEARTBEAT_TIMEOUT_MS=5000"
+         " --env PS_BARRIER_TIMEOUT_MS=60000 --env PS_RESEND_TIMEOUT_MS=100 " +
+         env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+         " --threads 1 --consistency bsp --dropout=false --optimizer sgd"
+         " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500 " +
+         flags;
+}
+
 Result Launch(const std::string& env, const std::string& flags, int s = 2) {
-  std::string cmd =
-      std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " + std::to_string(s) +
-      " -w 2 --timeout 240"
-      " --env PS_HEARTBEAT_INTERVAL_MS=200 --env PS_HEARTBEAT_TIMEOUT_MS=5000"
-      " --env PS_BARRIER_TIMEOUT_MS=60000 --env PS_RESEND_TIMEOUT_MS=100 " +
-      env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-      " --threads 1 --consistency bsp --dropout=false --optimizer sgd"
-      " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500 " +
-      flags;
-  return Shell(cmd);
+  return Shell(LaunchCommand(env, flags, s));
 }
 
 std::string TempPath(const std::string& name) {
@@ -55,6 +63,44 @@ std::string TempPath(const std::string& name) {
   return std::string(dir ? dir : "/tmp") + "/fault_test_" +
          std::to_string(getpid()) + "_" + name;
 }
+
+// A job started in the background, so that the test can act on it while it
+// runs: its output and exit code land in files (removed at the end).
+class BackgroundJob {
+ public:
+  explicit BackgroundJob(const std::string& name)
+      : out_(TempPath(name + ".out")), rc_(TempPath(name + ".rc")) {}
+  ~BackgroundJob() {
+    std::remove(out_.c_str());
+    std::remove(rc_.c_str());
+  }
+  bool Start(const std::string& cmd) {
+    return std::system(("(" + cmd + " >" + out_ + " 2>&1; echo $? >" + rc_ +
+                        ") &")
+                           .c_str()) == 0;
+  }
+  std::string Output() const { return ReadBytes(out_); }
+  // Polls the output for `text`, for at most `seconds`.
+  bool WaitFor(const std::string& text, int seconds) const {
+    for (int i = 0; i < seconds * 10; ++i) {
+      if (Output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // The exit code ("1\n"), or "" when it did not end within `seconds`.
+  std::string Code(int seconds) const {
+    std::string code;
+    for (int i = 0; i < seconds * 10 && code.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      code = ReadBytes(rc_);
+    }
+    return code;
+  }
+
+ private:
+  const std::string out_, rc_;
+};
 
 // Sums of the "ps: NODE: R requests resent, D duplicates let go, X
 // messages dropped by PS_DROP_MSG" lines of every node.
@@ -157,77 +203,49 @@ int FindProcess(const std::vector<std::string>& vars) {
 // connection to the scheduler close for good and stops, naming it (the
 // job's heartbeats would take a minute).
 TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
-  const std::string out = TempPath("scheduler.out"), rc = TempPath("rc");
+  BackgroundJob job("scheduler");
   const int port = 20000 + getpid() % 20000;
-  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH +
-                    " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
-                    " --env PS_HEARTBEAT_INTERVAL_MS=1000"
-                    " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
-                    PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-                    " --threads 1 --log_every_s 0.2 --test_limit 200";
-  ASSERT_EQ(
-      std::system(
-          ("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc + ") &").c_str()),
-      0);
+  ASSERT_TRUE(job.Start(
+      std::string(PS_PYTHON) + " " + PS_LAUNCH +
+      " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
+      " --env PS_HEARTBEAT_INTERVAL_MS=1000"
+      " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
+      PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+      " --threads 1 --log_every_s 0.2 --test_limit 200"));
   // Until a worker reports a step (at most 60 s), then kill the scheduler.
-  bool training = false;
-  for (int i = 0; i < 600 && !training; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    training =
-        ReadBytes(out).find("] worker 0 epoch 0 step") != std::string::npos;
-  }
-  ASSERT_TRUE(training) << ReadBytes(out);
+  ASSERT_TRUE(job.WaitFor("] worker 0 epoch 0 step", 60)) << job.Output();
   int pid = FindProcess(
       {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
   ASSERT_GT(pid, 0) << "no scheduler process on port " << port;
   ASSERT_EQ(kill(pid, SIGKILL), 0);
-  std::string code;
-  for (int i = 0; i < 1200 && code.empty(); ++i) {  // at most 120 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    code = ReadBytes(rc);
-  }
-  std::string text = ReadBytes(out);
+  std::string code = job.Code(120);
+  std::string text = job.Output();
   EXPECT_EQ(code, "1\n") << text;
   EXPECT_NE(text.find("launch: scheduler (pid"), std::string::npos) << text;
   std::regex declared(
       R"(\[(server|worker) \d\] .*scheduler \(tcp://[^)]*\) was declared dead: its connection .* closed and could not be made again)");
   EXPECT_TRUE(std::regex_search(text, declared)) << text;
-  std::remove(out.c_str());
-  std::remove(rc.c_str());
 }
 
 // A server frozen (SIGSTOP) keeps its port, so its connections stay up:
 // with the default heartbeats (1 s, dead after 2.5 s) the scheduler
 // declares it dead once it missed two, naming it, and no other node.
 TEST(Detection, FrozenServerDeclaredDeadAfterTwoMissedHeartbeats) {
-  const std::string out = TempPath("frozen.out"), rc = TempPath("frozen.rc");
+  BackgroundJob job("frozen");
   const int port = 20000 + (getpid() + 7) % 20000;
-  std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH +
-                    " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
-                    " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-                    " --threads 1 --log_every_s 0.2 --test_limit 200";
-  ASSERT_EQ(
-      std::system(
-          ("(" + cmd + " >" + out + " 2>&1; echo $? >" + rc + ") &").c_str()),
-      0);
-  bool training = false;
-  for (int i = 0; i < 600 && !training; ++i) {  // at most 60 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    training =
-        ReadBytes(out).find("] worker 0 epoch 0 step") != std::string::npos;
-  }
-  ASSERT_TRUE(training) << ReadBytes(out);
+  ASSERT_TRUE(job.Start(std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                        " -s 2 -w 2 --timeout 120 --port " +
+                        std::to_string(port) + " -- " + PS_MNIST_DIST +
+                        " --data_dir " + PS_MNIST_DIR +
+                        " --threads 1 --log_every_s 0.2 --test_limit 200"));
+  ASSERT_TRUE(job.WaitFor("] worker 0 epoch 0 step", 60)) << job.Output();
   int pid = FindProcess({"DMLC_ROLE=server", "PS_RANK=1",
                          "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
   ASSERT_GT(pid, 0) << "no server 1 on port " << port;
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
-  std::string code;
-  for (int i = 0; i < 1200 && code.empty(); ++i) {  // at most 120 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    code = ReadBytes(rc);
-  }
+  std::string code = job.Code(120);
   kill(pid, SIGKILL);  // the launcher stopped it already; never leave it
-  std::string text = ReadBytes(out);
+  std::string text = job.Output();
   EXPECT_EQ(code, "1\n") << text;
   EXPECT_NE(text.find("launch: server 1 (pid"), std::string::npos) << text;
   std::regex declared(
@@ -242,8 +260,6 @@ TEST(Detection, FrozenServerDeclaredDeadAfterTwoMissedHeartbeats) {
     ++named;
   }
   EXPECT_GE(named, 1) << text;
-  std::remove(out.c_str());
-  std::remove(rc.c_str());
 }
 
 TEST(Detection, KilledServerDeclaredDeadByItsConnection) {
@@ -313,6 +329,126 @@ TEST(Replication, KilledServerCostsNoStepTwoServers) {
 // lost on top: the forwarded copies and their answers are made good too.
 TEST(Replication, KilledServerCostsNoStepThreeServersWithDrops) {
   ExpectFailoverLosesNothing(3, 0, "--env PS_DROP_MSG=1");
+}
+
+
+// The "server R done: ..." line's count of range updates made with fewer
+// than every worker's gradient (-1: no such line).
+int ShortUpdatesOf(const std::string& out, int server) {
+  std::smatch m;
+  std::regex re("server " + std::to_string(server) +
+                R"( done: .*, (\d+) workers rejoined, (\d+) range updates short of a worker)");
+  return std::regex_search(out, m, re) ? std::stoi(m[2]) : -1;
+}
+
+// Every server applied all 100 steps, each with both workers' gradients,
+// and saw one worker come back.
+void ExpectEveryStepWhole(const std::string& out) {
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(UpdatesOf(out, s), 100) << out;
+    EXPECT_EQ(ShortUpdatesOf(out, s), 0) << out;
+    EXPECT_NE(out.find("server " + std::to_string(s) + " done: "),
+              std::string::npos);
+  }
+  EXPECT_NE(out.find("1 workers rejoined"), std::string::npos) << out;
+  EXPECT_NE(out.find("rejoined the job"), std::string::npos) << out;
+}
+
+// Worker 1 kills itself (kill -9) right after a step drawn at random: the
+// launcher starts it again, it rejoins at that step, and, as it lost no
+// step and BSP without dropout is deterministic, the job ends with the
+// fault-free weights, bit for bit.
+TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
+  std::srand(static_cast<unsigned>(std::time(nullptr)) ^ getpid());
+  const int step = 5 + std::rand() % 85;  // of 100
+  SCOPED_TRACE("worker 1 killed after step " + std::to_string(step));
+  const std::string flags = "--train_limit 3200 --overlap off";
+  std::string clean = TempPath("clean.bin"), restarted = TempPath("re.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = Launch("--max-restarts 1",
+                    flags + " --dump_weights " + restarted +
+                        " --die_node worker:1 --die_after_steps " +
+                        std::to_string(step));
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(b.out.find("restarting it"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("worker 1 rejoined at step " + std::to_string(step)),
+            std::string::npos)
+      << b.out;
+  ExpectEveryStepWhole(b.out);
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  EXPECT_EQ(FinalAccuracy(b.out), FinalAccuracy(a.out)) << b.out;
+  std::string wa = ReadBytes(clean), wb = ReadBytes(restarted);
+  ASSERT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ after the restart";
+  std::remove(clean.c_str());
+  std::remove(restarted.c_str());
+}
+
+// The pid of worker 1 of the job on `port` (its PS_RESTART_COUNT, when
+// restarted), or -1.
+int WorkerOne(int port, const std::string& restart = "") {
+  std::vector<std::string> vars = {"DMLC_ROLE=worker", "PS_RANK=1",
+                                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)};
+  if (!restart.empty()) vars.push_back("PS_RESTART_COUNT=" + restart);
+  return FindProcess(vars);
+}
+
+// kill -9 of worker 1 from outside, at a moment drawn at random while it
+// trains (mid-step, most likely): its restart rejoins, no update misses a
+// gradient or counts one twice, and the job reaches the fault-free run's
+// accuracy (the step in flight may differ: see dense_server.h, kRestart).
+TEST(Restart, WorkerKilledMidStepRejoinsAndTrainingGoesOn) {
+  std::srand(static_cast<unsigned>(std::time(nullptr)) ^ (getpid() * 31));
+  const std::string flags = "--train_limit 3200 --log_every_s 0.1";
+  Result a = Launch("", flags);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("restart");
+  const int port = 20000 + (getpid() + 13) % 20000;
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--max-restarts 1 --port " + std::to_string(port), flags)));
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::rand() % 400));
+  const int pid = WorkerOne(port);
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(job.Code(240), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("restarting it"), std::string::npos) << out;
+  std::smatch at;
+  ASSERT_TRUE(std::regex_search(out, at,
+                                std::regex(R"(worker 1 rejoined at step (\d+))")))
+      << out;
+  SCOPED_TRACE("rejoined at step " + at[1].str());
+  ExpectEveryStepWhole(out);
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  EXPECT_NEAR(FinalAccuracy(out), FinalAccuracy(a.out), 1.0) << out;
+}
+
+// Restarts are bounded: with --max-restarts 1, worker 1 killed, then its
+// restart killed too, stops the job (exit 1), the launcher naming worker 1
+// and its spent restarts; nothing waits for the third process.
+TEST(Restart, SpentRestartsStopTheJob) {
+  BackgroundJob job("spent");
+  const int port = 20000 + (getpid() + 29) % 20000;
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--max-restarts 1 --port " + std::to_string(port),
+      "--train_limit 6400 --log_every_s 0.1")));
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  int pid = WorkerOne(port);
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor("] worker 1 rejoined at step", 60)) << job.Output();
+  pid = WorkerOne(port, "1");
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(job.Code(120), "1\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("after 1 restart"), std::string::npos) << out;
+  EXPECT_EQ(WorkerOne(port), -1) << "a worker 1 is left running";
 }
 
 }  // namespace

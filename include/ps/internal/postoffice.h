@@ -52,9 +52,11 @@ class Postoffice {
   int is_server() const;
   int is_scheduler() const;
   int verbose() const;  // PS_VERBOSE
-  // Always false: a node that died is not replaced here; the job fails
-  // naming it instead.
-  bool is_recovery() const { return false; }
+  // True on a restarted worker that rejoined the running job under its
+  // rank (PS_MAX_RESTARTS; Node::rejoined): as in ps-lite, it skips the
+  // start barrier and should fetch the current state before it goes on.
+  // Other dead nodes are not replaced: the job fails naming them.
+  bool is_recovery() const;
 
   // Blocks until every node of `node_group` entered the barrier. This
   // node's customers share its one arrival: call it from one thread of a
