@@ -31,7 +31,12 @@ EXIT_TIMEOUT = 124
 
 # Variables the launcher sets per process; --env may not override them.
 RESERVED_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
-                "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "PS_RANK", "PS_KEY_FILE")
+                "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "PS_RANK", "PS_KEY_FILE",
+                "PS_MAX_RESTARTS", "PS_RESTART_COUNT")
+
+# Of those, the ones a process never inherits from the launcher: set only
+# where the launcher means them (--max-restarts; a restarted worker).
+RESTART_ENV = ("PS_MAX_RESTARTS", "PS_RESTART_COUNT")
 
 # ZeroMQ's Z85 (RFC 32): 4 bytes, big-endian, as 5 base-85 digits.
 Z85_ALPHABET = ("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -93,6 +98,9 @@ is the launcher's own plus:
                      not set for the scheduler
   PS_KEY_FILE        the job's CurveZMQ key file (below); not set with
                      --insecure
+  PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
+  PS_RESTART_COUNT   k in a worker's k-th restart (below); not set in its
+                     first run
   OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
                      machine's cores, and OpenMP threads that spin while
                      idle (the default) take them from the other processes
@@ -114,6 +122,23 @@ others run on, and the job's exit status is theirs: for jobs that survive
 it (mnist_dist --replicas 1 for servers, --on_worker_failure continue for
 workers).
 
+Restarts (--max-restarts N, local and ssh): a worker that exits non-zero or
+is killed by a signal is started again at once, up to N times per rank,
+with the same role, rank, key and environment plus PS_RESTART_COUNT=k (1
+in its first restart, 2 in its second...); its output keeps its tag, and a
+line says "worker 1 (pid 42) was killed by signal SIGKILL; restarting it
+(1 of 2, --max-restarts 2)". What the dead process left in its process
+group (local) is killed first. Every process of the job gets
+PS_MAX_RESTARTS=N: the nodes then wait for a restarted worker (the
+scheduler takes it back under its rank) instead of failing. Only workers
+restart: a server or the scheduler that fails stops the job as above (or
+--tolerate server), and so does a worker whose N restarts are spent (or
+--tolerate worker), the last line saying "(after N restarts,
+--max-restarts N)". A restarted worker is never named as "declared dead"
+on that line: the launcher cannot tell a report about its dead run, which
+may come late, from one about its new run. The last line of a job that
+succeeded says which workers were restarted and how many times.
+
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
 directory (0700; the file 0600); PS_KEY_FILE names that file (never a
@@ -133,6 +158,7 @@ launchers (--launcher):
          servers, then the workers, one a slot, cyclically. A session
          gets no environment of the launcher's but, explicitly, DMLC_ROLE,
          DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER, PS_RANK,
+         PS_MAX_RESTARTS and PS_RESTART_COUNT (as above),
          DMLC_NODE_HOST (its host as the hostfile names it, unless --env
          sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
          DMLC_* and PS_* variables and every --env. The key's one line
@@ -170,7 +196,8 @@ launchers (--launcher):
 EPILOG = """\
 exit status:
   0    every process exited 0
-  1    a process exited non-zero or was killed by a signal
+  1    a process exited non-zero or was killed by a signal (a worker:
+       once its --max-restarts are spent)
   2    usage error (bad flags, PROGRAM missing, not found or not executable,
        a --key-file that is missing or not a key, a --make-key FILE that
        exists, a bad hostfile, a flag of another launcher, no ssh, mpirun
@@ -197,8 +224,9 @@ class Child:
         self.role = role
         self.rank = rank  # None for the scheduler.
         self.host = host
-        self.proc = None
-        self.readers = []
+        self.proc = None  # The current run's (after a restart: the new).
+        self.readers = []  # Of every run's output.
+        self.restarts = 0  # How many times it was started again.
 
     @property
     def name(self):
@@ -245,8 +273,8 @@ def describe_exit(returncode):
     return f"was killed by signal {signal_name(-returncode)}"
 
 
-def plural(n, word):
-    return f"{n} {word}" if n == 1 else f"{n} {word}es"
+def plural(n, word, suffix="es"):
+    return f"{n} {word}" if n == 1 else f"{n} {word}{suffix}"
 
 
 class OutputMux:
@@ -554,6 +582,12 @@ def parse_args(argv):
                         "that fails does not stop the job: for jobs that "
                         "survive it, e.g. servers with PS_REPLICAS=1 "
                         "(repeatable)")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                        help="local, ssh: restart a worker that exits "
+                        "non-zero or is killed, up to N times per rank, with "
+                        "its rank and environment plus PS_RESTART_COUNT; "
+                        "every process gets PS_MAX_RESTARTS=N (default: "
+                        "%(default)s, no restart)")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -597,6 +631,8 @@ def parse_args(argv):
         usage_error(f"--grace must be >= 0, got {args.grace}")
     if args.timeout is not None and args.timeout <= 0:
         usage_error(f"--timeout must be > 0, got {args.timeout}")
+    if args.max_restarts < 0:
+        usage_error(f"--max-restarts must be >= 0, got {args.max_restarts}")
     if not args.command:
         usage_error("missing PROGRAM after --")
     args.extra_env = {}
@@ -630,10 +666,12 @@ def check_launcher_args(args):
                     f"{launcher}")
     if args.scheduler_host is not None and launcher != "ssh":
         usage_error(f"--scheduler-host is for --launcher ssh, not {launcher}")
-    if args.tolerate and launcher in ("mpi", "slurm"):
-        usage_error(f"--tolerate is for --launcher local or ssh: "
-                    f"{'mpirun' if launcher == 'mpi' else 'srun'} stops the "
-                    "job when a process fails")
+    for flag, used in (("--tolerate", args.tolerate),
+                       ("--max-restarts", args.max_restarts > 0)):
+        if used and launcher in ("mpi", "slurm"):
+            usage_error(f"{flag} is for --launcher local or ssh: "
+                        f"{'mpirun' if launcher == 'mpi' else 'srun'} stops "
+                        "the job when a process fails")
     if args.launcher_arg and launcher == "local":
         usage_error("--launcher-arg is for --launcher ssh, mpi or slurm")
     args.hosts = None
@@ -669,10 +707,25 @@ def check_user_key_file(path):
               f"(mode {mode:04o}); chmod 600 it", file=sys.stderr)
 
 
-def child_env(args, port, role, rank, key_path):
+def restart_env(args, restarts=0):
+    """PS_MAX_RESTARTS with --max-restarts N > 0; PS_RESTART_COUNT in a
+    restarted worker. (getattr: a Job may be given args without the flag.)
+    """
+    env = {}
+    max_restarts = getattr(args, "max_restarts", 0)
+    if max_restarts > 0:
+        env["PS_MAX_RESTARTS"] = str(max_restarts)
+    if restarts > 0:
+        env["PS_RESTART_COUNT"] = str(restarts)
+    return env
+
+
+def child_env(args, port, role, rank, key_path, restarts=0):
+    """A local process's environment; restarts: how many times this one
+    was restarted (its PS_RESTART_COUNT)."""
     env = dict(os.environ)
-    env.pop("PS_RANK", None)
-    env.pop("PS_KEY_FILE", None)
+    for name in ("PS_RANK", "PS_KEY_FILE") + RESTART_ENV:
+        env.pop(name, None)
     if key_path is not None:
         env["PS_KEY_FILE"] = key_path
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -686,6 +739,7 @@ def child_env(args, port, role, rank, key_path):
     })
     if rank is not None:
         env["PS_RANK"] = str(rank)
+    env.update(restart_env(args, restarts))
     env.update(args.extra_env)
     return env
 
@@ -695,7 +749,8 @@ def job_settings(args, root, port):
 
     The launcher's DMLC_* and PS_* variables (not those it sets itself, nor
     DMLC_NODE_HOST, which is per host), OMP_WAIT_POLICY (PASSIVE unless
-    set), the scheduler's address and the job's shape; the --env ones last.
+    set), the scheduler's address and the job's shape, PS_MAX_RESTARTS with
+    --max-restarts; the --env ones last.
     """
     env = {k: v for k, v in os.environ.items()
            if k.startswith(FORWARDED_PREFIXES) and k not in RESERVED_ENV
@@ -707,6 +762,7 @@ def job_settings(args, root, port):
         "DMLC_NUM_SERVER": str(args.num_servers),
         "DMLC_NUM_WORKER": str(args.num_workers),
     })
+    env.update(restart_env(args))
     env.update(args.extra_env)
     return env
 
@@ -723,6 +779,8 @@ def ssh_env(args, port, child):
     env["DMLC_ROLE"] = child.role
     if child.rank is not None:
         env["PS_RANK"] = str(child.rank)
+    if child.restarts > 0:
+        env["PS_RESTART_COUNT"] = str(child.restarts)
     if "DMLC_NODE_HOST" not in env and "DMLC_INTERFACE" not in env:
         env["DMLC_NODE_HOST"] = address(child.host)  # As the others see it.
     return env
@@ -739,6 +797,7 @@ class Job:
         self.args = args
         self.mux = mux
         self.key_path = None  # The job's key file; None with --insecure.
+        self.port = None  # The scheduler's, once started.
         self.children = []
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
@@ -752,6 +811,11 @@ class Job:
     def total(self):
         """How many processes the job has."""
         return 1 + self.args.num_servers + self.args.num_workers
+
+    @property
+    def max_restarts(self):
+        """--max-restarts (0 for a Job given args without it)."""
+        return getattr(self.args, "max_restarts", 0)
 
     def plan(self):
         if self.args.launcher == "ssh":
@@ -771,7 +835,7 @@ class Job:
                 self.args.command, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=child_env(self.args, port, child.role, child.rank,
-                              self.key_path),
+                              self.key_path, child.restarts),
                 start_new_session=True)
         script = remote_script(ssh_env(self.args, port, child),
                                self.args.command, os.getcwd(),
@@ -793,6 +857,7 @@ class Job:
         return proc
 
     def start(self, port):
+        self.port = port
         for child in self.plan():
             try:
                 child.proc = self.popen(child, port)
@@ -805,20 +870,23 @@ class Job:
         return True
 
     def read_output(self, child, prefix):
-        """Copies child's output with prefix; reaps it into self.exits."""
+        """Copies the output of child's current run with prefix; reaps it
+        into self.exits."""
         def watch(line, reporter=child.name):
             self._watch(reporter, line)
-        child.readers = [
+        child.readers += [
             self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,
                                   watch),
             self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
                                   watch),
         ]
-        threading.Thread(target=self._reap, args=(child,),
+        threading.Thread(target=self._reap, args=(child, child.proc),
                          daemon=True).start()
 
-    def _reap(self, child):
-        self.exits.put((child, child.proc.wait()))
+    def _reap(self, child, proc=None):
+        """Puts (child, returncode) once proc (its current run) exits."""
+        proc = child.proc if proc is None else proc
+        self.exits.put((child, proc.wait()))
 
     def _watch(self, reporter, line):
         if b"was declared dead" not in line:  # Cheap test first.
@@ -833,18 +901,36 @@ class Job:
         self._reported.set()
 
     def first_report(self):
-        """(declared name, reason, reporter's name) read first, or None."""
+        """(declared name, reason, reporter's name) read first, or None.
+
+        Reports that name a restarted worker are left out, whenever they
+        were read: one read before the restart is about the run that
+        died, and one read after it may be too (the other nodes notice a
+        death late, after missed heartbeats) or be about the new run; the
+        launcher cannot tell which, so it never names a restarted worker
+        as the cause of a failure on that ground. A failure is then put
+        on the first process that exited non-zero, which for a restarted
+        worker whose restarts are spent is itself.
+        """
+        restarted = {c.name for c in self.children if c.restarts}
         with self._reports_lock:
-            return self._reports[0] if self._reports else None
+            return next((r for r in self._reports if r[0] not in restarted),
+                        None)
 
     def _await_report(self, deadline):
-        """Waits up to DEAD_REPORT_GRACE (and deadline) for a report."""
+        """Waits up to DEAD_REPORT_GRACE (and deadline) for a report that
+        first_report gives."""
         end = time.monotonic() + DEAD_REPORT_GRACE
         if deadline is not None:
             end = min(end, deadline)
-        while (not self._reported.is_set() and self.signal_received is None
-               and time.monotonic() < end):
-            self._reported.wait(POLL_SECONDS)
+        # Cleared before each look, so no report goes unnoticed; one that
+        # first_report leaves out does not end the wait.
+        while (self.signal_received is None and time.monotonic() < end):
+            self._reported.clear()
+            if self.first_report() is not None:
+                return
+            self._reported.wait(
+                min(POLL_SECONDS, max(0.0, end - time.monotonic())))
 
     def on_signal(self, signum, frame):
         self.signal_received = signum
@@ -861,11 +947,16 @@ class Job:
                 child, returncode = self.exits.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 continue
+            if returncode != 0 and self.may_restart(child):
+                if self.restart(child, returncode):
+                    continue  # Still one of the remaining, as a new run.
+                return "failed", child, returncode
             remaining -= 1
             if returncode != 0 and child.role in self.args.tolerate:
                 # The job survives it (e.g. a server with PS_REPLICAS=1).
                 self.mux.say(f"{child.label} "
-                             f"{child.describe_exit(returncode)}; the job "
+                             f"{child.describe_exit(returncode)}"
+                             f"{self.restart_note(child)}; the job "
                              f"goes on (--tolerate {child.role})")
                 self.tolerated.append(child)
                 continue
@@ -874,7 +965,56 @@ class Job:
                 return "failed", child, returncode
         return "done", None, None
 
+    def may_restart(self, child):
+        """Whether child, which failed, is started again: a worker with
+        --max-restarts left (per rank)."""
+        return child.role == "worker" and child.restarts < self.max_restarts
+
+    def restart(self, child, returncode):
+        """Starts child's next run at once (the scheduler takes it back
+        once it has noticed the old run's death); False if it cannot."""
+        self.mux.say(f"{child.label} {child.describe_exit(returncode)}; "
+                     f"restarting it ({child.restarts + 1} of "
+                     f"{self.max_restarts}, --max-restarts "
+                     f"{self.max_restarts})")
+        # What the dead run left in its group (its own children) goes too.
+        # Its pid cannot have been reused while that group has members.
+        self._signal_groups([child], signal.SIGKILL)
+        old = child.proc
+        if old.stdin is not None:  # ssh: the old session's.
+            try:
+                old.stdin.close()
+            except OSError:
+                pass
+        child.restarts += 1
+        try:
+            child.proc = self.popen(child, self.port)
+        except OSError as err:
+            child.restarts -= 1
+            self.mux.say(f"cannot restart {child.name}: {err}")
+            return False
+        self.read_output(child, f"[{child.tag}] ")
+        return True
+
+    def restart_note(self, child):
+        """' (after 2 restarts, --max-restarts 2)' for a restarted child."""
+        if not child.restarts:
+            return ""
+        return (f" (after {plural(child.restarts, 'restart', 's')}, "
+                f"--max-restarts {self.max_restarts})")
+
+    def describe_restarts(self):
+        """'worker 1 was restarted 1 time (--max-restarts 2)', or ''."""
+        restarted = [c for c in self.children if c.restarts]
+        if not restarted:
+            return ""
+        return (", ".join(f"{c.name} was restarted "
+                          f"{plural(c.restarts, 'time', 's')}"
+                          for c in restarted)
+                + f" (--max-restarts {self.max_restarts})")
+
     def running(self):
+        """The children whose current run has not exited."""
         return [c for c in self.children if c.proc.poll() is None]
 
     def stop(self, children):
@@ -939,10 +1079,11 @@ class Job:
             who = name if dead is None else dead.label
             parts.append(f"{who} was declared dead by {reporter}: {reason}")
             named.append(dead)
+        how = failed.describe_exit(returncode) + self.restart_note(failed)
         if report is not None and named[1] is failed:
-            parts.append(f"it {failed.describe_exit(returncode)}")
+            parts.append(f"it {how}")
         else:
-            parts.append(f"{failed.label} {failed.describe_exit(returncode)}")
+            parts.append(f"{failed.label} {how}")
         others = [c for c in running if c not in named]
         parts.append(f"stopped the other {plural(len(others), 'process')}"
                      if others else "no other process was running")
@@ -1128,12 +1269,14 @@ def run_job(args, job, port):
         elapsed = time.monotonic() - start
         if job.tolerated:
             lost = ", ".join(c.name for c in job.tolerated)
-            mux.say(f"{plural(job.total - len(job.tolerated), 'process')} "
+            line = (f"{plural(job.total - len(job.tolerated), 'process')} "
                     f"exited 0 in {elapsed:.1f} s; the job survived the loss "
                     f"of {lost} (--tolerate)")
         else:
-            mux.say(f"all {plural(job.total, 'process')} exited 0 in "
+            line = (f"all {plural(job.total, 'process')} exited 0 in "
                     f"{elapsed:.1f} s")
+        restarts = job.describe_restarts()
+        mux.say(line + (f"; {restarts}" if restarts else ""))
         return EXIT_OK
     if outcome == "failed":
         mux.say(job.describe_failure(failed, returncode, others))

@@ -64,6 +64,30 @@ def declare_dead(name, why):  # As the library logs it (glog).
 
 HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
 
+RUN_KEYS = ["PS_RANK", "PS_KEY_FILE", "PS_MAX_RESTARTS", "PS_RESTART_COUNT"]
+
+def runs(name):  # How many runs of a process have started.
+    try:
+        with open(os.path.join(out, name + ".runs")) as f:
+            return len(f.readlines())
+    except FileNotFoundError:
+        return 0
+
+def record_run():  # A JSON line per run in ME.runs; the run's number.
+    got = {"pid": os.getpid(), **{k: os.environ.get(k) for k in RUN_KEYS}}
+    with open(os.path.join(out, me + ".runs"), "a") as f:
+        f.write(json.dumps(got) + "\n")
+    run = runs(me)
+    with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    print(f"{me} run {run}", flush=True)
+    return run
+
+def leave_grandchild(run):  # A process in this one's group, left behind.
+    grandchild = subprocess.Popen(["sleep", "60"])
+    with open(os.path.join(out, f"{me}.run{run}.grandchild.pid"), "w") as f:
+        f.write(str(grandchild.pid))
+
 if mode == "env":
     keys = ["DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
@@ -124,6 +148,51 @@ elif mode == "dead":
                      "server x (tcp://127.0.0.1:1) was declared dead: y"]:
             print(line, file=sys.stderr, flush=True)
         sys.exit(2)
+    time.sleep(60)
+elif mode == "restart":
+    # restart N VICTIMS HOW OTHERS: the victims (e.g. "worker1,worker0")
+    # fail as HOW says once all N processes have started; OTHERS: "sleep",
+    # or R: exit 0 once every victim has started R runs.
+    n, victims, how, others = int(sys.argv[3]), sys.argv[4].split(","), \
+        sys.argv[5], sys.argv[6]
+    run = record_run()
+    wait_until(lambda: len([p for p in os.listdir(out)
+                            if p.endswith(".runs")]) >= n)
+    if me not in victims:
+        if others != "sleep":
+            wait_until(lambda: all(runs(v) >= int(others) for v in victims))
+            sys.exit(0)
+    elif how == "kill-once":  # SIGKILL in the first run; exit 0 after.
+        if run == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.exit(0)
+    elif how == "exit3":
+        sys.exit(3)
+    elif how == "exit3-once":  # Exit 3 in the first run; hang after.
+        leave_grandchild(run)
+        if run == 1:
+            sys.exit(3)
+    time.sleep(60)
+elif mode == "stale":
+    # worker 0 reports worker 1 dead; worker 1 then dies, and is restarted;
+    # the scheduler reports it dead again (late, after the restart); then
+    # server 0 fails on its own.
+    run = record_run()
+    if me == "worker0":
+        declare_dead("worker 1", "connection lost")
+        open(os.path.join(out, "reported-early"), "w").close()
+    elif me == "worker1" and run == 1:
+        wait_until(lambda: os.path.exists(os.path.join(out,
+                                                       "reported-early")))
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif me == "scheduler":
+        wait_until(lambda: runs("worker1") >= 2)
+        declare_dead("worker 1", HEARTBEAT)
+        open(os.path.join(out, "reported-late"), "w").close()
+    elif me == "server0":
+        wait_until(lambda: os.path.exists(os.path.join(out, "reported-late")))
+        time.sleep(0.2)  # The launcher has read the report by then.
+        sys.exit(3)
     time.sleep(60)
 elif mode == "straggle":
     if me != "worker0":
@@ -351,6 +420,14 @@ class LaunchTest(LaunchCase):
               "true"], "--key-file"),
             (["--make-key", str(self.dir / "new.key"), "-s", "1"],
              "--make-key"),
+            (["-s", "1", "-w", "1", "--max-restarts", "-1", "--", "true"],
+             "--max-restarts must be >= 0, got -1"),
+            (["-s", "1", "-w", "1", "--max-restarts", "x", "--", "true"],
+             "--max-restarts: invalid int value"),
+            (["-s", "1", "-w", "1", "--env", "PS_MAX_RESTARTS=1", "--",
+              "true"], "cannot set PS_MAX_RESTARTS"),
+            (["-s", "1", "-w", "1", "--env", "PS_RESTART_COUNT=1", "--",
+              "true"], "cannot set PS_RESTART_COUNT"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):
@@ -371,7 +448,9 @@ class LaunchTest(LaunchCase):
                      "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                      "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
                      "PS_RANK", "OMP_WAIT_POLICY", "124", "PS_KEY_FILE",
-                     "--key-file", "--insecure", "--make-key"]:
+                     "--key-file", "--insecure", "--make-key",
+                     "--max-restarts", "PS_MAX_RESTARTS",
+                     "PS_RESTART_COUNT", "--tolerate"]:
             self.assertIn(word, result.stdout)
 
 
@@ -417,6 +496,25 @@ class CulpritTest(LaunchCase):
             "stopped the other 3 processes")
         self.assert_all_dead()
 
+    def test_a_restarted_worker_is_not_blamed_for_a_later_failure(self):
+        # worker 1 is reported dead before it dies and again after its
+        # restart; then server 0 fails on its own.
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--max-restarts", "1", "--timeout", "8"],
+                             "stale")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        for reporter in ["worker 0", "scheduler"]:
+            self.assertRegex(result.stderr, rf"(?m)^\[{reporter}\] .* worker "
+                             r"1 \(tcp://[^)]*\) was declared dead: ")
+        self.assertIn("restarting it (1 of 1, --max-restarts 1)",
+                      result.stderr)
+        server0 = int((self.pids / "server0.run1.pid").read_text())
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {server0}) exited with code 3; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
     def test_without_a_report_the_first_failure_is_named(self):
         result, pid = self.launch_dead("decoy")
         self.assertEqual(result.returncode, 1, result.stderr)
@@ -426,6 +524,178 @@ class CulpritTest(LaunchCase):
             f"launch: worker 0 (pid {pid['worker0']}) exited with code 2; "
             "stopped the other 3 processes")
         self.assert_all_dead()
+
+
+def gone(pid):
+    """True once pid is no process (os.kill(pid, 0) fails), or a zombie
+    that whoever adopted it has yet to reap."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return not alive(pid)
+
+
+class RestartTest(LaunchCase):
+    """--max-restarts: failed workers start again, with the same rank."""
+
+    def launch_restart(self, flags, victims, how, others, n=4, env=None):
+        """-s 1 -w 2 (n = 4 processes), --grace 0.5, plus flags."""
+        return self.launch(["-s", "1", "-w", "2", "--grace", "0.5", *flags],
+                           "restart", str(n), victims, how, others, env=env)
+
+    def runs(self, name):
+        """What each run of a process recorded (its pid, the RUN_KEYS)."""
+        path = self.pids / f"{name}.runs"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def restart_lines(self, result):
+        return [line for line in result.stderr.splitlines()
+                if "restarting it" in line]
+
+    def test_killed_worker_is_restarted_with_its_rank_and_key(self):
+        result = self.launch_restart(["--max-restarts", "2"], "worker1",
+                                     "kill-once", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        first, second = self.runs("worker1")
+        self.assertEqual(self.restart_lines(result), [
+            f"launch: worker 1 (pid {first['pid']}) was killed by signal "
+            "SIGKILL; restarting it (1 of 2, --max-restarts 2)"])
+        self.assertEqual(first["PS_RESTART_COUNT"], None)
+        self.assertEqual(second["PS_RESTART_COUNT"], "1")
+        self.assertEqual(first["PS_RANK"], "1")
+        self.assertEqual(second["PS_RANK"], "1")
+        self.assertIsNotNone(first["PS_KEY_FILE"])
+        self.assertEqual(second["PS_KEY_FILE"], first["PS_KEY_FILE"])
+        self.assertNotEqual(second["pid"], first["pid"])
+        # The new run's output keeps the tag.
+        self.assertIn("[worker 1] worker1 run 2\n", result.stdout)
+        for name in ["scheduler", "server0", "worker0"]:
+            self.assertEqual(len(self.runs(name)), 1, name)
+        for name in ["scheduler", "server0", "worker0", "worker1"]:
+            for run in self.runs(name):
+                self.assertEqual(run["PS_MAX_RESTARTS"], "2", name)
+        self.assertEqual(self.runs("scheduler")[0]["PS_RANK"], None)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"worker 1 was restarted 1 time "
+                         r"\(--max-restarts 2\)$")
+        self.assert_all_dead()
+        self.assert_key_removed()
+
+    def test_each_rank_has_its_own_budget(self):
+        result = self.launch_restart(["--max-restarts", "1"],
+                                     "worker0,worker1", "kill-once", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(self.runs("worker0")), 2)
+        self.assertEqual(len(self.runs("worker1")), 2)
+        self.assertEqual(len(self.restart_lines(result)), 2)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"worker 0 was restarted 1 time, worker 1 was "
+                         r"restarted 1 time \(--max-restarts 1\)$")
+
+    def test_worker_that_always_fails_stops_the_job_once_its_budget_is_spent(
+            self):
+        result = self.launch_restart(["--max-restarts", "2"], "worker1",
+                                     "exit3", "sleep")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        runs = self.runs("worker1")
+        self.assertEqual(len(runs), 3)
+        self.assertEqual([r["PS_RESTART_COUNT"] for r in runs],
+                         [None, "1", "2"])
+        self.assertEqual(self.restart_lines(result), [
+            f"launch: worker 1 (pid {runs[0]['pid']}) exited with code 3; "
+            "restarting it (1 of 2, --max-restarts 2)",
+            f"launch: worker 1 (pid {runs[1]['pid']}) exited with code 3; "
+            "restarting it (2 of 2, --max-restarts 2)"])
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 1 (pid {runs[2]['pid']}) exited with code 3 "
+            "(after 2 restarts, --max-restarts 2); stopped the other 3 "
+            "processes")
+        for name in ["scheduler", "server0", "worker0"]:
+            self.assertEqual(len(self.runs(name)), 1, name)
+        self.assert_all_dead()
+        self.assert_key_removed()
+
+    def test_tolerated_worker_goes_once_its_budget_is_spent(self):
+        result = self.launch_restart(["--max-restarts", "1", "--tolerate",
+                                      "worker"], "worker1", "exit3", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        runs = self.runs("worker1")
+        self.assertEqual(len(runs), 2)
+        self.assertIn(
+            f"launch: worker 1 (pid {runs[1]['pid']}) exited with code 3 "
+            "(after 1 restart, --max-restarts 1); the job goes on "
+            "(--tolerate worker)", result.stderr.splitlines())
+        self.assertRegex(self.last_line(result),
+                         r"^launch: 3 processes exited 0 in [\d.]+ s; the "
+                         r"job survived the loss of worker 1 \(--tolerate\); "
+                         r"worker 1 was restarted 1 time "
+                         r"\(--max-restarts 1\)$")
+
+    def test_failing_server_is_not_restarted(self):
+        result = self.launch_restart(["--max-restarts", "3"], "server0",
+                                     "exit3", "sleep")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        runs = self.runs("server0")
+        self.assertEqual(len(runs), 1)
+        self.assertEqual(runs[0]["PS_MAX_RESTARTS"], "3")
+        self.assertEqual(self.restart_lines(result), [])
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: server 0 (pid {runs[0]['pid']}) exited with code 3; "
+            "stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_without_max_restarts_nothing_restarts(self):
+        # Variables of the launcher's own environment are not passed on.
+        env = dict(os.environ, PS_MAX_RESTARTS="5", PS_RESTART_COUNT="7")
+        result = self.launch_restart([], "worker1", "kill-once", "sleep",
+                                     env=env)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        runs = self.runs("worker1")
+        self.assertEqual(len(runs), 1)
+        self.assertEqual(self.restart_lines(result), [])
+        for name in ["scheduler", "server0", "worker0", "worker1"]:
+            got = self.runs(name)
+            self.assertEqual(len(got), 1, name)
+            self.assertEqual(got[0]["PS_MAX_RESTARTS"], None, name)
+            self.assertEqual(got[0]["PS_RESTART_COUNT"], None, name)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 1 (pid {runs[0]['pid']}) was killed by signal "
+            "SIGKILL; stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_timeout_kills_the_restarted_worker_and_what_it_started(self):
+        result = self.launch_restart(["--max-restarts", "1", "--timeout",
+                                      "3"], "worker1", "exit3-once", "sleep")
+        self.assertEqual(result.returncode, 124, result.stderr)
+        first, second = self.runs("worker1")
+        self.assertEqual(second["PS_RESTART_COUNT"], "1")
+        pid = {name: self.runs(name)[0]["pid"]
+               for name in ["scheduler", "server0", "worker0"]}
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: timeout after 3 s; killed 4 still running: scheduler "
+            f"(pid {pid['scheduler']}), server 0 (pid {pid['server0']}), "
+            f"worker 0 (pid {pid['worker0']}), worker 1 (pid "
+            f"{second['pid']})")
+        # Every run, and the process each run of worker 1 left in its group
+        # (the first run's went when it was restarted).
+        pids = [first["pid"], second["pid"], *pid.values()]
+        for run in (1, 2):
+            path = self.pids / f"worker1.run{run}.grandchild.pid"
+            pids.append(int(path.read_text()))
+        end = time.monotonic() + 3  # Orphans are reaped asynchronously.
+        while not all(gone(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.02)
+        self.assertEqual([p for p in pids if not gone(p)], [])
+        self.assert_key_removed()
 
 
 class Z85Test(unittest.TestCase):

@@ -62,28 +62,51 @@ class HostfileTest(unittest.TestCase):
 
 class SshEnvTest(unittest.TestCase):
 
-    def test_settings_and_addresses_of_a_session(self):
+    def ssh_env(self, child, **settings):
+        """launch.ssh_env of child, the launcher's environment holding
+        PS_VERBOSE=1 and variables that must not be sent."""
         args = type("Args", (), dict(
             num_servers=1, num_workers=2, scheduler_host="me@head",
-            extra_env={"EXTRA": "x"}))()
+            extra_env={"EXTRA": "x"}, **settings))()
         env = dict(os.environ)
         try:
             for name in env:
                 if name.startswith(("DMLC_", "PS_", "OMP_")):
                     del os.environ[name]
             os.environ.update(PS_VERBOSE="1", DMLC_NODE_HOST="wrong",
-                              PS_RANK="9", OTHER="not sent")
-            got = launch.ssh_env(args, 9000,
-                                 launch.Child("worker", 1, "me@node2"))
+                              PS_RANK="9", OTHER="not sent",
+                              PS_MAX_RESTARTS="5", PS_RESTART_COUNT="7")
+            return launch.ssh_env(args, 9000, child)
         finally:
             os.environ.clear()
             os.environ.update(env)
+
+    def test_settings_and_addresses_of_a_session(self):
+        got = self.ssh_env(launch.Child("worker", 1, "me@node2"))
         self.assertEqual(got, {
             "PS_VERBOSE": "1", "OMP_WAIT_POLICY": "PASSIVE",
             "DMLC_PS_ROOT_URI": "head", "DMLC_PS_ROOT_PORT": "9000",
             "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "EXTRA": "x",
             "DMLC_ROLE": "worker", "PS_RANK": "1",
             "DMLC_NODE_HOST": "node2"})
+
+    def test_restart_settings_of_a_session(self):
+        worker = launch.Child("worker", 1, "me@node2")
+        server = launch.Child("server", 0, "me@node1")
+        for max_restarts in (None, 0):
+            settings = ({} if max_restarts is None
+                        else {"max_restarts": max_restarts})
+            got = self.ssh_env(worker, **settings)
+            self.assertNotIn("PS_MAX_RESTARTS", got)
+            self.assertNotIn("PS_RESTART_COUNT", got)
+        got = self.ssh_env(server, max_restarts=2)
+        self.assertEqual(got["PS_MAX_RESTARTS"], "2")
+        self.assertNotIn("PS_RESTART_COUNT", got)
+        worker.restarts = 1  # Its second run.
+        got = self.ssh_env(worker, max_restarts=2)
+        self.assertEqual((got["PS_MAX_RESTARTS"], got["PS_RESTART_COUNT"],
+                          got["PS_RANK"], got["DMLC_ROLE"]),
+                         ("2", "1", "1", "worker"))
 
 
 class FlagTest(unittest.TestCase):
@@ -106,7 +129,16 @@ class FlagTest(unittest.TestCase):
                  "--host is for --launcher local"),
                 (["--launcher", "mpi", "--tolerate", "server"],
                  "--tolerate is for --launcher local or ssh: mpirun stops "
-                 "the job when a process fails")]:
+                 "the job when a process fails"),
+                (["--launcher", "mpi", "--max-restarts", "1"],
+                 "--max-restarts is for --launcher local or ssh: mpirun "
+                 "stops the job when a process fails"),
+                (["--launcher", "slurm", "--max-restarts", "2"],
+                 "--max-restarts is for --launcher local or ssh: srun "
+                 "stops the job when a process fails"),
+                (["--launcher", "ssh", "-H", "/nonexistent/hosts",
+                  "--max-restarts", "-1"],
+                 "--max-restarts must be >= 0, got -1")]:
             result = self.run_launch("-s", "1", "-w", "1", *flags)
             self.assertEqual(result.returncode, 2, flags)
             self.assertIn(message, result.stderr)
