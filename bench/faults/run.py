@@ -13,9 +13,12 @@ mnist_dist through tracker/launch.py), in one run, and prints it:
                job (same flags):
                  a server killed (kill -9) at step 100 with --replicas 1 (the
                  job goes on), a server killed without replicas (the job
-                 stops, naming it), a worker killed, 1% of messages lost,
-                 the scheduler killed from outside (the job stops, naming
-                 it; detect: from the kill).
+                 stops, naming it), a worker killed (the job stops, naming
+                 it), a worker killed under --max-restarts 1 (the launcher
+                 starts it again and it rejoins; recover: to its line
+                 "rejoined at step"), 1% of messages lost, the scheduler
+                 killed from outside (the job stops, naming it; detect: from
+                 the kill).
 
   python3 bench/faults/run.py BUILD_DIR [--only SECTION] [--pairs N]
 
@@ -166,28 +169,33 @@ def faults(build, limit):
     cases = [
         ("server 1 killed, --replicas 1",
          ["--replicas", "1", "--die_node", "server:1", "--die_after_steps",
-          "100"], ["--tolerate", "server"], r"takes over its keys"),
+          "100"], ["--tolerate", "server"], r"takes over its keys", None),
         ("server 1 killed, no replicas",
          ["--die_node", "server:1", "--die_after_steps", "100"], [],
-         r"server 1 \(tcp://[^)]*\) was declared dead"),
+         r"server 1 \(tcp://[^)]*\) was declared dead", None),
         ("worker 1 killed (policy stop)",
          ["--die_node", "worker:1", "--die_after_steps", "100"], [],
-         r"worker 1 \(tcp://[^)]*\) was declared dead"),
+         r"worker 1 \(tcp://[^)]*\) was declared dead", None),
+        ("worker 1 killed (restart)",
+         ["--die_node", "worker:1", "--die_after_steps", "100"],
+         ["--max-restarts", "1"],
+         r"worker 1 \(tcp://[^)]*\) was declared dead",
+         r"worker 1 rejoined at step"),
         ("1% of messages lost", [],
          ["--env", "PS_DROP_MSG=1", "--env", "PS_RESEND_TIMEOUT_MS=100"],
-         None),
+         None, None),
     ]
     head = ("fault", "exit", "detect s", "recover s", "updates", "accuracy",
             "vs fault-free")
     rows = []
-    for name, fflags, extra, detected in cases:
+    for name, fflags, extra, detected, recovered in cases:
         rc, lines = launch(build, 2, 2, flags + fflags, extra)
         fault = first(lines, r"killing itself")
         detect = (first(lines, detected, fault) if detected and fault
                   is not None else None)
         recover = None
         if detect is not None and rc == 0:
-            recover = first(lines, STEP.pattern, detect)
+            recover = first(lines, recovered or STEP.pattern, detect)
         updates = sorted({(m.group(1), m.group(2)) for _, l in lines
                           for m in [UPDATES.search(l)] if m})
         acc = value(lines, ACCURACY)
