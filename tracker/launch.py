@@ -99,7 +99,7 @@ is the launcher's own plus:
   PS_KEY_FILE        the job's CurveZMQ key file (below); not set with
                      --insecure
   PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
-  PS_RESTART_COUNT   k in a worker's k-th restart (below); not set in its
+  PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
                      first run
   OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
                      machine's cores, and OpenMP threads that spin while
@@ -122,22 +122,24 @@ others run on, and the job's exit status is theirs: for jobs that survive
 it (mnist_dist --replicas 1 for servers, --on_worker_failure continue for
 workers).
 
-Restarts (--max-restarts N, local and ssh): a worker that exits non-zero or
-is killed by a signal is started again at once, up to N times per rank,
+Restarts (--max-restarts N, local and ssh): a worker or the scheduler that
+exits non-zero or is killed by a signal is started again at once, up to N
+times per process (the scheduler at the same address),
 with the same role, rank, key and environment plus PS_RESTART_COUNT=k (1
 in its first restart, 2 in its second...); its output keeps its tag, and a
 line says "worker 1 (pid 42) was killed by signal SIGKILL; restarting it
 (1 of 2, --max-restarts 2)". What the dead process left in its process
 group (local) is killed first. Every process of the job gets
 PS_MAX_RESTARTS=N: the nodes then wait for a restarted worker (the
-scheduler takes it back under its rank) instead of failing. Only workers
-restart: a server or the scheduler that fails stops the job as above (or
---tolerate server), and so does a worker whose N restarts are spent (or
---tolerate worker), the last line saying "(after N restarts,
---max-restarts N)". A restarted worker is never named as "declared dead"
-on that line: the launcher cannot tell a report about its dead run, which
-may come late, from one about its new run. The last line of a job that
-succeeded says which workers were restarted and how many times.
+scheduler takes it back under its rank) or scheduler (the members report
+themselves to it and it takes the job over) instead of failing. A server
+that fails stops the job as above (or --tolerate server), and so does a
+worker or scheduler whose N restarts are spent (or --tolerate worker),
+the last line saying "(after N restarts, --max-restarts N)". A restarted
+process is never named as "declared dead" on that line: the launcher
+cannot tell a report about its dead run, which may come late, from one
+about its new run. The last line of a job that succeeded says which
+processes were restarted and how many times.
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
@@ -196,8 +198,8 @@ launchers (--launcher):
 EPILOG = """\
 exit status:
   0    every process exited 0
-  1    a process exited non-zero or was killed by a signal (a worker:
-       once its --max-restarts are spent)
+  1    a process exited non-zero or was killed by a signal (a worker or
+       the scheduler: once its --max-restarts are spent)
   2    usage error (bad flags, PROGRAM missing, not found or not executable,
        a --key-file that is missing or not a key, a --make-key FILE that
        exists, a bad hostfile, a flag of another launcher, no ssh, mpirun
@@ -583,9 +585,10 @@ def parse_args(argv):
                         "survive it, e.g. servers with PS_REPLICAS=1 "
                         "(repeatable)")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
-                        help="local, ssh: restart a worker that exits "
-                        "non-zero or is killed, up to N times per rank, with "
-                        "its rank and environment plus PS_RESTART_COUNT; "
+                        help="local, ssh: restart a worker or the scheduler "
+                        "that exits non-zero or is killed, up to N times per "
+                        "process, with its rank and environment plus "
+                        "PS_RESTART_COUNT; "
                         "every process gets PS_MAX_RESTARTS=N (default: "
                         "%(default)s, no restart)")
     parser.add_argument("--timeout", type=float, default=None,
@@ -903,11 +906,11 @@ class Job:
     def first_report(self):
         """(declared name, reason, reporter's name) read first, or None.
 
-        Reports that name a restarted worker are left out, whenever they
+        Reports that name a restarted process are left out, whenever they
         were read: one read before the restart is about the run that
         died, and one read after it may be too (the other nodes notice a
         death late, after missed heartbeats) or be about the new run; the
-        launcher cannot tell which, so it never names a restarted worker
+        launcher cannot tell which, so it never names a restarted process
         as the cause of a failure on that ground. A failure is then put
         on the first process that exited non-zero, which for a restarted
         worker whose restarts are spent is itself.
@@ -966,9 +969,10 @@ class Job:
         return "done", None, None
 
     def may_restart(self, child):
-        """Whether child, which failed, is started again: a worker with
-        --max-restarts left (per rank)."""
-        return child.role == "worker" and child.restarts < self.max_restarts
+        """Whether child, which failed, is started again: a worker or the
+        scheduler with --max-restarts left (per process)."""
+        return (child.role in ("worker", "scheduler")
+                and child.restarts < self.max_restarts)
 
     def restart(self, child, returncode):
         """Starts child's next run at once (the scheduler takes it back

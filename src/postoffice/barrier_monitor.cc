@@ -32,9 +32,13 @@ Status Postoffice::Barrier(int group) {
   if (IsScheduler()) {
     outbox = SchedulerBarrierArriveLocked(group, my_id_);
   } else {
-    Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
-    msg.meta.mutable_control()->set_barrier_group(group);
-    outbox.push_back(std::move(msg));
+    waiting_barriers_.insert(group);
+    // Sent when the scheduler comes back if it is awaited (restarts).
+    if (awaiting_.count(kSchedulerId) == 0) {
+      Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
+      msg.meta.mutable_control()->set_barrier_group(group);
+      outbox.push_back(std::move(msg));
+    }
   }
   lock.Unlock();
   SendAll(&outbox);
@@ -45,11 +49,15 @@ Status Postoffice::Barrier(int group) {
   const int64_t wait_ms =
       int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
   auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
-  while (barrier_released_[group] <= seen && dead_.count(kSchedulerId) == 0 &&
+  // A scheduler awaited back (restarts) is waited for.
+  while (barrier_released_[group] <= seen && !SchedulerGoneLocked() &&
          cv_.WaitUntil(deadline)) {
   }
+  if (!IsScheduler()) {
+    waiting_barriers_.erase(waiting_barriers_.find(group));
+  }
   if (barrier_released_[group] > seen) return barrier_status_[group];
-  if (dead_.count(kSchedulerId) == 0) {
+  if (!SchedulerGoneLocked()) {
     return Status::Timeout("barrier of " + GroupName(group) +
                            " got no answer from the scheduler at " +
                            config_.SchedulerAddress() + " within " +
@@ -199,13 +207,22 @@ void Postoffice::MonitorLoop() {
         }
       }
     } else if (interval > 0) {
+      // While the scheduler is awaited back (restarts), this node reports
+      // itself instead of a heartbeat, until a restarted one answers.
+      auto away = awaiting_.find(kSchedulerId);
       if (MsSince(last_heartbeat, now) + tick / 2 >= interval) {
-        outbox.push_back(ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
+        outbox.push_back(away == awaiting_.end()
+                             ? ControlMessage(pb::HEARTBEAT, kSchedulerId, true)
+                             : ReportToSchedulerLocked());
         last_heartbeat = now;
       }
       if (dead_.count(kSchedulerId) == 0 &&
           MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
         newly_dead.push_back(kSchedulerId);
+      }
+      if (away != awaiting_.end() &&
+          MsSince(away->second, now) > config_.rejoin_timeout_ms) {
+        not_back.push_back(kSchedulerId);
       }
     }
     lock.Unlock();

@@ -80,7 +80,8 @@ Status Postoffice::Start() {
   van_.WatchConnections(
       grace,
       [this](int id, const std::string& why) { OnConnectionLost(id, why); },
-      IsScheduler() ? -1 : kSchedulerId);
+      IsScheduler() ? -1 : kSchedulerId,
+      [this](int id) { OnConnectionRegained(id); });
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   Status st = IsScheduler() ? StartScheduler() : StartMember();
   if (!st.ok()) return st;
@@ -551,6 +552,22 @@ void Postoffice::OnConnectionLost(int id, const std::string& why) {
     }
   }
   DeclareDead({id}, why);
+}
+
+void Postoffice::OnConnectionRegained(int id) {
+  Message report;
+  {
+    MutexLock lock(&mu_);
+    // The scheduler's address answers again: maybe a restarted scheduler
+    // (PS_MAX_RESTARTS), which learns the job from the members' reports.
+    // An old one that only lost the connection answers the report too.
+    if (IsScheduler() || id != kSchedulerId || !ready_ || finalized_ ||
+        config_.max_restarts == 0) {
+      return;
+    }
+    report = ReportToSchedulerLocked();
+  }
+  Send(&report).IgnoreError();  // heartbeats find a scheduler that is gone
 }
 
 void Postoffice::ReportResends() const {

@@ -161,10 +161,26 @@ class Postoffice {
   void FinishRejoinLocked(int id, std::vector<Message>* outbox) REQUIRES(mu_);
   void SchedulerOnJoined(const Message& msg) EXCLUDES(mu_);
   void MemberOnNodeJoined(const Message& msg) EXCLUDES(mu_);
-  // Whether a death of node `id` may be undone by a restart.
+  // Whether a death of node `id` may be undone by a restart: a worker's,
+  // or (at a member) the scheduler's.
   bool RestartableLocked(int id) const REQUIRES(mu_) {
-    return config_.max_restarts > 0 && IsWorkerId(id);
+    return config_.max_restarts > 0 &&
+           (IsWorkerId(id) || (id == kSchedulerId && !IsScheduler()));
   }
+  // A restarted scheduler (PS_MAX_RESTARTS): the members of the running job
+  // each report themselves (ADD_NODE with rejoin, their id and rank); once
+  // all did, it knows the table and the job goes on.
+  void SchedulerOnMemberReport(const Message& msg, const NodeInfo& node)
+      EXCLUDES(mu_);
+  // Member: whether the scheduler is dead and not awaited back.
+  bool SchedulerGoneLocked() const REQUIRES(mu_) {
+    return dead_.count(kSchedulerId) > 0 && awaiting_.count(kSchedulerId) == 0;
+  }
+  // Member: the message that reports this node to a restarted scheduler.
+  Message ReportToSchedulerLocked() const REQUIRES(mu_);
+  // Member: the scheduler we awaited is back; barriers in flight are sent
+  // to it again.
+  void MemberOnSchedulerBack() EXCLUDES(mu_);
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table
   // message per member; *new_ids maps each temporary id to the assigned one.
@@ -191,6 +207,9 @@ class Postoffice {
   // Watch thread: the connection to node `id` (a member, at the scheduler;
   // the scheduler, at a member) was lost for good.
   void OnConnectionLost(int id, const std::string& why) EXCLUDES(mu_);
+  // Watch thread: the connection to node `id` was made again after it had
+  // closed.
+  void OnConnectionRegained(int id) EXCLUDES(mu_);
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
   std::vector<Message> SchedulerCheckLocked(Clock::time_point now,
@@ -250,7 +269,10 @@ class Postoffice {
     Clock::time_point since;
   };
   std::map<int, Rejoin> rejoins_ GUARDED_BY(mu_);
-  bool rejoined_ GUARDED_BY(mu_) = false;  // member: we are a restart
+  bool rejoined_ GUARDED_BY(mu_) = false;  // a restart of a running job's node
+  // Member: the barriers this node waits in (sent again to a restarted
+  // scheduler).
+  std::multiset<int> waiting_barriers_ GUARDED_BY(mu_);
   std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;

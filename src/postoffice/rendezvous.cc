@@ -20,6 +20,13 @@
 //                             <- NODE_JOINED response     (SHM_READY to it)
 //   <- ADD_NODE response (table, rejoin)
 // so that no member hears the successor before it knows its address.
+//
+// A restarted scheduler (PS_MAX_RESTARTS) binds the old one's address. The
+// members, which waited for it (the data path does not need it), report
+// themselves every heartbeat interval (ADD_NODE with rejoin, their id and
+// rank) until it answers; once every member reported, it holds the table
+// again and answers each (ADD_NODE response with rejoin); they send it
+// again the barriers they were waiting in.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +52,28 @@ Status Postoffice::StartScheduler() {
   while (!ready_ && cv_.WaitUntil(deadline)) {
   }
   if (ready_) return Status::OK();
+  if (table_.nodes().size() > 1) {
+    // A restarted scheduler that heard from some members of a running job.
+    std::string missing;
+    for (int group : {kServerGroup, kWorkerGroup}) {
+      const int n = group == kServerGroup ? config_.num_servers
+                                          : config_.num_workers;
+      for (int r = 0; r < n; ++r) {
+        const int id =
+            group == kServerGroup ? ServerRankToId(r) : WorkerRankToId(r);
+        if (table_.Find(id) == nullptr) {
+          missing += (missing.empty() ? "" : ", ") + DescribeId(id);
+        }
+      }
+    }
+    return Status::Timeout(
+        "the restarted scheduler at " + config_.SchedulerAddress() +
+        " heard from " + std::to_string(table_.nodes().size() - 1) + " of " +
+        std::to_string(config_.num_servers + config_.num_workers) +
+        " members of the running job within " +
+        std::to_string(config_.rendezvous_timeout_ms) +
+        " ms (PS_RENDEZVOUS_TIMEOUT_MS); missing: " + missing);
+  }
   Status st = Status::Timeout(
       "rendezvous at the scheduler " + config_.SchedulerAddress() +
       " timed out after " + std::to_string(config_.rendezvous_timeout_ms) +
@@ -193,6 +222,7 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
                           ", not the address its connection is named after");
     return;
   }
+  if (ctrl.rejoin()) return SchedulerOnMemberReport(msg, node);
   std::vector<Message> outbox;
   {
     MutexLock lock(&mu_);
@@ -281,6 +311,105 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       }
     }
   }
+  SendAll(&outbox);
+}
+
+void Postoffice::SchedulerOnMemberReport(const Message& msg,
+                                         const NodeInfo& node) {
+  const pb::Control& ctrl = msg.meta.control();
+  const std::string connection =
+      Van::DescribeConnection(msg.from, msg.peer_address);
+  const int count = node.role == Role::kServer ? config_.num_servers
+                                               : config_.num_workers;
+  const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
+                                            : WorkerRankToId(node.rank);
+  std::vector<Message> outbox;
+  {
+    MutexLock lock(&mu_);
+    if (ctrl.num_servers() != config_.num_servers ||
+        ctrl.num_workers() != config_.num_workers || node.rank < 0 ||
+        node.rank >= count || node.id != id || config_.max_restarts == 0) {
+      van_.CountDropped(connection,
+                        "a member's report (" + node.Describe() +
+                            ") that does not fit this job" +
+                            (config_.max_restarts == 0
+                                 ? " (a scheduler takes a running job over "
+                                   "only with PS_MAX_RESTARTS > 0)"
+                                 : ""));
+      return;
+    }
+    const NodeInfo* known = table_.Find(id);
+    if (ready_ || !arrivals_.empty()) {
+      // Copies sent while we were not up yet are answered again; anything
+      // else (a job that registers anew) is no report of ours.
+      if (known != nullptr && known->HasIdentity(msg.from)) {
+        Message back = ControlMessage(pb::ADD_NODE, id, false);
+        back.meta.mutable_control()->set_rejoin(true);
+        outbox.push_back(std::move(back));
+      } else {
+        van_.CountDropped(connection, "a member's report, but this scheduler "
+                                      "did not restart a running job");
+        return;
+      }
+    } else if (known == nullptr) {
+      Status st = van_.Connect(id, node.host, node.port);
+      if (!st.ok()) {
+        LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
+        return;
+      }
+      table_.Add(node);
+      LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
+      if (static_cast<int>(table_.nodes().size()) ==
+          1 + config_.num_servers + config_.num_workers) {
+        rejoined_ = true;
+        ready_ = true;
+        for (const auto& [other, info] : table_.nodes()) {
+          if (other == my_id_) continue;
+          last_seen_[other] = Clock::now();
+          Message back = ControlMessage(pb::ADD_NODE, other, false);
+          back.meta.mutable_control()->set_rejoin(true);
+          outbox.push_back(std::move(back));
+        }
+        cv_.SignalAll();
+        const std::string line =
+            "the restarted scheduler took the running job over from its " +
+            std::to_string(table_.nodes().size() - 1) + " members";
+        LOG(INFO) << line;
+        std::fprintf(stderr, "ps: %s\n", line.c_str());
+      }
+    }
+  }
+  SendAll(&outbox);
+}
+
+Message Postoffice::ReportToSchedulerLocked() const {
+  Message msg = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
+  ToProto(*table_.Find(my_id_), msg.meta.mutable_control()->add_node());
+  msg.meta.mutable_control()->set_rejoin(true);
+  msg.meta.mutable_control()->set_num_servers(config_.num_servers);
+  msg.meta.mutable_control()->set_num_workers(config_.num_workers);
+  return msg;
+}
+
+void Postoffice::MemberOnSchedulerBack() {
+  std::vector<Message> outbox;
+  bool back;
+  {
+    MutexLock lock(&mu_);
+    // It may not have been declared dead yet (the connection came back
+    // before the watch's grace ran out): the barriers go again anyway (an
+    // arrival counts once).
+    back = awaiting_.erase(kSchedulerId) > 0;
+    dead_.erase(kSchedulerId);
+    scheduler_seen_ = Clock::now();
+    for (int group : waiting_barriers_) {
+      Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
+      msg.meta.mutable_control()->set_barrier_group(group);
+      outbox.push_back(std::move(msg));
+    }
+    cv_.SignalAll();
+  }
+  if (back) LOG(INFO) << "the scheduler is back (restarted)";
   SendAll(&outbox);
 }
 
@@ -473,6 +602,10 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
   std::vector<std::pair<int, std::string>> probed;
   {
     MutexLock lock(&mu_);
+    if (ready_ && ctrl.rejoin() && ctrl.error().empty()) {
+      lock.Unlock();
+      return MemberOnSchedulerBack();
+    }
     if (ready_) {
       van_.CountDropped("scheduler", "a second node table");
       return;

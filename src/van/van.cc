@@ -260,12 +260,14 @@ Status Van::Connect(int id, const std::string& host, int port) {
   return Status::OK();
 }
 
-void Van::WatchConnections(int grace_ms, LostHandler lost, int only_id) {
+void Van::WatchConnections(int grace_ms, LostHandler lost, int only_id,
+                           RegainedHandler regained) {
   CHECK(!watcher_.joinable()) << "WatchConnections() twice";
   CHECK_GT(grace_ms, 0);
   watch_grace_ms_ = grace_ms;
   watch_only_id_ = only_id;
   lost_ = std::move(lost);
+  regained_ = std::move(regained);
   watcher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ps-van-watch");
     WatchLoop();
@@ -313,6 +315,7 @@ void Van::WatchLoop() {
     if (stopped_watch_.load()) break;
     auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<std::shared_ptr<Peer>, std::string>> lost;
+    std::vector<std::shared_ptr<Peer>> regained;
     for (size_t i = 0; i < watched.size(); ++i) {
       Watched& w = watched[i];
       if (items[i].revents & ZMQ_POLLIN) {
@@ -331,7 +334,13 @@ void Van::WatchLoop() {
           w.down = true;
           w.down_since = now;
         } else if (event == ZMQ_EVENT_CONNECTED) {
+          // Made again (a restarted peer at the same address): a later
+          // loss is a new one.
+          if (w.down || w.reported) {
+            if (std::shared_ptr<Peer> p = w.peer.lock()) regained.push_back(p);
+          }
           w.down = false;
+          w.reported = false;
         }
       }
       std::shared_ptr<Peer> peer = w.peer.lock();
@@ -347,14 +356,19 @@ void Van::WatchLoop() {
       zmq_close(watched[i].monitor);
       watched.erase(watched.begin() + static_cast<long>(i));
     }
-    for (const auto& [peer, address] : lost) {
-      int id = -1;
-      {
-        MutexLock lock(&peers_mu_);
-        for (const auto& [peer_id, p] : peers_) {
-          if (p == peer) id = peer_id;
-        }
+    auto id_of = [this](const std::shared_ptr<Peer>& peer) {
+      MutexLock lock(&peers_mu_);
+      for (const auto& [peer_id, p] : peers_) {
+        if (p == peer) return peer_id;
       }
+      return -1;  // no longer a peer
+    };
+    for (const auto& peer : regained) {
+      const int id = id_of(peer);
+      if (id >= 0 && regained_) regained_(id);
+    }
+    for (const auto& [peer, address] : lost) {
+      const int id = id_of(peer);
       if (id < 0) continue;  // no longer a peer
       lost_(id, "its connection (" + address +
                     ") closed and could not be "

@@ -99,10 +99,16 @@ class Van {
 
   // Reports a peer whose connection closed and did not come back within
   // `grace_ms`: lost(id, why), on the watch thread, under no lock of the
-  // van, once per connection. Call before Start(); applies to the DEALERs
+  // van, once per loss (a connection made again, e.g. to a restarted peer
+  // at the same address, may be reported lost again). Call before Start(); applies to the DEALERs
   // opened from then on: all of them, or only node `only_id`'s.
   using LostHandler = std::function<void(int id, const std::string& why)>;
-  void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1);
+  // regained(id): a connection that had closed was made again (e.g. to a
+  // peer restarted at the same address), whether or not it was reported
+  // lost; on the watch thread, under no lock of the van.
+  using RegainedHandler = std::function<void(int id)>;
+  void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1,
+                        RegainedHandler regained = nullptr);
 
   // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
   Status Connect(int id, const std::string& host, int port);
@@ -187,6 +193,7 @@ class Van {
   int watch_grace_ms_ = 0;  // 0: no watching
   int watch_only_id_ = -1;  // -1: every peer
   LostHandler lost_;
+  RegainedHandler regained_;
   std::thread watcher_;  // "ps-van-watch"
   Mutex watch_mu_;
   std::vector<Watched> new_watches_ GUARDED_BY(watch_mu_);  // to hand over

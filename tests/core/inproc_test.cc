@@ -915,5 +915,73 @@ TEST(InProc, AWorkerThatDoesNotRejoinInTimeFailsTheJob) {
       << failure;
 }
 
+
+// PS_MAX_RESTARTS: the scheduler dies (abandoned, as a crash). The data
+// path goes on without it, and a barrier entered meanwhile waits; a new
+// scheduler on the same address takes the job over from the members'
+// reports (the barrier completes, sent to it again), and the job ends
+// cleanly with exact sums.
+TEST(InProc, RestartedSchedulerTakesTheJobOver) {
+  const int kS = 2, kW = 2;
+  auto restarts = [](Config* cfg) { cfg->max_restarts = 1; };
+  DefaultJob c(kS, kW, restarts);
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  const int port = c.scheduler->port();
+  c.scheduler->postoffice()->Abandon();
+  // Found dead through its connection; the members wait for it.
+  for (auto& w : c.workers) {
+    KVWorker<float> kv(w.get(), 0, 0);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {1, float(w->rank() + 1)})).ok());
+  }
+  std::vector<Status> barrier(kW);
+  std::vector<std::thread> waiting;
+  for (int i = 0; i < kW; ++i) {
+    waiting.emplace_back(
+        [&, i] { barrier[i] = c.workers[i]->Barrier(kWorkerGroup); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Config cfg = TestConfig(Role::kScheduler, kS, kW);
+  cfg.port = port;
+  restarts(&cfg);
+  auto successor = std::make_unique<Node>(cfg);
+  ASSERT_TRUE(successor->Start().ok());
+  EXPECT_TRUE(successor->rejoined());
+  c.scheduler = std::move(successor);
+  for (auto& t : waiting) t.join();
+  for (const Status& st : barrier) EXPECT_TRUE(st.ok()) << st;
+  {
+    KVWorker<float> kv(c.workers[0].get(), 0, 0);
+    std::vector<float> out;
+    ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+    EXPECT_EQ(out, (std::vector<float>{2, 1 + 2}));
+  }
+  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A scheduler that is not back within PS_REJOIN_TIMEOUT_MS: each member
+// names it, with that reason.
+TEST(InProc, ASchedulerThatDoesNotComeBackIsNamed) {
+  DefaultJob c(1, 1, [](Config* cfg) {
+    cfg->max_restarts = 1;
+    cfg->rejoin_timeout_ms = 600;
+  });
+  ASSERT_TRUE(c.Start());
+  c.scheduler->postoffice()->Abandon();
+  for (Node* n : {c.servers[0].get(), c.workers[0].get()}) {
+    Status failure;
+    for (int i = 0; i < 100 && failure.ok(); ++i) {  // at most 10 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      failure = n->peer_failure();
+    }
+    EXPECT_NE(failure.message().find("scheduler"), std::string::npos)
+        << failure;
+    EXPECT_NE(failure.message().find("did not rejoin within 600 ms"),
+              std::string::npos)
+        << failure;
+  }
+}
+
 }  // namespace
 }  // namespace ps

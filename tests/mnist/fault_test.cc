@@ -10,7 +10,8 @@
 //   step; the weights equal the fault-free job's bit for bit.
 // - Restarts: with launch.py --max-restarts a killed worker is started
 //   again and rejoins; every update still has both workers' gradients, and
-//   a worker killed between steps resumes bit-exactly.
+//   a worker killed between steps resumes bit-exactly. A killed scheduler
+//   is started again and takes the job over; nothing is lost.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -449,6 +450,44 @@ TEST(Restart, SpentRestartsStopTheJob) {
   const std::string out = job.Output();
   EXPECT_NE(out.find("after 1 restart"), std::string::npos) << out;
   EXPECT_EQ(WorkerOne(port), -1) << "a worker 1 is left running";
+}
+
+
+// kill -9 of the scheduler while the workers train, under --max-restarts:
+// the launcher starts it again at the same address, the members report
+// themselves to it, and it takes the job over. The data path never needed
+// it: the job ends with the fault-free weights, bit for bit.
+TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
+  const std::string flags = "--train_limit 3200 --overlap off --log_every_s 0.1";
+  std::string clean = TempPath("clean.bin"), restarted = TempPath("sch.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("scheduler-restart");
+  const int port = 20000 + (getpid() + 41) % 20000;
+  ASSERT_TRUE(job.Start(
+      LaunchCommand("--max-restarts 1 --port " + std::to_string(port),
+                    flags + " --dump_weights " + restarted)));
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  const int pid = FindProcess(
+      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(job.Code(240), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("scheduler (pid " + std::to_string(pid) +
+                     ") was killed by signal SIGKILL; restarting it"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("the restarted scheduler took the running job over "
+                     "from its 4 members"),
+            std::string::npos)
+      << out;
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(UpdatesOf(out, s), 100) << out;
+  std::string wa = ReadBytes(clean), wb = ReadBytes(restarted);
+  ASSERT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ after the scheduler's restart";
+  std::remove(clean.c_str());
+  std::remove(restarted.c_str());
 }
 
 }  // namespace

@@ -64,7 +64,8 @@ def declare_dead(name, why):  # As the library logs it (glog).
 
 HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
 
-RUN_KEYS = ["PS_RANK", "PS_KEY_FILE", "PS_MAX_RESTARTS", "PS_RESTART_COUNT"]
+RUN_KEYS = ["PS_RANK", "PS_KEY_FILE", "PS_MAX_RESTARTS", "PS_RESTART_COUNT",
+            "DMLC_PS_ROOT_PORT"]
 
 def runs(name):  # How many runs of a process have started.
     try:
@@ -649,6 +650,26 @@ class RestartTest(LaunchCase):
             self.last_line(result),
             f"launch: server 0 (pid {runs[0]['pid']}) exited with code 3; "
             "stopped the other 3 processes")
+        self.assert_all_dead()
+
+    def test_killed_scheduler_is_restarted_at_the_same_address(self):
+        result = self.launch_restart(["--max-restarts", "1"], "scheduler",
+                                     "kill-once", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        first, second = self.runs("scheduler")
+        self.assertEqual(self.restart_lines(result), [
+            f"launch: scheduler (pid {first['pid']}) was killed by signal "
+            "SIGKILL; restarting it (1 of 1, --max-restarts 1)"])
+        self.assertEqual(second["PS_RESTART_COUNT"], "1")
+        self.assertEqual(second["DMLC_PS_ROOT_PORT"],
+                         first["DMLC_PS_ROOT_PORT"])
+        self.assertEqual(second["PS_KEY_FILE"], first["PS_KEY_FILE"])
+        for name in ["server0", "worker0", "worker1"]:
+            self.assertEqual(len(self.runs(name)), 1, name)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"scheduler was restarted 1 time "
+                         r"\(--max-restarts 1\)$")
         self.assert_all_dead()
 
     def test_without_max_restarts_nothing_restarts(self):
