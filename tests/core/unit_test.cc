@@ -148,6 +148,66 @@ TEST(Config, ResendSettings) {
             "PS_RESEND='2' is not 0 or 1");
 }
 
+// Restarts are off by default (PS_MAX_RESTARTS 0) and a dead worker is
+// awaited 60 s when they are on; bad values name the variable and value.
+TEST(Config, RestartSettings) {
+  std::map<std::string, std::string> base = {{"DMLC_ROLE", "worker"},
+                                             {"DMLC_PS_ROOT_PORT", "9000"},
+                                             {"DMLC_NUM_SERVER", "1"},
+                                             {"DMLC_NUM_WORKER", "2"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    auto env = base;
+    for (auto& [k, v] : extra) env[k] = v;
+    return Config::FromEnv(env);
+  };
+  StatusOr<Config> defaults = with({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->max_restarts, 0);
+  EXPECT_EQ(defaults->rejoin_timeout_ms, 60000);
+  EXPECT_EQ(Config().max_restarts, 0);
+  EXPECT_EQ(Config().rejoin_timeout_ms, 60000);
+
+  StatusOr<Config> c =
+      with({{"PS_MAX_RESTARTS", "3"}, {"PS_REJOIN_TIMEOUT_MS", "1500"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_restarts, 3);
+  EXPECT_EQ(c->rejoin_timeout_ms, 1500);
+  EXPECT_NE(c->ToString().find("max_restarts=3 rejoin_timeout_ms=1500"),
+            std::string::npos)
+      << c->ToString();
+  EXPECT_EQ(with({{"PS_MAX_RESTARTS", "0"}})->max_restarts, 0);
+  EXPECT_EQ(with({{"PS_REJOIN_TIMEOUT_MS", "1"}})->rejoin_timeout_ms, 1);
+  // Each is read on its own: the timeout alone keeps restarts off.
+  EXPECT_EQ(with({{"PS_REJOIN_TIMEOUT_MS", "250"}})->max_restarts, 0);
+  EXPECT_EQ(with({{"PS_MAX_RESTARTS", "1"}})->rejoin_timeout_ms, 60000);
+
+  auto err = [&](const std::string& name, const std::string& value) {
+    return with({{name, value}}).status().message();
+  };
+  EXPECT_EQ(err("PS_MAX_RESTARTS", "-1"),
+            "PS_MAX_RESTARTS='-1' is not a non-negative integer");
+  EXPECT_EQ(err("PS_MAX_RESTARTS", "x"),
+            "PS_MAX_RESTARTS='x' is not a non-negative integer");
+  EXPECT_EQ(err("PS_MAX_RESTARTS", ""),
+            "PS_MAX_RESTARTS='' is not a non-negative integer");
+  EXPECT_EQ(err("PS_MAX_RESTARTS", "2147483648"),
+            "PS_MAX_RESTARTS='2147483648' is not a non-negative integer");
+  EXPECT_EQ(err("PS_REJOIN_TIMEOUT_MS", "0"),
+            "PS_REJOIN_TIMEOUT_MS='0' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(err("PS_REJOIN_TIMEOUT_MS", "-5"),
+            "PS_REJOIN_TIMEOUT_MS='-5' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(err("PS_REJOIN_TIMEOUT_MS", "x"),
+            "PS_REJOIN_TIMEOUT_MS='x' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(err("PS_REJOIN_TIMEOUT_MS", "1.5"),
+            "PS_REJOIN_TIMEOUT_MS='1.5' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(with({{"PS_REJOIN_TIMEOUT_MS", "0"}}).status().code(),
+            Status::kInvalidArgument);
+}
+
 // A job's environment for one server of one server and one worker.
 std::map<std::string, std::string> ServerEnv() {
   return {{"DMLC_ROLE", "server"},
@@ -253,6 +313,69 @@ TEST(ConfigFlags, BadValuesNameTheFlagAndValue) {
       "--ps_interface='nosuch0' is not an interface with an IPv4 address");
   // Not a number at all: gflags itself refuses it, naming flag and value.
   EXPECT_TRUE(gflags::SetCommandLineOption("ps_num_workers", "abc").empty());
+}
+
+// --ps_max_restarts and --ps_rejoin_timeout_ms win over their variables;
+// at their default (-1) the variables decide.
+TEST(ConfigFlags, RestartFlagsWinOverTheEnvironment) {
+  auto env = ServerEnv();
+  env["PS_MAX_RESTARTS"] = "1";
+  env["PS_REJOIN_TIMEOUT_MS"] = "9000";
+  {
+    StatusOr<Config> c = Config::FromEnvAndFlags(env);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->max_restarts, 1);
+    EXPECT_EQ(c->rejoin_timeout_ms, 9000);
+  }
+  gflags::FlagSaver restore_flags_at_exit;
+  ASSERT_FALSE(gflags::SetCommandLineOption("ps_max_restarts", "4").empty());
+  ASSERT_FALSE(
+      gflags::SetCommandLineOption("ps_rejoin_timeout_ms", "700").empty());
+  StatusOr<Config> c = Config::FromEnvAndFlags(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_restarts, 4);
+  EXPECT_EQ(c->rejoin_timeout_ms, 700);
+  // Flags alone, without the variables.
+  c = Config::FromEnvAndFlags(ServerEnv());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_restarts, 4);
+  EXPECT_EQ(c->rejoin_timeout_ms, 700);
+  // FromEnv reads no flags.
+  EXPECT_EQ(Config::FromEnv(env)->max_restarts, 1);
+  EXPECT_EQ(Config::FromEnv(env)->rejoin_timeout_ms, 9000);
+  // Back at -1 the variables decide again.
+  gflags::SetCommandLineOption("ps_max_restarts", "-1");
+  gflags::SetCommandLineOption("ps_rejoin_timeout_ms", "-1");
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->max_restarts, 1);
+  EXPECT_EQ(Config::FromEnvAndFlags(env)->rejoin_timeout_ms, 9000);
+}
+
+TEST(ConfigFlags, BadRestartFlagsNameTheFlagAndValue) {
+  auto err = [](const char* flag, const char* value) {
+    gflags::FlagSaver restore_flags_at_exit;
+    EXPECT_FALSE(gflags::SetCommandLineOption(flag, value).empty()) << flag;
+    return Config::FromEnvAndFlags(ServerEnv()).status().message();
+  };
+  EXPECT_EQ(err("ps_max_restarts", "-2"),
+            "--ps_max_restarts='-2' is not a non-negative integer");
+  EXPECT_EQ(err("ps_rejoin_timeout_ms", "0"),
+            "--ps_rejoin_timeout_ms='0' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(err("ps_rejoin_timeout_ms", "-3"),
+            "--ps_rejoin_timeout_ms='-3' is not a positive number of "
+            "milliseconds");
+  // A bad flag is reported even where the variable is good.
+  {
+    gflags::FlagSaver restore_flags_at_exit;
+    gflags::SetCommandLineOption("ps_max_restarts", "-2");
+    auto env = ServerEnv();
+    env["PS_MAX_RESTARTS"] = "1";
+    EXPECT_EQ(Config::FromEnvAndFlags(env).status().message(),
+              "--ps_max_restarts='-2' is not a non-negative integer");
+  }
+  EXPECT_TRUE(gflags::SetCommandLineOption("ps_max_restarts", "x").empty());
+  EXPECT_TRUE(
+      gflags::SetCommandLineOption("ps_rejoin_timeout_ms", "x").empty());
 }
 
 TEST(Placement, EvenKeysIsPsLiteSplit) {

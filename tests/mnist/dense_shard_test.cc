@@ -2,13 +2,20 @@
 // exact weights after BSP, bounded delay and async runs, staleness within
 // tau, workers that stop at different steps, steps pushed in two key ranges
 // in different orders, gradients in shared memory that the shard only
-// borrows, overlapping ranges rejected, and the cmd encoding.
+// borrows, overlapping ranges rejected, the cmd encoding, and workers that
+// die: gone on without (kContinue), or restarted (kRestart: the successor
+// rejoins under its rank, resumes where kJoin says and repeats no gradient
+// of its predecessor; one that does not rejoin in time fails the shard).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -462,6 +469,371 @@ TEST(DenseShard, ContinueGoesOnWithoutADeadWorker) {
     EXPECT_EQ(shard.weights()[i], pulled[4][i]);
   }
   EXPECT_EQ(shard.bad_requests(), 0);
+  // The dead worker cannot join the final barrier: the nodes just stop.
+}
+
+// kRestart: PS_MAX_RESTARTS=1 on every node, 2 servers (the shards of
+// TwoServers()) and 2 workers. Every worker pushes each key {0}, {1}, {2}
+// as a range of its own, worker r the gradient (r + 1) * (step + 1) *
+// (key + 1) (integers: the sums are exact), and the updater subtracts the
+// summed gradient and records each update. Steps 0 and 1 run with both
+// workers; in step 2 worker 1 pushes key 1 only and dies (its node stops
+// without Finalize).
+struct RestartJob {
+  static constexpr int kDeathStep = 2;
+  static constexpr Key kKeyPushedBeforeDeath = 1;
+
+  struct Update {
+    int step;
+    Key key;
+    int num_grads;
+  };
+
+  explicit RestartJob(int rejoin_timeout_ms)
+      : tweak([rejoin_timeout_ms](Config* c) {
+          c->max_restarts = 1;
+          c->rejoin_timeout_ms = rejoin_timeout_ms;
+        }),
+        cluster(2, 2, tweak) {}
+
+  // Starts the nodes and the shards; steps 0 and 1 with both workers, then
+  // worker 1's part of step 2 and its death. False (with the failures
+  // reported) where that went wrong.
+  bool StartAndKillWorker1() {
+    if (!cluster.Start()) return false;
+    for (int s = 0; s < 2; ++s) {
+      const int rank = cluster.servers[s]->rank();
+      const Key begin = placement.begin(rank);
+      const Key end = std::min<Key>(placement.end(rank), 3);
+      first_keys.push_back(begin);
+      size_t n = 0;
+      for (Key k = begin; k < end; ++k) n += kLayout.length(k);
+      DenseShardOptions options{Consistency::kBsp, 0, 2};
+      options.on_worker_failure = WorkerFailure::kRestart;
+      servers.push_back(
+          std::make_unique<KVServer<float>>(cluster.servers[s].get(), 0));
+      shards.push_back(std::make_unique<DenseShard>(
+          servers.back().get(), kLayout, begin, end,
+          std::vector<float>(n, 0.0f), options,
+          [this, begin](float* w, const float* g, size_t offset, size_t len,
+                        int num_grads, int step, int) {
+            for (size_t i = 0; i < len; ++i) w[i] -= g[i];
+            std::lock_guard<std::mutex> lock(updates_mu);
+            updates.push_back({step,
+                               begin + static_cast<Key>(offset / kLayout.chunk),
+                               num_grads});
+          }));
+    }
+    std::sort(first_keys.begin(), first_keys.end());
+    for (auto& w : cluster.workers) {
+      (w->rank() == 0 ? worker0 : worker1) = w.get();
+    }
+    if (worker0 == nullptr || worker1 == nullptr) {
+      ADD_FAILURE() << "no workers of ranks 0 and 1";
+      return false;
+    }
+    kv0 = MakeKV(worker0);
+    auto kv1 = MakeKV(worker1);
+    for (int step = 0; step < kDeathStep; ++step) {
+      std::vector<float> w0, w1;
+      int pull0 = PushStepAndPull(kv0.get(), 0, step, &w0);
+      int pull1 = PushStepAndPull(kv1.get(), 1, step, &w1);
+      Status st0 = kv0->Wait(pull0), st1 = kv1->Wait(pull1);
+      if (!st0.ok() || !st1.ok()) {
+        ADD_FAILURE() << "step " << step << ": " << st0 << "; " << st1;
+        return false;
+      }
+      if (w0 != WeightsAfter(step + 1) || w1 != WeightsAfter(step + 1)) {
+        ADD_FAILURE() << "wrong weights after step " << step;
+        return false;
+      }
+    }
+    Status st =
+        kv1->Wait(Push(kv1.get(), 1, kDeathStep, kKeyPushedBeforeDeath));
+    if (!st.ok()) {
+      ADD_FAILURE() << "worker 1's last push: " << st;
+      return false;
+    }
+    kv1.reset();
+    stopped_at = std::chrono::steady_clock::now();
+    worker1->Stop();  // no Finalize: a failure
+    return true;
+  }
+
+  std::unique_ptr<KVWorker<float>> MakeKV(Node* node) {
+    auto kv = std::make_unique<KVWorker<float>>(node, 0, 0);
+    kv->SetPlacement(TwoServers());
+    return kv;
+  }
+
+  static float Grad(int rank, int step, Key key) {
+    return (rank + 1.0f) * (step + 1.0f) * (key + 1.0f);
+  }
+
+  // Worker `rank`'s push of `key` in `step`; the timestamp.
+  static int Push(KVWorker<float>* kv, int rank, int step, Key key) {
+    const int len = static_cast<int>(kLayout.length(key));
+    return kv->Push({key}, std::vector<float>(len, Grad(rank, step, key)),
+                    {len}, EncodeDenseCmd(DenseOp::kStep, step));
+  }
+
+  // Pushes the three keys of `step` (each Wait must succeed), then pulls
+  // the weights of step + 1 into *w: the pull's timestamp.
+  static int PushStepAndPull(KVWorker<float>* kv, int rank, int step,
+                             std::vector<float>* w,
+                             const std::function<void()>& on_pulled = nullptr) {
+    for (Key k = 0; k < 3; ++k) {
+      Status st = kv->Wait(Push(kv, rank, step, k));
+      EXPECT_TRUE(st.ok()) << "worker " << rank << " step " << step << " key "
+                           << k << ": " << st;
+    }
+    return kv->Pull({0, 1, 2}, w, nullptr,
+                    EncodeDenseCmd(DenseOp::kStep, step + 1), on_pulled);
+  }
+
+  // kDone after `steps` steps, to every shard.
+  Status Done(KVWorker<float>* kv, int steps) {
+    return kv->Wait(kv->Push(first_keys, std::vector<float>(2, 0.0f), {1, 1},
+                             EncodeDenseCmd(DenseOp::kDone, steps)));
+  }
+
+  // Every float of key k after `steps` steps with both workers' gradients:
+  // -(1 + 2) * (k + 1) * (1 + ... + steps).
+  static std::vector<float> WeightsAfter(int steps) {
+    std::vector<float> w;
+    for (Key k = 0; k < 3; ++k) {
+      const float v = -3.0f * (k + 1.0f) * (steps * (steps + 1) / 2.0f);
+      w.insert(w.end(), kLayout.length(k), v);
+    }
+    return w;
+  }
+
+  // The shards' weights in float order.
+  std::vector<float> ShardWeights() {
+    std::vector<float> all(kLayout.total);
+    for (int s = 0; s < 2; ++s) {
+      const Key begin = placement.begin(cluster.servers[s]->rank());
+      std::copy(shards[s]->weights().begin(), shards[s]->weights().end(),
+                all.begin() + kLayout.offset(begin));
+    }
+    return all;
+  }
+
+  std::function<void(Config*)> tweak;
+  Cluster cluster;
+  Placement placement = TwoServers();
+  std::vector<Key> first_keys;  // one key of each shard, ascending
+  std::mutex updates_mu;
+  std::vector<Update> updates;
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  std::vector<std::unique_ptr<DenseShard>> shards;
+  Node* worker0 = nullptr;
+  Node* worker1 = nullptr;  // stopped by StartAndKillWorker1
+  std::chrono::steady_clock::time_point stopped_at;  // just before
+  std::unique_ptr<KVWorker<float>> kv0;
+};
+
+// A new process of worker 1 (PS_RANK=1) rejoins while worker 0's pull of
+// step 3 waits: kJoin answers step 2 on both shards (each has a key that
+// still waits for step 2), the successor pushes all of step 2 again, and
+// key 1, which its predecessor pushed and which was applied already, is
+// answered but not summed a second time. Every update has both workers'
+// gradients; worker 0's pull is answered; the job finishes and all nodes,
+// the successor in place of the dead process, pass the final barrier.
+TEST(DenseShard, RestartedWorkerRejoinsAndResumes) {
+  RestartJob job(/*rejoin_timeout_ms=*/20000);
+  ASSERT_TRUE(job.StartAndKillWorker1());
+  const int t = RestartJob::kDeathStep;
+  // Worker 0 pushes step t whole; its pull of t + 1 waits for worker 1.
+  std::atomic<bool> pulled0{false};
+  std::vector<float> w0;
+  const int pull0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t, &w0,
+                                                [&] { pulled0 = true; });
+  for (auto& shard : job.shards) {
+    EXPECT_TRUE(shard->failure().ok()) << shard->failure();
+  }
+
+  Config c = TestConfig(Role::kWorker, 2, 2);
+  c.root_port = job.cluster.scheduler->port();
+  job.tweak(&c);
+  c.rank = 1;
+  auto successor = std::make_unique<Node>(c);
+  const auto registered = std::chrono::steady_clock::now();
+  Status st = successor->Start();
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_LT(std::chrono::steady_clock::now() - registered,
+            std::chrono::seconds(10));
+  EXPECT_TRUE(successor->rejoined());
+  EXPECT_EQ(successor->rank(), 1);
+  EXPECT_EQ(successor->id(), job.worker1->id());
+  EXPECT_FALSE(job.worker0->rejoined());
+  {
+    auto kv = job.MakeKV(successor.get());
+    // Where to resume: one key of each shard, one float each.
+    std::vector<float> resume;
+    std::vector<int> lens;
+    st = kv->Wait(kv->Pull(job.first_keys, &resume, &lens,
+                           EncodeDenseCmd(DenseOp::kJoin, 0)));
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(lens, (std::vector<int>{1, 1}));
+    EXPECT_EQ(resume, (std::vector<float>{static_cast<float>(t),
+                                          static_cast<float>(t)}));
+    for (auto& shard : job.shards) EXPECT_EQ(shard->workers_rejoined(), 1);
+    EXPECT_FALSE(pulled0) << "worker 0's pull of step " << t + 1
+                          << " was answered without worker 1's gradients";
+    // Step t again, all three keys.
+    std::vector<float> w1;
+    st = kv->Wait(RestartJob::PushStepAndPull(kv.get(), 1, t, &w1));
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(w1, RestartJob::WeightsAfter(t + 1));
+    st = job.kv0->Wait(pull0);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(pulled0);
+    EXPECT_EQ(w0, RestartJob::WeightsAfter(t + 1));
+    // One more step together, then done.
+    w0.clear();
+    w1.clear();
+    const int p0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t + 1, &w0);
+    const int p1 = RestartJob::PushStepAndPull(kv.get(), 1, t + 1, &w1);
+    EXPECT_TRUE(job.kv0->Wait(p0).ok());
+    EXPECT_TRUE(kv->Wait(p1).ok());
+    EXPECT_EQ(w0, RestartJob::WeightsAfter(t + 2));
+    EXPECT_EQ(w1, RestartJob::WeightsAfter(t + 2));
+    EXPECT_TRUE(job.Done(job.kv0.get(), t + 2).ok());
+    EXPECT_TRUE(job.Done(kv.get(), t + 2).ok());
+  }
+  for (auto& shard : job.shards) {
+    EXPECT_TRUE(shard->WaitAllDone(std::chrono::seconds(10)));
+    EXPECT_TRUE(shard->failure().ok()) << shard->failure();
+    EXPECT_EQ(shard->workers_rejoined(), 1);
+    EXPECT_EQ(shard->workers_lost(), 0);
+    EXPECT_EQ(shard->updates_applied(), t + 2);
+    EXPECT_EQ(shard->bad_requests(), 0);
+  }
+  EXPECT_EQ(job.ShardWeights(), RestartJob::WeightsAfter(t + 2));
+  {
+    std::lock_guard<std::mutex> lock(job.updates_mu);
+    // Each key once a step, each update with both workers' gradients.
+    std::set<std::pair<int, Key>> seen;
+    for (const RestartJob::Update& u : job.updates) {
+      EXPECT_EQ(u.num_grads, 2) << "step " << u.step << " key " << u.key;
+      EXPECT_TRUE(seen.insert({u.step, u.key}).second)
+          << "step " << u.step << " key " << u.key << " updated twice";
+    }
+    EXPECT_EQ(job.updates.size(), static_cast<size_t>(3 * (t + 2)));
+  }
+  // The successor takes the dead process's place in the final barrier.
+  job.kv0.reset();
+  std::vector<Node*> live{job.cluster.scheduler.get(), job.worker0,
+                          successor.get()};
+  for (auto& s : job.cluster.servers) live.push_back(s.get());
+  std::vector<Status> finalized(live.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < live.size(); ++i) {
+    threads.emplace_back([&, i] { finalized[i] = live[i]->Finalize(); });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t i = 0; i < live.size(); ++i) {
+    EXPECT_TRUE(finalized[i].ok()) << i << ": " << finalized[i];
+  }
+}
+
+// The successor's repeat of a push its predecessor made comes before
+// worker 0's push of that range (summed, not applied yet): it is answered
+// and not summed again, and step 2 applies once worker 0 pushed it.
+TEST(DenseShard, RestartedWorkerRepeatsAPushNotAppliedYet) {
+  RestartJob job(/*rejoin_timeout_ms=*/20000);
+  ASSERT_TRUE(job.StartAndKillWorker1());
+  const int t = RestartJob::kDeathStep;
+  Config c = TestConfig(Role::kWorker, 2, 2);
+  c.root_port = job.cluster.scheduler->port();
+  job.tweak(&c);
+  c.rank = 1;
+  Node successor(c);
+  Status st = successor.Start();
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(successor.rejoined());
+  {
+    auto kv = job.MakeKV(&successor);
+    std::vector<float> resume;
+    st = kv->Wait(kv->Pull(job.first_keys, &resume, nullptr,
+                           EncodeDenseCmd(DenseOp::kJoin, 0)));
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(resume, (std::vector<float>{static_cast<float>(t),
+                                          static_cast<float>(t)}));
+    std::atomic<bool> pulled1{false};
+    std::vector<float> w0, w1;
+    const int pull1 = RestartJob::PushStepAndPull(kv.get(), 1, t, &w1,
+                                                  [&] { pulled1 = true; });
+    for (auto& shard : job.shards) EXPECT_EQ(shard->updates_applied(), t);
+    EXPECT_FALSE(pulled1) << "step " << t << " applied without worker 0";
+    const int pull0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t, &w0);
+    EXPECT_TRUE(kv->Wait(pull1).ok());
+    EXPECT_TRUE(job.kv0->Wait(pull0).ok());
+    EXPECT_EQ(w0, RestartJob::WeightsAfter(t + 1));
+    EXPECT_EQ(w1, RestartJob::WeightsAfter(t + 1));
+    EXPECT_TRUE(job.Done(job.kv0.get(), t + 1).ok());
+    EXPECT_TRUE(job.Done(kv.get(), t + 1).ok());
+  }
+  for (auto& shard : job.shards) {
+    EXPECT_TRUE(shard->WaitAllDone(std::chrono::seconds(10)));
+    EXPECT_TRUE(shard->failure().ok()) << shard->failure();
+    EXPECT_EQ(shard->workers_rejoined(), 1);
+    EXPECT_EQ(shard->updates_applied(), t + 1);
+    EXPECT_EQ(shard->bad_requests(), 0);
+  }
+  EXPECT_EQ(job.ShardWeights(), RestartJob::WeightsAfter(t + 1));
+  std::lock_guard<std::mutex> lock(job.updates_mu);
+  for (const RestartJob::Update& u : job.updates) {
+    EXPECT_EQ(u.num_grads, 2) << "step " << u.step << " key " << u.key;
+  }
+  EXPECT_EQ(job.updates.size(), static_cast<size_t>(3 * (t + 1)));
+}
+
+// Worker 1 dies and no process rejoins under its rank within
+// PS_REJOIN_TIMEOUT_MS (1500 ms): it is declared dead a second time, for
+// good, and the shards fail as under kStop, naming it; worker 0's pending
+// pull is refused with the reason.
+TEST(DenseShard, RestartFailsWhenTheWorkerDoesNotRejoinInTime) {
+  constexpr int kRejoinTimeoutMs = 1500;
+  RestartJob job(kRejoinTimeoutMs);
+  ASSERT_TRUE(job.StartAndKillWorker1());
+  const auto died = std::chrono::steady_clock::now();
+  const int t = RestartJob::kDeathStep;
+  std::vector<float> w0;
+  const int pull0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t, &w0);
+  // Awaited, not failed, while the timeout runs (unless this machine took
+  // that long for the pushes above).
+  if (std::chrono::steady_clock::now() - died <
+      std::chrono::milliseconds(kRejoinTimeoutMs / 2)) {
+    for (auto& shard : job.shards) {
+      EXPECT_TRUE(shard->failure().ok()) << shard->failure();
+    }
+  }
+  Status st = job.kv0->Wait(pull0);  // bounded: request_timeout_ms (20 s)
+  const auto refused = std::chrono::steady_clock::now();
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("did not rejoin"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("PS_REJOIN_TIMEOUT_MS"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st;
+  EXPECT_GE(refused - job.stopped_at,
+            std::chrono::milliseconds(kRejoinTimeoutMs));
+  EXPECT_LT(refused - died, std::chrono::seconds(15));
+  for (auto& shard : job.shards) {
+    EXPECT_FALSE(shard->WaitAllDone(std::chrono::seconds(5)));
+    Status f = shard->failure();
+    EXPECT_EQ(f.code(), Status::kPeerFailed) << f;
+    EXPECT_NE(f.message().find("worker 1"), std::string::npos) << f;
+    EXPECT_NE(f.message().find("did not rejoin"), std::string::npos) << f;
+    EXPECT_EQ(shard->workers_rejoined(), 0);
+    EXPECT_EQ(shard->workers_lost(), 0);
+    EXPECT_EQ(shard->updates_applied(), t);
+  }
+  // Later steps are refused too.
+  st = job.kv0->Wait(RestartJob::Push(job.kv0.get(), 0, t + 1, 0));
+  EXPECT_EQ(st.code(), Status::kPeerFailed) << st;
+  EXPECT_NE(st.message().find("stopped serving steps"), std::string::npos)
+      << st;
   // The dead worker cannot join the final barrier: the nodes just stop.
 }
 
