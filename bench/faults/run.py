@@ -18,7 +18,9 @@ mnist_dist through tracker/launch.py), in one run, and prints it:
                  starts it again and it rejoins; recover: to its line
                  "rejoined at step"), 1% of messages lost, the scheduler
                  killed from outside (the job stops, naming it; detect: from
-                 the kill).
+                 the kill), and the same under --max-restarts 1 (the
+                 launcher starts it again; detect: to the launcher's line,
+                 recover: to the new scheduler's takeover).
 
   python3 bench/faults/run.py BUILD_DIR [--only SECTION] [--pairs N]
 
@@ -62,19 +64,23 @@ def launch(build, servers, workers, flags, extra=(), timeout=600):
     return proc.wait(), lines
 
 
-def kill_scheduler(build, flags):
+def kill_scheduler(build, flags, extra=()):
     """A job whose scheduler gets SIGKILL from here once worker 0 reports a
     step; returns (exit code, seconds from the kill to the first line naming
-    the scheduler dead, or None)."""
+    the scheduler dead or restarted, to the restarted scheduler's takeover
+    (None when not seen), [(seconds since the start, line)])."""
     port = 20000 + os.getpid() % 20000
     cmd = [sys.executable, str(LAUNCH), "-s", "2", "-w", "2", "--timeout",
-           "300", "--port", str(port), *ENV, "--",
+           "300", "--port", str(port), *ENV, *extra, "--",
            str(build / "examples/mnist/mnist_dist"), *FLAGS, *flags]
+    start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     want = [b"DMLC_ROLE=scheduler", f"DMLC_PS_ROOT_PORT={port}".encode()]
-    killed = detected = None
+    killed = detected = recovered = None
+    lines = []
     for line in proc.stdout:
+        lines.append((time.monotonic() - start, line.rstrip("\n")))
         if killed is None and "] worker 0 epoch 0 step" in line:
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
@@ -86,9 +92,13 @@ def kill_scheduler(build, flags):
                     os.kill(int(pid), signal.SIGKILL)
                     killed = time.monotonic()
         elif (killed is not None and detected is None and
-              re.search(r"scheduler \(tcp://[^)]*\) was declared dead", line)):
+              re.search(r"scheduler \(tcp://[^)]*\) was declared dead|"
+                        r"scheduler \(pid \d+\) was killed", line)):
             detected = time.monotonic() - killed
-    return proc.wait(), detected
+        elif (killed is not None and recovered is None and
+              "took the running job over" in line):
+            recovered = time.monotonic() - killed
+    return proc.wait(), detected, recovered, lines
 
 
 def first(lines, pattern, after=0.0):
@@ -206,10 +216,19 @@ def faults(build, limit):
                      "-" if acc is None else f"{acc:.2f}%",
                      "-" if acc is None or base is None
                      else f"{acc - base:+.2f}"))
-    rc, detect = kill_scheduler(build, flags)
-    rows.append(("scheduler killed (from outside)", rc,
-                 "-" if detect is None else f"{detect:.3f}", "-", "-", "-",
-                 "-"))
+    for name, extra in (("scheduler killed (from outside)", []),
+                        ("scheduler killed (from outside), restart",
+                         ["--max-restarts", "1"])):
+        rc, detect, recover, lines = kill_scheduler(build, flags, extra)
+        updates = sorted({(m.group(1), m.group(2)) for _, l in lines
+                          for m in [UPDATES.search(l)] if m})
+        acc = value(lines, ACCURACY)
+        rows.append((name, rc, "-" if detect is None else f"{detect:.3f}",
+                     "-" if recover is None else f"{recover:.3f}",
+                     " ".join(f"s{s}:{u}" for s, u in updates) or "-",
+                     "-" if acc is None else f"{acc:.2f}%",
+                     "-" if acc is None or base is None
+                     else f"{acc - base:+.2f}"))
     widths = [max(len(str(r[i])) for r in rows + [head])
               for i in range(len(head))]
     for r in [head] + rows:
