@@ -97,10 +97,8 @@ bool ClockCheckpoints::Announced(int steps) {
 
 void GoOnWithoutDeadWorkers() {
   ps::Node* node = ps::DefaultNode();
-  node->SetPeerFailureHandler([node](const ps::Status& why) {
-    // The status names the dead node first: "worker 1 (tcp://...) was
-    // declared dead: ...".
-    if (why.message().rfind("worker ", 0) == 0) {
+  node->SetPeerFailureHandler([node](int id, const ps::Status& why) {
+    if (ps::IsWorkerId(id)) {
       worker_lost = true;
       LOG(WARNING) << node->DescribeNode(node->id())
                    << " goes on (--on_worker_failure continue): "

@@ -99,6 +99,9 @@ class Node {
   // A worker awaited back (PS_MAX_RESTARTS) is no failure until it did not
   // rejoin within PS_REJOIN_TIMEOUT_MS.
   void SetPeerFailureHandler(std::function<void(const Status&)> handler);
+  // The same, told which node failed (its id: IsWorkerId, IdToRank...).
+  void SetPeerFailureHandler(
+      std::function<void(int id, const Status& why)> handler);
 
   // Internal: the postoffice, for the KV layer (src/kv). Never null.
   core::Postoffice* postoffice() const;

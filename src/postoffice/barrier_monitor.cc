@@ -329,7 +329,7 @@ void Postoffice::DeclareDead(const std::vector<int>& ids,
 }
 
 void Postoffice::OnPeerFailure(int id, const Status& why) {
-  std::function<void(const Status&)> user_handler;
+  std::function<void(int, const Status&)> user_handler;
   std::vector<Message> outbox;
   bool covered = false;
   bool awaited = false;  // a worker that may rejoin (PS_MAX_RESTARTS)
@@ -415,7 +415,7 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
   for (auto& c : customers) {
     if (c->on_failure) c->on_failure(id, why);
   }
-  if (user_handler) user_handler(why);
+  if (user_handler) user_handler(id, why);
 }
 
 }  // namespace ps

@@ -57,6 +57,13 @@ uint64_t Node::num_shared_frames_received() const {
 Status Node::peer_failure() const { return postoffice_->peer_failure(); }
 bool Node::rejoined() const { return postoffice_->rejoined(); }
 void Node::SetPeerFailureHandler(std::function<void(const Status&)> handler) {
+  postoffice_->SetPeerFailureHandler(
+      [handler = std::move(handler)](int, const Status& why) {
+        if (handler) handler(why);
+      });
+}
+void Node::SetPeerFailureHandler(
+    std::function<void(int id, const Status& why)> handler) {
   postoffice_->SetPeerFailureHandler(std::move(handler));
 }
 Postoffice* Node::postoffice() const { return postoffice_.get(); }

@@ -126,7 +126,7 @@ Status Postoffice::peer_failure() const {
 }
 
 void Postoffice::SetPeerFailureHandler(
-    std::function<void(const Status&)> handler) {
+    std::function<void(int id, const Status& why)> handler) {
   MutexLock lock(&mu_);
   peer_failure_handler_ = std::move(handler);
 }

@@ -77,7 +77,9 @@ class Postoffice {
   // Whether this node rejoined a running job (a restarted worker, see
   // PS_MAX_RESTARTS): it skips the start barrier the others passed.
   bool rejoined() const EXCLUDES(mu_);
-  void SetPeerFailureHandler(std::function<void(const Status&)> handler);
+  // handler(id, why): node `id` failed (Node::SetPeerFailureHandler).
+  void SetPeerFailureHandler(
+      std::function<void(int id, const Status& why)> handler);
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
   // registers (false, app_id, customer_id) for responses.
@@ -286,7 +288,8 @@ class Postoffice {
   Status peer_failure_ GUARDED_BY(mu_);
   // Peers of our domain yet to send SHM_READY.
   std::set<int> shm_pending_ GUARDED_BY(mu_);
-  std::function<void(const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
+  std::function<void(int, const Status&)> peer_failure_handler_
+      GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   std::thread monitor_;
 
