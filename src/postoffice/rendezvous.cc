@@ -478,6 +478,7 @@ void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
     ToProto(info, msg.meta.mutable_control()->add_node());
   }
   msg.meta.mutable_control()->set_rejoin(true);
+  for (int other : dead_) msg.meta.mutable_control()->add_dead(other);
   outbox->push_back(std::move(msg));
   const Rejoin& r = rejoins_.at(id);
   const double s = std::chrono::duration<double>(Clock::now() - r.since).count();
@@ -645,7 +646,9 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
         }
       }
     }
+    const std::set<int> dead_now(ctrl.dead().begin(), ctrl.dead().end());
     for (int id : ids) {
+      if (dead_now.count(id) > 0) continue;  // a rejoin: it died meanwhile
       const NodeInfo* n = table.Find(id);
       Status st = van_.Connect(id, n->host, n->port);
       if (!st.ok()) {
@@ -661,6 +664,17 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     my_id_ = me->id;
     my_rank_ = me->rank;
     rejoined_ = ctrl.rejoin();
+    // A rejoining node learns who died meanwhile: servers whose replica
+    // took over (requests for their keys go to it: TakenOver), workers
+    // awaited back.
+    for (int id : ctrl.dead()) {
+      if (table.Find(id) == nullptr || id == me->id) continue;
+      dead_.insert(id);
+      if (RestartableLocked(id)) awaiting_[id] = Clock::now();
+    }
+    for (int id : ctrl.dead()) {
+      if (dead_.count(id) > 0 && CoveredLocked(id)) covered_.insert(id);
+    }
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);

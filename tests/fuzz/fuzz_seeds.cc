@@ -88,6 +88,27 @@ void AddControls(std::vector<Seed>* seeds) {
   dead.meta.mutable_control()->set_error("no heartbeat for 2000 ms");
   seeds->push_back({"node_failed", dead, false});
   seeds->push_back({"shm_ready", Control(pb::SHM_READY, 8, 9, true), false});
+
+  // Restarts: a worker's successor announced to the members, their answer,
+  // the table it gets (with the nodes dead by then), and a member's report
+  // to a restarted scheduler.
+  Message joined = Control(pb::NODE_JOINED, 1, 8, true);
+  *joined.meta.mutable_control()->add_node() = Node(pb::WORKER, 11, 1, 40009);
+  seeds->push_back({"node_joined", joined, false});
+  Message joined_answer = Control(pb::NODE_JOINED, 8, 1, false);
+  *joined_answer.meta.mutable_control()->add_node() =
+      Node(pb::WORKER, 11, 1, 40009);
+  seeds->push_back({"node_joined_answer", joined_answer, false});
+  Message rejoin_table = table;
+  rejoin_table.meta.mutable_control()->set_rejoin(true);
+  rejoin_table.meta.mutable_control()->add_dead(10);
+  seeds->push_back({"add_node_rejoin", rejoin_table, false});
+  Message report = Control(pb::ADD_NODE, 9, 1, true);
+  *report.meta.mutable_control()->add_node() = Node(pb::WORKER, 9, 0, 40004);
+  report.meta.mutable_control()->set_rejoin(true);
+  report.meta.mutable_control()->set_num_servers(2);
+  report.meta.mutable_control()->set_num_workers(2);
+  seeds->push_back({"member_report", report, false});
 }
 
 // A KV request from worker 9 as KVWorkerCore frames it, sliced for two
