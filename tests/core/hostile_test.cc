@@ -271,6 +271,16 @@ void Attack(int scheduler_port, int server0_port, int server1_port,
     dead->set_role(pb::WORKER);
     dead->set_id(WorkerRankToId(1));
     s0.Send(failed);
+    // As the scheduler: "worker 1 was restarted, at my address".
+    Message joined =
+        SpoofedControl(pb::NODE_JOINED, kSchedulerId, ServerRankToId(0), true);
+    pb::NodeInfo* moved = joined.meta.mutable_control()->add_node();
+    moved->set_role(pb::WORKER);
+    moved->set_id(WorkerRankToId(1));
+    moved->set_rank(1);
+    moved->set_host("127.0.0.1");
+    moved->set_port(9);
+    s0.Send(joined);
     Stranger w0(context, worker0_port, server_key);
     failed.meta.set_recver(WorkerRankToId(0));
     w0.Send(failed);
@@ -294,6 +304,12 @@ void Attack(int scheduler_port, int server0_port, int server1_port,
     add.meta.mutable_control()->set_num_servers(2);
     add.meta.mutable_control()->set_num_workers(2);
     sch.Send(add);
+    // And reports itself as worker 0 to a "restarted" scheduler.
+    Message report = add;
+    report.meta.mutable_control()->set_rejoin(true);
+    report.meta.mutable_control()->mutable_node(0)->set_id(WorkerRankToId(0));
+    report.meta.mutable_control()->mutable_node(0)->set_rank(0);
+    sch.Send(report);
     // A flood of garbage at server 0 and one oversize frame at server 1.
     s0.Flood(kFloodMessages);
     if (!server_key.empty()) {
@@ -422,11 +438,12 @@ TEST(Hostile, WithoutKeysEverySpoofIsDroppedAndCounted) {
   std::map<std::string, Counters> c = RunAttackedJob(false, &out);
   SCOPED_TRACE(out);
   ASSERT_EQ(c.size(), 5u);
-  // Spoofed push, pull and NODE_FAILED, and the whole flood.
-  EXPECT_GE(c["server 0"].dropped, kFloodMessages + 3);
+  // Spoofed push, pull, NODE_FAILED and NODE_JOINED, and the whole flood.
+  EXPECT_GE(c["server 0"].dropped, kFloodMessages + 4);
   EXPECT_GE(c["worker 0"].dropped, 1);  // NODE_FAILED "from the scheduler"
-  // TERMINATE and BARRIER as others, and one worker too many.
-  EXPECT_GE(c["scheduler 0"].dropped, 3);
+  // TERMINATE and BARRIER as others, one worker too many, and a member's
+  // report to a scheduler that did not restart.
+  EXPECT_GE(c["scheduler 0"].dropped, 4);
   // The oversize frame was refused before it was buffered.
   EXPECT_GT(c["server 1"].peak_kb, 0);
   EXPECT_LT(c["server 1"].peak_kb, 128 * 1024);
