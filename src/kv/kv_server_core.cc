@@ -11,8 +11,8 @@
 // (OnJoin), the old process's requests are forgotten, and an answer to one
 // of them is dropped rather than sent to the successor (Incarnation).
 #include <atomic>
+#include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -116,7 +116,7 @@ class KVServerCore::Impl {
     {
       MutexLock lock(&dedup_mu_);
       for (auto it = recent_.begin(); it != recent_.end();) {
-        it = std::get<0>(it->first) == id ? recent_.erase(it) : std::next(it);
+        it = it->first.worker == id ? recent_.erase(it) : std::next(it);
       }
     }
     {
@@ -177,8 +177,9 @@ class KVServerCore::Impl {
     }
     const bool forward = !for_replica && m.push() && ForwardsPushes();
     if (dedup_) {
-      Record again;
-      if (Seen(meta, &again)) {
+      Status refusal;
+      const Done done = Seen(meta, &refusal);
+      if (done != Done::kNew) {
         post_->CountDuplicate();
         // Its answer may wait for the replica, whose copy (or answer) may
         // be what was lost: send the copy again.
@@ -186,12 +187,8 @@ class KVServerCore::Impl {
           post_->CountResent();
           Forward(msg, meta, *kvs);
         }
-        if (!again.answered) return;
-        if (!again.error.empty()) {
-          return ResponseError(
-              meta,
-              Status(static_cast<Status::Code>(again.error_code), again.error));
-        }
+        if (done == Done::kPending) return;
+        if (done == Done::kRefused) return ResponseError(meta, refusal);
         if (!m.pull()) return Response(meta, RawKVPairs());
         // Serve the pull again, without the values it pushed (applied).
         meta.push = false;
@@ -431,45 +428,66 @@ class KVServerCore::Impl {
 
   // ---- Applying each request once (resending) ---------------------------
 
-  // What this server did with one request of a worker's customer.
-  struct Record {
-    bool answered = false;
-    int error_code = 0;  // answered with this error (empty: with data)
-    std::string error;
-  };
-  // One worker customer's last requests for one server's keys.
+  // What became of a request (Seen): new (now remembered), seen and not
+  // answered yet, answered with data, or answered with an error.
+  enum class Done : uint8_t { kNew, kPending, kAnswered, kRefused };
+  // How many timestamps per worker customer are remembered: far more
+  // requests than can be in flight while one is resent.
+  static constexpr size_t kRecentPerCustomer = 4096;
+  // One worker customer's requests for one server's keys: request ts in
+  // slot ts % kRecentPerCustomer (so its last kRecentPerCustomer
+  // timestamps; 32 KiB, allocated at its first request).
   struct Recent {
-    std::unordered_map<int, Record> by_ts;
-    std::deque<int> order;  // oldest first
+    struct Slot {
+      int ts = 0;
+      Done done = Done::kNew;  // kNew: empty
+    };
+    std::vector<Slot> slots = std::vector<Slot>(kRecentPerCustomer);
+    std::unordered_map<int, Status> refused;  // the errors, by timestamp
   };
   // (worker id, customer id, shard): a request's slices for this server's
-  // keys and for its primary's share a timestamp.
-  using RecentKey = std::tuple<int, int, int>;
-  // How many requests per worker customer are remembered: far more than
-  // can be in flight while one is resent.
-  static constexpr size_t kRecentPerCustomer = 4096;
+  // keys (shard -1) and for its primary's share a timestamp.
+  struct RecentKey {
+    int worker, customer, shard;
+    bool operator==(const RecentKey& o) const {
+      return worker == o.worker && customer == o.customer && shard == o.shard;
+    }
+  };
+  struct RecentKeyHash {
+    size_t operator()(const RecentKey& k) const {
+      uint64_t h = (uint64_t{static_cast<uint32_t>(k.worker)} << 32) |
+                   static_cast<uint32_t>(k.customer);
+      return static_cast<size_t>((h ^ static_cast<uint32_t>(k.shard)) *
+                                 0x9E3779B97F4A7C15ull);
+    }
+  };
 
-  RecentKey KeyOf(const KVMeta& req) const {
-    return {req.sender, req.customer_id,
-            req.shard >= 0 ? req.shard : post_->rank()};
+  // The shard as sent, not resolved to this server's rank (no
+  // Postoffice::rank() on the hot path): a request for this server's own
+  // keys names none (a worker names one only for keys a replica took over,
+  // a primary for the copies it forwards).
+  static RecentKey KeyOf(const KVMeta& req) {
+    return {req.sender, req.customer_id, req.shard};
+  }
+  static Recent::Slot& SlotOf(Recent& r, int ts) {
+    return r.slots[static_cast<uint32_t>(ts) % kRecentPerCustomer];
   }
 
-  // Whether req came before (its record in *again); else remembers it.
-  bool Seen(const KVMeta& req, Record* again) EXCLUDES(dedup_mu_) {
+  // What became of req before (a refusal's error in *refusal); when it is
+  // new, it is remembered (forgetting the request kRecentPerCustomer
+  // timestamps older, if any).
+  Done Seen(const KVMeta& req, Status* refusal) EXCLUDES(dedup_mu_) {
     MutexLock lock(&dedup_mu_);
     Recent& r = recent_[KeyOf(req)];
-    auto it = r.by_ts.find(req.timestamp);
-    if (it != r.by_ts.end()) {
-      *again = it->second;
-      return true;
+    Recent::Slot& slot = SlotOf(r, req.timestamp);
+    if (slot.done != Done::kNew && slot.ts == req.timestamp) {
+      if (slot.done == Done::kRefused) *refusal = r.refused[req.timestamp];
+      return slot.done;
     }
-    r.by_ts.emplace(req.timestamp, Record());
-    r.order.push_back(req.timestamp);
-    if (r.order.size() > kRecentPerCustomer) {
-      r.by_ts.erase(r.order.front());
-      r.order.pop_front();
-    }
-    return false;
+    if (slot.done == Done::kRefused) r.refused.erase(slot.ts);
+    slot.ts = req.timestamp;
+    slot.done = Done::kPending;
+    return Done::kNew;
   }
 
   void MarkAnswered(const KVMeta& req, const Status& error)
@@ -477,14 +495,16 @@ class KVServerCore::Impl {
     MutexLock lock(&dedup_mu_);
     auto r = recent_.find(KeyOf(req));
     if (r == recent_.end()) return;
-    auto it = r->second.by_ts.find(req.timestamp);
-    if (it == r->second.by_ts.end()) return;
-    it->second.answered = true;
-    if (!error.ok()) {
-      it->second.error_code = error.code();
-      it->second.error =
-          error.message().empty() ? "(no reason given)" : error.message();
+    Recent::Slot& slot = SlotOf(r->second, req.timestamp);
+    if (slot.done == Done::kNew || slot.ts != req.timestamp) return;
+    if (error.ok()) {
+      if (slot.done == Done::kPending) slot.done = Done::kAnswered;
+      return;
     }
+    slot.done = Done::kRefused;
+    r->second.refused[req.timestamp] =
+        error.message().empty() ? Status(error.code(), "(no reason given)")
+                                : error;
   }
 
   Postoffice* const post_;
@@ -497,7 +517,8 @@ class KVServerCore::Impl {
   Mutex incarnation_mu_;
   std::unordered_map<int, int> incarnation_ GUARDED_BY(incarnation_mu_);
   Mutex dedup_mu_;
-  std::map<RecentKey, Recent> recent_ GUARDED_BY(dedup_mu_);
+  std::unordered_map<RecentKey, Recent, RecentKeyHash> recent_
+      GUARDED_BY(dedup_mu_);
 
   // A worker's answer waiting for the replica's answer to its copy.
   struct Held {

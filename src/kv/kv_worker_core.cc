@@ -9,9 +9,10 @@
 // A user slicer (SetSlicer) takes a simpler path: SliceByUser checks its
 // slices, and the pulled values are assembled key by key (AssembleByKey),
 // since its slices need not be contiguous runs of the request's keys.
-// Resending (PS_RESEND_TIMEOUT_MS): each slice is kept as sent until its
-// server answers; Resend (on the monitor thread's tick) sends it again when
-// due, and OnResponse lets go of a second answer (Answered). The server
+// Resending (PS_RESEND_TIMEOUT_MS): each slice is kept until its server
+// answers (KeepForResend, before it is sent); Resend (on the monitor
+// thread's tick) builds its message again and sends it when due, and
+// OnResponse lets go of a second answer (Answered). The server
 // applies a request once (KVServerCore's Seen). Replication (PS_REPLICAS):
 // when a server dies and its replica takes over (FailOver), its slices go
 // to the replica naming the dead server's rank (Meta.shard), what it left
@@ -114,7 +115,11 @@ class KVWorkerCore::Impl {
   Status SliceByUser(const RawKVPairs& kvs, bool push, bool pull,
                      std::vector<KVSlice>* slices) const;
   void SendSlices(int ts, bool push, bool pull, int cmd,
-                  const std::vector<KVSlice>& slices, const PullState* state);
+                  std::vector<KVSlice>* slices, const PullState* state);
+  // The message of request ts for server `slot`'s keys, to whoever serves
+  // them now (its replica, once it died).
+  Message SliceMessage(int ts, int slot, bool push, bool pull, int cmd,
+                       const RawKVPairs& kvs);
   // Where each server's answer goes in a direct pull destination of `bytes`
   // (PullState::place); empty when that is not known in advance.
   std::vector<size_t> DirectPlaces(const std::vector<size_t>& cut,
@@ -136,9 +141,22 @@ class KVWorkerCore::Impl {
   // when the sink or the answer does not allow it.
   bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
-  // Sends `msg` (request ts for server `slot`'s keys) and keeps it until
-  // it is answered.
-  Status SendAndKeep(int ts, int slot, Message&& msg) EXCLUDES(resend_mu_);
+  // A slice of a request, kept until its server answers: enough to send
+  // it again.
+  struct Unanswered {
+    int ts;
+    int slot;  // the server whose keys it asks for
+    bool push;
+    bool pull;
+    int cmd;
+    RawKVPairs kvs;
+    Postoffice::Clock::time_point due;  // of the next resend
+    int sends = 1;
+  };
+  // Keeps a slice (before it is sent: the answer may come first).
+  void KeepForResend(Unanswered&& u) EXCLUDES(resend_mu_);
+  // Sends kept slices again (counted as resent).
+  void SendAgain(const std::vector<Unanswered>& slices);
   // Replication: the node that serves server `slot`'s keys (its replica,
   // once it died), and the switch to the replica.
   int RouteOf(int slot) EXCLUDES(mu_);
@@ -163,16 +181,12 @@ class KVWorkerCore::Impl {
   // Dead servers taken over: server id -> its replica's id.
   std::map<int, int> route_ GUARDED_BY(mu_);
 
-  // A request to one server, as sent, until it is answered.
-  struct Unanswered {
-    Message msg;
-    Postoffice::Clock::time_point due;  // of the next resend
-    int sends = 1;
-  };
   const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
   Mutex resend_mu_;
-  // By (timestamp, server id).
-  std::map<std::pair<int, int>, Unanswered> unanswered_ GUARDED_BY(resend_mu_);
+  // Flat, unordered: a few per request in flight, searched from the end.
+  // Nothing in it is sent under the lock: SendSlices sends its own message,
+  // Resend and FailOver build theirs from copies.
+  std::vector<Unanswered> unanswered_ GUARDED_BY(resend_mu_);
   // The last kAnsweredKept (timestamp, server) answered, a ring: a later
   // answer to one of them is a duplicate, not a stranger's (searched only
   // for an answer no request awaits).
@@ -241,7 +255,7 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
         if (callback) callback();
       },
       forget, state);
-  SendSlices(ts, push, pull, cmd, slices, state.get());
+  SendSlices(ts, push, pull, cmd, &slices, state.get());
   return ts;
 }
 
@@ -327,42 +341,67 @@ bool KVWorkerCore::Impl::ReplyInto(const PullState& state, size_t rank,
 }
 
 void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
-                                    const std::vector<KVSlice>& slices,
+                                    std::vector<KVSlice>* slices,
                                     const PullState* state) {
-  for (size_t s = 0; s < slices.size(); ++s) {
-    if (!slices[s].touched) continue;
-    Message msg;
-    pb::Meta& m = msg.meta;
-    m.set_app_id(app_id_);
-    m.set_customer_id(customer_id_);
-    m.set_timestamp(ts);
-    m.set_request(true);
-    m.set_push(push);
-    m.set_pull(pull);
-    m.set_head(cmd);
+  Postoffice::Clock::time_point due;  // of the first resend
+  if (resend_ms_ > 0) {
+    due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+  }
+  for (size_t s = 0; s < slices->size(); ++s) {
+    KVSlice& slice = (*slices)[s];
+    if (!slice.touched) continue;
     const int slot = ServerRankToId(static_cast<int>(s));
-    const int to = RouteOf(slot);
-    m.set_recver(to);
-    if (to != slot) m.set_shard(static_cast<int>(s));  // taken over
-    AddKVFrames(slices[s].kvs, push, val_type_, &msg);
+    Message msg = SliceMessage(ts, slot, push, pull, cmd, slice.kvs);
     pb::SharedRef into;
     if (state != nullptr && ReplyInto(*state, s, &into)) {
-      *m.mutable_reply_into() = into;  // the van drops it for remote servers
+      // The van drops it for remote servers; a resend goes without it.
+      *msg.meta.mutable_reply_into() = into;
     }
-    Status st = resend_ms_ > 0 ? SendAndKeep(ts, slot, std::move(msg))
-                               : post_->Send(&msg);
+    if (resend_ms_ > 0) {
+      KeepForResend({ts, slot, push, pull, cmd, std::move(slice.kvs), due});
+    }
+    Status st = post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(slot, st);
   }
 }
 
-Status KVWorkerCore::Impl::SendAndKeep(int ts, int slot, Message&& msg) {
-  auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
-  // Kept before it leaves (the answer may come first), and sent from where
-  // it is kept: no copy.
+Message KVWorkerCore::Impl::SliceMessage(int ts, int slot, bool push,
+                                         bool pull, int cmd,
+                                         const RawKVPairs& kvs) {
+  Message msg;
+  pb::Meta& m = msg.meta;
+  m.set_app_id(app_id_);
+  m.set_customer_id(customer_id_);
+  m.set_timestamp(ts);
+  m.set_request(true);
+  m.set_push(push);
+  m.set_pull(pull);
+  m.set_head(cmd);
+  const int to = RouteOf(slot);
+  m.set_recver(to);
+  if (to != slot) m.set_shard(IdToRank(slot));  // taken over
+  AddKVFrames(kvs, push, val_type_, &msg);
+  return msg;
+}
+
+void KVWorkerCore::Impl::KeepForResend(Unanswered&& u) {
   MutexLock lock(&resend_mu_);
-  Unanswered& u = unanswered_[{ts, slot}];
-  u = Unanswered{std::move(msg), due, 1};
-  return post_->Send(&u.msg);
+  unanswered_.push_back(std::move(u));
+}
+
+void KVWorkerCore::Impl::SendAgain(const std::vector<Unanswered>& slices) {
+  for (const Unanswered& u : slices) {
+    Message msg = SliceMessage(u.ts, u.slot, u.push, u.pull, u.cmd, u.kvs);
+    post_->CountResent();
+    if (post_->config().verbose >= 1) {
+      LOG(INFO) << "resending " << DebugString(msg);
+    }
+    Status st = post_->Send(&msg);
+    if (!st.ok()) {
+      LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
+                   << " failed: " << st;
+    }
+  }
 }
 
 int KVWorkerCore::Impl::RouteOf(int slot) {
@@ -381,79 +420,62 @@ void KVWorkerCore::Impl::FailOver(int id) {
   LOG(WARNING) << "requests for " << post_->DescribeNode(id) << " go to "
                << post_->DescribeNode(to) << ", its replica";
   // What the dead server left unanswered goes to the replica now.
-  std::vector<Message> again;
+  std::vector<Unanswered> again;
   {
     MutexLock lock(&resend_mu_);
     auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
-    for (auto& [key, u] : unanswered_) {
-      if (key.second != id) continue;
-      u.msg.meta.set_recver(to);
-      u.msg.meta.set_shard(rank);
+    for (Unanswered& u : unanswered_) {
+      if (u.slot != id) continue;
       u.due = due;
-      again.push_back(u.msg);
+      again.push_back(u);
     }
   }
-  for (Message& msg : again) {
-    post_->CountResent();
-    Status st = post_->Send(&msg);
-    if (!st.ok()) LOG(WARNING) << "failover resend failed: " << st;
-  }
+  SendAgain(again);
 }
 
 void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
   // The wait doubles with every send, up to this many timeouts: a large
   // message on a slow link is not sent again and again while it travels.
   constexpr int kMaxBackoff = 16;
-  std::vector<Message> due;
-  std::vector<int> slots;  // whose keys each asks for
+  std::vector<Unanswered> due;
   {
     MutexLock lock(&resend_mu_);
-    for (auto it = unanswered_.begin(); it != unanswered_.end();) {
-      const auto [ts, server] = it->first;
-      Unanswered& u = it->second;
-      if (!tracker_.Awaits(ts, server)) {
-        it = unanswered_.erase(it);
+    for (size_t i = 0; i < unanswered_.size();) {
+      Unanswered& u = unanswered_[i];
+      if (!tracker_.Awaits(u.ts, u.slot)) {
+        if (&u != &unanswered_.back()) u = std::move(unanswered_.back());
+        unanswered_.pop_back();
         continue;
       }
       if (now >= u.due) {
-        due.push_back(u.msg);
-        slots.push_back(server);
         int backoff = std::min(kMaxBackoff, 1 << std::min(u.sends, 4));
         u.due = now + std::chrono::milliseconds(int64_t{resend_ms_} * backoff);
         ++u.sends;
+        due.push_back(u);
       }
-      ++it;
+      ++i;
     }
   }
-  for (size_t i = 0; i < due.size(); ++i) {
-    Message& msg = due[i];
-    // To whoever serves those keys now (a replica, after a failover).
-    const int to = RouteOf(slots[i]);
-    if (to != slots[i]) {
-      msg.meta.set_recver(to);
-      msg.meta.set_shard(IdToRank(slots[i]));
-    }
-    post_->CountResent();
-    if (post_->config().verbose >= 1) {
-      LOG(INFO) << "resending " << DebugString(msg);
-    }
-    Status st = post_->Send(&msg);
-    if (!st.ok()) {
-      LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
-                   << " failed: " << st;
-    }
-  }
+  // To whoever serves those keys now (a replica, after a failover).
+  SendAgain(due);
 }
 
 KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
   MutexLock lock(&resend_mu_);
+  // From the end: the newest requests are the likeliest answered.
+  auto it = std::find_if(unanswered_.rbegin(), unanswered_.rend(),
+                         [&](const Unanswered& u) {
+                           return u.ts == ts && u.slot == server;
+                         });
   std::pair<int, int> key{ts, server};
-  if (unanswered_.erase(key) == 0) {
+  if (it == unanswered_.rend()) {
     return std::find(answered_.begin(), answered_.end(), key) !=
                    answered_.end()
                ? Answer::kDuplicate
                : Answer::kUnknown;
   }
+  if (it != unanswered_.rbegin()) *it = std::move(unanswered_.back());
+  unanswered_.pop_back();
   if (answered_.size() < kAnsweredKept) {
     answered_.push_back(key);
   } else {
