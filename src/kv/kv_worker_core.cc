@@ -94,6 +94,16 @@ class KVWorkerCore::Impl {
                         : [this, gate = gate_](
                               Postoffice::Clock::time_point
                                   now) { gate->Call([&] { Resend(now); }); });
+    // Servers whose replica took their keys over before this worker was
+    // made (or before this node rejoined the job): their keys go there.
+    if (node->config().replicas > 0) {
+      const int n = node->num_servers();
+      for (int id : post_->GetNodeIds(kServerGroup)) {
+        if (!post_->TakenOver(id)) continue;
+        MutexLock lock(&mu_);
+        route_[id] = ServerRankToId(ReplicaOf(IdToRank(id), n));
+      }
+    }
   }
   ~Impl() {
     post_->UnregisterCustomer(false, app_id_, customer_id_);

@@ -983,5 +983,58 @@ TEST(InProc, ASchedulerThatDoesNotComeBackIsNamed) {
   }
 }
 
+
+// PS_REPLICAS=1: a KVWorker made after a server died and its replica took
+// its keys over sends them to the replica from its first request (as does a
+// worker that rejoins the job then).
+TEST(InProc, WorkerMadeAfterAFailoverGoesToTheReplica) {
+  Cluster c(2, 1, [](Config* cfg) {
+    cfg->replicas = 1;
+    cfg->resend_timeout_ms = 100;
+  });
+  ASSERT_TRUE(c.Start());
+  KVServerDefaultHandle<float> own[2], held[2];
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<KVServer<float>>(c.servers[i].get(), 0));
+    auto* h = &held[i];
+    servers[i]->set_replica_handle(
+        [h](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+          (*h)(m, d, s);
+        });
+    auto* o = &own[i];
+    servers[i]->set_request_handle(
+        [o](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+          (*o)(m, d, s);
+        });
+  }
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  {
+    KVWorker<float> kv(c.workers[0].get(), 0, 0);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {1, 2})).ok());
+  }
+  int victim = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (c.servers[i]->rank() == 1) victim = i;
+  }
+  ASSERT_GE(victim, 0);
+  const int dead_id = c.servers[victim]->id();
+  c.servers[victim]->postoffice()->Abandon();
+  for (int i = 0; i < 100 && !c.workers[0]->postoffice()->TakenOver(dead_id);
+       ++i) {  // at most 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(c.workers[0]->postoffice()->TakenOver(dead_id));
+  KVWorker<float> late(c.workers[0].get(), 0, 1);
+  ASSERT_TRUE(late.Wait(late.Push(keys, {10, 20})).ok());
+  std::vector<float> out;
+  Status st = late.Wait(late.Pull(keys, &out));
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(out, (std::vector<float>{11, 22}));
+  EXPECT_TRUE(c.workers[0]->peer_failure().ok());
+  servers[victim].reset();
+  servers[1 - victim].reset();
+}
+
 }  // namespace
 }  // namespace ps
