@@ -490,4 +490,33 @@ TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
   std::remove(restarted.c_str());
 }
 
+
+// Both at once: with --replicas 1, server 1 dies (server 0 takes its keys
+// over), then worker 1 is killed and restarted. The new worker learns that
+// server 1 is dead, sends its keys to server 0, and the job ends with every
+// step applied with both workers' gradients, on server 0's own keys and on
+// those it took over.
+TEST(Restart, WorkerRestartedAfterAServerFailover) {
+  BackgroundJob job("failover-restart");
+  const int port = 20000 + (getpid() + 53) % 20000;
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--max-restarts 1 --tolerate server --port " + std::to_string(port),
+      "--train_limit 3200 --overlap off --log_every_s 0.1 --replicas 1 "
+      "--die_node server:1 --die_after_steps 20")));
+  ASSERT_TRUE(job.WaitFor("server 0 takes over its keys", 120)) << job.Output();
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  const int pid = WorkerOne(port);
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(job.Code(240), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("worker 1 rejoined at step"), std::string::npos) << out;
+  EXPECT_EQ(UpdatesOf(out, 0), 100) << out;
+  EXPECT_EQ(ShortUpdatesOf(out, 0), 0) << out;
+  EXPECT_NE(out.find("server 0 replica of server 1 done: 100 updates applied"),
+            std::string::npos)
+      << out;
+  EXPECT_GE(FinalAccuracy(out), 80.0) << out;
+}
+
 }  // namespace
