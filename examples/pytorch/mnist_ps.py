@@ -15,6 +15,7 @@ each epoch; worker 0 evaluates and prints one JSON summary line.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -137,6 +138,9 @@ def run_worker(args, model, total):
             "threads": torch.get_num_threads(),
             "shared_frames_sent": ps.num_shared_frames_sent(),
             "shared_frames_received": ps.num_shared_frames_received(),
+            # The final weights' bytes, to compare runs bit for bit.
+            "weights_sha256": hashlib.sha256(
+                weights.numpy().tobytes()).hexdigest()[:16],
         }), flush=True)
 
 
@@ -153,6 +157,13 @@ def main():
                                  if args.optimizer == "sgd" else 0.0)
         ps.dense.serve_dense(init.numpy(), args.chunk, opt, args.consistency,
                              args.max_delay)
+        # Data frames that went by reference (pushes read, pulls written
+        # in place) to and from co-located workers.
+        print(json.dumps({
+            "server": ps.rank(),
+            "shared_frames_sent": ps.num_shared_frames_sent(),
+            "shared_frames_received": ps.num_shared_frames_received(),
+        }), flush=True)
     elif ps.is_worker():
         run_worker(args, model, total)
     ps.finalize()

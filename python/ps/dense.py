@@ -37,6 +37,13 @@ class DenseWorker:
 
     All workers and servers must use the same total and chunk. Buffers are
     float32 arrays or CPU tensors of `total` elements, used in place.
+
+    A pull is one request per server, each for that server's keys into the
+    matching segment of the destination (as the C++ trainer's PsExchange
+    does): every answer has one server and a known place, so a co-located
+    server writes it straight into a ps.shared_array destination even when
+    the last key is shorter than the others. pull returns one timestamp;
+    wait(ts) waits for all of its requests.
     """
 
     def __init__(self, total: int, chunk: int = DEFAULT_CHUNK,
@@ -57,6 +64,17 @@ class DenseWorker:
         self._done_keys = np.array(firsts, dtype=np.int64)
         self._done_vals = np.zeros(len(firsts), dtype=np.float32)
         self._done_lens = np.ones(len(firsts), dtype=np.int32)
+        # Every server's keys [b, e) (views of keys and lens) and floats
+        # [lo, hi) of the flat model, in key order, servers without keys left
+        # out; a pull asks each of them for its own segment.
+        self._pieces = []
+        for s in range(self.placement.num_servers):
+            b, e = server_keys(self.layout, self.placement, s)
+            if b < e:
+                lo = self.layout.offset(b)
+                hi = self.layout.offset(e - 1) + self.layout.length(e - 1)
+                self._pieces.append((self.keys[b:e], self.lens[b:e], lo, hi))
+        self._more = {}  # a split pull's first timestamp -> the others
 
     def push(self, grad, step: int, tag: int = 0) -> int:
         """Sends the gradient of `step` (tag: e.g. the epoch, for StepLR)."""
@@ -65,11 +83,40 @@ class DenseWorker:
 
     def pull(self, out, step: int, tag: int = 0) -> int:
         """Fetches the weights to compute `step` on into `out` (in place)."""
-        return self._kv.pull(self.keys, out, self.lens,
-                             _ps.encode_dense_cmd(_ps.DENSE_STEP, step, tag))
+        cmd = _ps.encode_dense_cmd(_ps.DENSE_STEP, step, tag)
+        flat = self._flat_out(out)
+        if flat is None or len(self._pieces) < 2:
+            # One server, or a destination the module rejects with the
+            # reason (dtype, layout, size): one request for every key.
+            return self._kv.pull(self.keys, out, self.lens, cmd)
+        ts = [self._kv.pull(keys, flat[lo:hi], lens, cmd)
+              for keys, lens, lo, hi in self._pieces]
+        self._more[ts[0]] = ts[1:]
+        return ts[0]
 
     def wait(self, ts: int) -> None:
+        """Waits for push or pull `ts` (all servers' parts of a pull).
+
+        Raises ps.Error on the first part that failed; the parts after it
+        are not waited for and keep their destination referenced (a late
+        answer may still land in it), as a failed wait does.
+        """
+        more = self._more.pop(ts, ())
         self._kv.wait(ts)
+        for t in more:
+            self._kv.wait(t)
+
+    def _flat_out(self, out):
+        """`out` as a 1-D float32 NumPy view of its memory, or None if it is
+        not a C-contiguous, writable float32 buffer of `total` floats."""
+        try:  # memoryview: buffers only (np.asarray would copy a list)
+            a = np.asarray(memoryview(as_buffer(out, "out")))
+        except (TypeError, ValueError):
+            return None
+        if (a.dtype != np.float32 or not a.flags.c_contiguous
+                or not a.flags.writeable or a.size != self.layout.total):
+            return None
+        return a.reshape(-1)  # a view: a is C-contiguous
 
     def step(self, grad, weights, step: int, tag: int = 0) -> None:
         """Pushes the gradient of `step`, pulls the weights of step + 1."""

@@ -76,13 +76,26 @@ elif mode == "dense":
         # w -= mean over workers of (rank + 1), three times: exact in float.
         want = init - 3 * (W + 1) / 2
         assert np.array_equal(weights.numpy(), want), (weights[:4], want[:4])
+        # A destination of the wrong size or dtype is refused before
+        # anything is sent, whatever the number of servers.
+        for bad, err in ((torch.zeros(total - 1), ValueError),
+                         (torch.zeros(total, dtype=torch.float64), TypeError),
+                         (torch.zeros(2 * total)[::2], TypeError)):
+            try:
+                dense.pull(bad, 3)
+                raise AssertionError(f"pull into {bad.dtype} {bad.shape} "
+                                     "accepted")
+            except err:
+                pass
         dense.done(3)
         print(f"worker {ps.rank()}: dense updates exact", flush=True)
 
 elif mode == "shared":
     # Gradients pushed from and weights pulled into ps.shared_array memory:
-    # to a co-located server both go by reference (unless PS_SHM=0).
-    total, chunk = 10000, 1000
+    # to a co-located server both go by reference (unless PS_SHM=0). argv[2]:
+    # the model's floats (10007: the last key shorter than the others).
+    total = int(sys.argv[2]) if len(sys.argv) > 2 else 10000
+    chunk = 1000
     init = np.arange(total, dtype=np.float32)
     if ps.is_server():
         ps.dense.serve_dense(init, chunk, ps.OptimizerConfig("sgd", lr=1.0))

@@ -36,6 +36,22 @@ def test_shared_arrays_go_by_reference_to_a_colocated_server(run_job):
     assert "server 0: shared frames received 3 sent 4" in r.stdout, r.stdout
 
 
+def test_pulls_from_two_servers_are_written_in_place(run_job):
+    # S=2, W=2, 10,007 floats in keys of 1,000 (the last one 7): each pull is
+    # one request per server into its segment of the destination, so both
+    # servers write their share in place. Per worker: 3 pushes and 4 pulls
+    # to each of 2 servers; per server: 3 pushes and 4 pulls from each of 2
+    # workers. The weights are exact (job_kv.py checks them).
+    r = run_job("job_kv.py", 2, 2, ["shared", "10007"], timeout=60)
+    assert r.returncode == 0, r.stdout
+    for w in range(2):
+        assert (f"worker {w}: shared updates exact; shared frames sent 6 "
+                "received 8") in r.stdout, r.stdout
+    for s in range(2):
+        assert (f"server {s}: shared frames received 6 sent 8"
+                in r.stdout), r.stdout
+
+
 def test_shared_arrays_travel_as_bytes_without_shared_memory(run_job):
     r = run_job("job_kv.py", 1, 2, ["shared"], env={"PS_SHM": "0"},
                 timeout=60)

@@ -1,7 +1,8 @@
-"""A short run of examples/pytorch/mnist_ps.py (2 workers, 1 server, BSP,
-SGD with momentum): 100 steps of batch 32 per worker on the first 6,400
-training images reach 85% test accuracy on the first 2,000 test images
-(measured: 88%)."""
+"""Short runs of examples/pytorch/mnist_ps.py (BSP, SGD with momentum): 2
+workers and 1 server, 100 steps of batch 32 per worker on the first 6,400
+training images, reach 85% test accuracy on the first 2,000 test images
+(measured: 88%); with 2 servers the pulls are written in place by both and
+the final weights are those of 1 server, bit for bit."""
 
 import json
 import os
@@ -11,19 +12,54 @@ import pytest
 from conftest import ROOT
 
 DATA = os.path.join(ROOT, "data", "mnist")
-
-
-@pytest.mark.skipif(not os.path.exists(
+SCRIPT = os.path.join(ROOT, "examples", "pytorch", "mnist_ps.py")
+needs_mnist = pytest.mark.skipif(not os.path.exists(
     os.path.join(DATA, "train-images-idx3-ubyte")),
     reason="MNIST not in data/mnist (scripts/fetch_mnist.sh data/mnist)")
+
+
+def summaries(r):
+    """The JSON lines of a run: worker 0's summary and each server's."""
+    assert r.returncode == 0, r.stdout
+    found = [json.loads(l.split("] ", 1)[1]) for l in r.stdout.splitlines()
+             if '] {"' in l]
+    trainer = [d for d in found if d.get("trainer") == "ps"]
+    assert len(trainer) == 1, r.stdout
+    return trainer[0], [d for d in found if "server" in d]
+
+
+@needs_mnist
 def test_pytorch_trainer_reaches_accuracy(run_job):
     pytest.importorskip("torch")
-    script = os.path.join(ROOT, "examples", "pytorch", "mnist_ps.py")
-    r = run_job(script, 1, 2, ["--data-dir", DATA, "--train-limit", "6400",
+    r = run_job(SCRIPT, 1, 2, ["--data-dir", DATA, "--train-limit", "6400",
                                "--test-limit", "2000"], timeout=240)
-    assert r.returncode == 0, r.stdout
-    line = [l for l in r.stdout.splitlines() if '"trainer": "ps"' in l]
-    assert line, r.stdout
-    summary = json.loads(line[0].split("] ", 1)[1])
+    summary, _ = summaries(r)
     assert summary["steps"] == 100 and summary["workers"] == 2, summary
     assert summary["test_accuracy"] >= 0.85, summary
+
+
+@needs_mnist
+def test_two_servers_write_pulls_in_place_with_the_same_weights(run_job):
+    # 10 steps at W=2: with S=2 each worker's 11 pulls (the initial one and
+    # one per step) come from both servers by reference (the model's last key
+    # is shorter than the others: the pull is cut at the server boundary),
+    # and the final weights equal those of S=1 and of S=2 without shared
+    # memory, bit for bit (the optimizer is elementwise).
+    pytest.importorskip("torch")
+    args = ["--data-dir", DATA, "--train-limit", "1280", "--test-limit", "200",
+            "--max-steps", "10"]
+    one, _ = summaries(run_job(SCRIPT, 1, 2, args, timeout=120))
+    two, servers = summaries(run_job(SCRIPT, 2, 2, args, timeout=120))
+    tcp, _ = summaries(run_job(SCRIPT, 2, 2, args, env={"PS_SHM": "0"},
+                               timeout=120))
+    assert one["steps"] == two["steps"] == tcp["steps"] == 10
+    assert two["shared_frames_received"] == 2 * 11, two
+    assert two["shared_frames_sent"] == 2 * 10, two
+    assert len(servers) == 2, servers
+    for s in servers:  # 11 pulls answered in place and 10 pushes read, per worker
+        assert s["shared_frames_sent"] == 2 * 11, servers
+        assert s["shared_frames_received"] == 2 * 10, servers
+    assert tcp["shared_frames_received"] == 0, tcp
+    assert two["weights_sha256"] == one["weights_sha256"], (one, two)
+    assert tcp["weights_sha256"] == one["weights_sha256"], (one, tcp)
+    assert two["test_accuracy"] == one["test_accuracy"], (one, two)
