@@ -50,14 +50,16 @@
 //                            resending), server r's keys are also
 //                            held by server (r+1)%S, which takes
 //                            them over when r dies                (0)
-//   PS_MAX_RESTARTS          > 0: a dead worker may be restarted
-//                            (launch.py --max-restarts sets it):
-//                            the job waits for it instead of
-//                            failing, and it rejoins with its rank
-//                            (PS_RANK)                             (0)
+//   PS_MAX_RESTARTS          > 0: a dead worker or scheduler may be
+//                            restarted (launch.py --max-restarts
+//                            sets it): the job waits for it
+//                            instead of failing; a worker rejoins
+//                            with its rank (PS_RANK), a scheduler
+//                            at its address takes the job over   (0)
 //   PS_REJOIN_TIMEOUT_MS     with PS_MAX_RESTARTS, how long the job
-//                            waits for a dead worker to rejoin
-//                            before it fails naming it           (60000)
+//                            waits for a dead worker or scheduler
+//                            to come back before it fails naming
+//                            it                                  (60000)
 //   PS_DROP_MSG              tests and benchmarks only: drop this
 //                            percentage of received KV data and
 //                            barrier messages at random           (0)
