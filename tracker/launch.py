@@ -513,8 +513,10 @@ def remote_script(env, command, cwd, with_key, grace):
     program runs in a new session (its own process group) with stdin from
     /dev/null; the rest of the session's stdin is watched: when it ends
     (the launcher closed it, or the launcher or its ssh died), the group
-    gets SIGCONT and SIGTERM, and SIGKILL `grace` seconds later. The
-    script exits with the program's status (128+N for signal N).
+    gets SIGCONT and SIGTERM, and SIGKILL `grace` seconds later. What the
+    program leaves in its group when it ends is killed (as the local
+    launcher does; before a restart, too). The script exits with the
+    program's status (128+N for signal N).
     """
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     program = " ".join(shlex.quote(arg) for arg in command)
@@ -534,6 +536,7 @@ def remote_script(env, command, cwd, with_key, grace):
         "w=$!",
         "exec 3<&-",
         "wait $p 2>/dev/null; r=$?",
+        "kill -KILL -$p 2>/dev/null",
         'kill $w 2>/dev/null; [ -z "$d" ] || rm -rf "$d"; exit $r']
     return "\n".join(lines)
 

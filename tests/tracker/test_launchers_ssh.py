@@ -90,6 +90,25 @@ class SshLauncherTest(LauncherCase):
                          r"^launch: all 4 processes exited 0 in [\d.]+ s$")
         self.assert_none_left()
 
+    def test_a_killed_worker_is_restarted_over_ssh_and_rejoins(self):
+        need(files=(MNIST_DIST, MNIST_DATA / "train-images-idx3-ubyte"))
+        result = self.launch(self.flags(1, 2, "--max-restarts", "1"), [
+            str(MNIST_DIST), "--data_dir", str(MNIST_DATA), "--train_limit",
+            "4000", "--test_limit", "1000", "--threads", "1",
+            "--die_node", "worker:1", "--die_after_steps", "20"])
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn("worker 1 on 127.0.0.2 was killed by signal SIGKILL",
+                      result.stderr)
+        self.assertIn("[worker 1 @127.0.0.2] worker 1 rejoined at step 20",
+                      result.stdout)
+        self.assertIn("[worker 1 @127.0.0.2] worker 1 final: 63 steps",
+                      result.stdout)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"worker 1 was restarted 1 time "
+                         r"\(--max-restarts 1\)$")
+        self.assert_none_left()
+
     def test_insecure_sends_no_key(self):
         result = self.launch(self.flags(1, 2, "--insecure"),
                              [str(KV_JOB), "sum"])
