@@ -79,8 +79,9 @@
 //              pulls and any later request of it are dropped. WaitAllDone
 //              returns true once every live worker sent kDone.
 //   kRestart   (PS_MAX_RESTARTS, launch.py --max-restarts) the dead worker
-//              is awaited back: the shard keeps waiting for its gradients
-//              (its pending pulls are dropped). Its successor asks where to
+//              is awaited back (its failure comes as Unavailable): the
+//              shard keeps waiting for its gradients (its pending pulls
+//              are dropped). Its successor asks where to
 //              resume (kJoin), pulls and pushes from there; the pushes its
 //              predecessor made already (summed or applied) are answered
 //              and not summed again, so every update still has all
@@ -88,8 +89,12 @@
 //              process had pushed a range of it and that range was applied,
 //              the successor computes the rest of the step on weights that
 //              hold that range's update (under BSP, with no dropout, a
-//              worker killed between steps resumes bit-exactly). Declared
-//              dead a second time (it did not rejoin within
+//              worker killed between steps resumes bit-exactly). Under
+//              kAsync, which applies pushes as they come, it resumes after
+//              the last step it pushed to the shard that answers the least:
+//              a step it had pushed to some shards but not others is pushed
+//              to those again (approximate, as async is). Declared dead for
+//              good (PeerFailed: it did not rejoin within
 //              PS_REJOIN_TIMEOUT_MS): as kStop.
 //
 // Snapshots (kBsp): each time every key of the shard has had exactly t

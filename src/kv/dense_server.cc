@@ -149,8 +149,9 @@ class DenseShard::Impl {
   // kJoin: a restarted worker asks where to resume; answers each key with
   // the step (see kJoin in dense_server.h).
   void OnJoin(const KVMeta& meta, const KVPairs<float>& data) REQUIRES(mu_);
-  // Whether a rejoined worker's push of `step` for [begin, end) is one its
-  // predecessor made (summed or applied already): answered, not summed.
+  // Whether a push of `step` for [begin, end) was made before: summed
+  // already, or (a restarted worker's) applied already. Answered, not
+  // summed again.
   bool PushedBefore(int worker, int step, Key begin, Key end) const
       REQUIRES(mu_);
   // Calls snapshot_ when every key has had the same multiple of
@@ -182,10 +183,11 @@ class DenseShard::Impl {
   // Worker id -> the last step it pushed (any range); dead workers (kContinue).
   std::map<int, int> last_push_ GUARDED_BY(mu_);
   std::set<int> dead_ GUARDED_BY(mu_);
-  // kRestart: workers declared dead and awaited back; workers that came
-  // back (their first pushes may repeat their predecessor's).
+  // kRestart: workers declared dead and awaited back (until their kJoin);
+  // workers that ever died (their successor's pushes may repeat their
+  // predecessor's; a replica never sees the kJoin, which is a pull).
   std::set<int> away_ GUARDED_BY(mu_);
-  std::set<int> rejoined_ GUARDED_BY(mu_);
+  std::set<int> restarted_ GUARDED_BY(mu_);
   int last_snapshot_ GUARDED_BY(mu_);
   std::set<int> snapshot_at_ GUARDED_BY(mu_);  // SnapshotAt's steps
 
@@ -266,20 +268,22 @@ void DenseShard::Impl::OnFailure(int id, const Status& why) {
   if (options_.on_worker_failure == WorkerFailure::kContinue) {
     return GoOnWithout(id, why);
   }
-  if (options_.on_worker_failure == WorkerFailure::kRestart) {
+  if (options_.on_worker_failure == WorkerFailure::kRestart &&
+      why.code() == Status::kUnavailable) {
+    // Awaited back (its successor may die too: still awaited). Dead for
+    // good (PeerFailed: it did not rejoin in time): as kStop, below.
     MutexLock lock(&mu_);
-    // Declared dead once: awaited back. Twice (it did not rejoin in time):
-    // as kStop, below.
-    if (done_steps_.count(id) == 0 && away_.insert(id).second) {
-      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                    [id](const PendingPull& p) {
-                                      return p.meta.sender == id;
-                                    }),
-                     pending_.end());
-      LOG(WARNING) << "dense shard: waiting for " << DescribeId(id)
-                   << " to rejoin: " << why;
-      return;
-    }
+    if (done_steps_.count(id) > 0) return;
+    away_.insert(id);
+    restarted_.insert(id);
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [id](const PendingPull& p) {
+                                    return p.meta.sender == id;
+                                  }),
+                   pending_.end());
+    LOG(WARNING) << "dense shard: waiting for " << DescribeId(id)
+                 << " to rejoin: " << why;
+    return;
   }
   const Status failed = Status::PeerFailed(
       "the dense shard stopped serving steps: " + why.message());
@@ -417,8 +421,7 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     if (!meta.pull) server_->Response(meta);
     return true;
   }
-  if (rejoined_.count(meta.sender) > 0 &&
-      PushedBefore(meta.sender, cmd.step, begin, end)) {
+  if (PushedBefore(meta.sender, cmd.step, begin, end)) {
     if (!meta.pull) server_->Response(meta);
     return true;
   }
@@ -482,7 +485,6 @@ void DenseShard::Impl::OnJoin(const KVMeta& meta, const KVPairs<float>& data) {
   res.lens.resize(data.keys.size(), 1);
   res.vals.resize(data.keys.size(), static_cast<float>(resume));
   if (away_.erase(worker) > 0) ++workers_rejoined_;
-  rejoined_.insert(worker);
   LOG(WARNING) << "dense shard: " << DescribeId(worker)
                << " rejoined; it resumes at step " << resume;
   server_->Response(meta, res);
@@ -490,12 +492,16 @@ void DenseShard::Impl::OnJoin(const KVMeta& meta, const KVPairs<float>& data) {
 
 bool DenseShard::Impl::PushedBefore(int worker, int step, Key begin,
                                     Key end) const {
+  // Summed already (from any worker: a push comes once, the KV layer
+  // drops a resent one; twice only from a successor).
   auto s = sums_.find({step, begin});
   if (s != sums_.end()) {
     return std::find(s->second.from.begin(), s->second.from.end(), worker) !=
            s->second.from.end();
   }
-  // Applied already: the range waited for every worker, this one included.
+  // Applied already: the range waited for every worker, this one included
+  // (for a successor's push; any other's is a late one, refused below).
+  if (restarted_.count(worker) == 0) return false;
   for (Key k = begin; k < end; ++k) {
     if (key_applied_[k - first_key_] <= step) return false;
   }

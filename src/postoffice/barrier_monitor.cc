@@ -29,10 +29,11 @@ Status Postoffice::Barrier(int group) {
   CHECK(GroupContains(group, my_id_))
       << DescribeId(my_id_) << " is not in barrier group " << GroupName(group);
   uint64_t seen = barrier_released_[group];
+  std::multimap<int, uint64_t>::iterator waiting;  // members: our entry
   if (IsScheduler()) {
     outbox = SchedulerBarrierArriveLocked(group, my_id_);
   } else {
-    waiting_barriers_.insert(group);
+    waiting = waiting_barriers_.emplace(group, seen);
     // Sent when the scheduler comes back if it is awaited (restarts).
     if (awaiting_.count(kSchedulerId) == 0) {
       Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
@@ -49,13 +50,11 @@ Status Postoffice::Barrier(int group) {
   const int64_t wait_ms =
       int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
   auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
-  // A scheduler awaited back (restarts) is waited for.
+  // A scheduler awaited back (restarts) is waited for, within the deadline.
   while (barrier_released_[group] <= seen && !SchedulerGoneLocked() &&
          cv_.WaitUntil(deadline)) {
   }
-  if (!IsScheduler()) {
-    waiting_barriers_.erase(waiting_barriers_.find(group));
-  }
+  if (!IsScheduler()) waiting_barriers_.erase(waiting);
   if (barrier_released_[group] > seen) return barrier_status_[group];
   if (!SchedulerGoneLocked()) {
     return Status::Timeout("barrier of " + GroupName(group) +
@@ -248,12 +247,25 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
     Clock::time_point now, std::vector<int>* not_back) {
   std::vector<Message> outbox;
   for (const auto& [id, since] : awaiting_) {
-    auto r = rejoins_.find(id);
-    if (MsSince(since, now) > config_.rejoin_timeout_ms &&
-        (r == rejoins_.end() || !r->second.started)) {
+    // (A worker whose successor's rejoin started is awaited no more.)
+    if (MsSince(since, now) > config_.rejoin_timeout_ms) {
       not_back->push_back(id);
     }
   }
+  // A rejoin whose members did not all answer within the connect timeout
+  // goes ahead without them (their requests from the successor are
+  // dropped until they learn its address; resends make that good).
+  std::vector<int> overdue;
+  for (const auto& [id, r] : rejoins_) {
+    if (r.started && MsSince(r.started_at, now) > config_.connect_timeout_ms) {
+      std::string silent;
+      for (int m : r.pending) silent += " " + table_.Describe(m);
+      LOG(WARNING) << "the rejoin of " << table_.Describe(id)
+                   << " goes ahead without an answer from" << silent;
+      overdue.push_back(id);
+    }
+  }
+  for (int id : overdue) FinishRejoinLocked(id, &outbox);
   // A restart whose predecessor is never declared dead (it still answers
   // heartbeats) is refused, naming the one still alive.
   const int64_t wait_ms =
@@ -412,8 +424,14 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
     MutexLock lock(&customers_mu_);
     for (auto& [key, c] : customers_) customers.push_back(c);
   }
+  // The KV layer tells a death awaited back (Unavailable) from one for
+  // good (PeerFailed): a DenseShard keeps waiting for the first.
+  const Status told =
+      awaited ? Status::Unavailable(why.message() +
+                                    "; awaited back (PS_MAX_RESTARTS)")
+              : why;
   for (auto& c : customers) {
-    if (c->on_failure) c->on_failure(id, why);
+    if (c->on_failure) c->on_failure(id, told);
   }
   if (user_handler) user_handler(id, why);
 }

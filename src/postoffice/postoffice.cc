@@ -543,6 +543,18 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
 void Postoffice::OnConnectionLost(int id, const std::string& why) {
   {
     MutexLock lock(&mu_);
+    // A restart that died while its registration waited: forget it, so
+    // that the next one is not refused as a second.
+    for (auto it = rejoins_.begin(); it != rejoins_.end(); ++it) {
+      if (!it->second.started && it->second.temp_id == id) {
+        LOG(WARNING) << "the restart of " << table_.Describe(it->first)
+                     << " registered from " << it->second.node.Address()
+                     << " is gone: " << why;
+        van_.Disconnect(id);
+        rejoins_.erase(it);
+        return;
+      }
+    }
     // Before the node table a member's absence is rendezvous' business; a
     // member that said goodbye (TERMINATE) leaves without blame, and so
     // does the scheduler once this member finalized (it may end first).

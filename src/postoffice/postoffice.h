@@ -38,8 +38,10 @@ class Postoffice {
   using Clock = std::chrono::steady_clock;
   // Gets each data message for a customer; runs on the receive thread.
   using DataHandler = std::function<void(Message&& msg)>;
-  // Told that node `id` failed (-1: this node stops); receive or caller
-  // thread, never under a lock.
+  // Told that node `id` failed (-1: this node stops); receive, monitor,
+  // watch or caller thread, never under a lock. A node awaited back
+  // (PS_MAX_RESTARTS) is told with Unavailable, one dead for good with
+  // PeerFailed.
   using FailureHandler = std::function<void(int id, const Status& why)>;
   // Called by the monitor thread every few hundred ms at most (resends);
   // never under a lock.
@@ -268,13 +270,15 @@ class Postoffice {
     int temp_id = 0;  // its connection's id until it takes the worker's
     bool started = false;
     std::set<int> pending;
-    Clock::time_point since;
+    Clock::time_point since;       // it registered
+    Clock::time_point started_at;  // the members were told
   };
   std::map<int, Rejoin> rejoins_ GUARDED_BY(mu_);
   bool rejoined_ GUARDED_BY(mu_) = false;  // a restart of a running job's node
-  // Member: the barriers this node waits in (sent again to a restarted
-  // scheduler).
-  std::multiset<int> waiting_barriers_ GUARDED_BY(mu_);
+  // Member: the barriers this node waits in, with barrier_released_ of
+  // their group at entry (sent again to a restarted scheduler unless
+  // released since).
+  std::multimap<int, uint64_t> waiting_barriers_ GUARDED_BY(mu_);
   std::set<int> departed_ GUARDED_BY(mu_);
   struct SchedulerBarrier {
     std::set<int> arrived;

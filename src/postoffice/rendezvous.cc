@@ -402,7 +402,9 @@ void Postoffice::MemberOnSchedulerBack() {
     back = awaiting_.erase(kSchedulerId) > 0;
     dead_.erase(kSchedulerId);
     scheduler_seen_ = Clock::now();
-    for (int group : waiting_barriers_) {
+    for (const auto& [group, seen] : waiting_barriers_) {
+      // Released meanwhile: its waiter just has not woken yet.
+      if (barrier_released_[group] > seen) continue;
       Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
       msg.meta.mutable_control()->set_barrier_group(group);
       outbox.push_back(std::move(msg));
@@ -459,9 +461,13 @@ void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
   awaiting_.erase(id);
   departed_.erase(id);
   last_seen_[id] = Clock::now();
+  r.started_at = Clock::now();
   for (const auto& [other, info] : table_.nodes()) {
+    // A successor still rejoining gets the new address in its table.
+    auto joining = rejoins_.find(other);
     if (other == id || other == my_id_ || dead_.count(other) > 0 ||
-        departed_.count(other) > 0) {
+        departed_.count(other) > 0 ||
+        (joining != rejoins_.end() && joining->second.started)) {
       continue;
     }
     Message msg = ControlMessage(pb::NODE_JOINED, other, true);
@@ -498,7 +504,9 @@ void Postoffice::SchedulerOnJoined(const Message& msg) {
     MutexLock lock(&mu_);
     auto it = ctrl.node_size() == 1 ? rejoins_.find(ctrl.node(0).id())
                                     : rejoins_.end();
+    // About this successor (a late answer may be about one that died).
     if (it == rejoins_.end() || !it->second.started ||
+        FromProto(ctrl.node(0)).Identity() != it->second.node.Identity() ||
         it->second.pending.erase(msg.meta.sender()) == 0) {
       van_.CountDropped(table_.Describe(msg.meta.sender()),
                         "unexpected " + DebugString(msg));
@@ -603,6 +611,9 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
   std::vector<std::pair<int, std::string>> probed;
   {
     MutexLock lock(&mu_);
+    // Once we run, a table marked rejoin is a scheduler's answer to our
+    // report (a restarted one took the job over, or one that only lost
+    // its connection to us for a moment).
     if (ready_ && ctrl.rejoin() && ctrl.error().empty()) {
       lock.Unlock();
       return MemberOnSchedulerBack();

@@ -1036,5 +1036,52 @@ TEST(InProc, WorkerMadeAfterAFailoverGoesToTheReplica) {
   servers[1 - victim].reset();
 }
 
+
+// Two workers die and their successors register at once: each rejoin waits
+// for no answer from the other successor (which gets the new address in
+// its own table), so both complete, and the sums are exact.
+TEST(InProc, TwoWorkersRestartedAtOnceBothRejoin) {
+  const int kS = 1, kW = 3;
+  auto restarts = [](Config* cfg) { cfg->max_restarts = 1; };
+  DefaultJob c(kS, kW, restarts);
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3};
+  for (auto& w : c.workers) {
+    KVWorker<float> kv(w.get(), 0, 0);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {1})).ok());
+  }
+  std::vector<std::unique_ptr<Node>> successors(2);
+  std::vector<Status> started(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    Node* victim = c.workers[i + 1].get();
+    Config cfg = TestConfig(Role::kWorker, kS, kW);
+    cfg.root_port = c.scheduler->port();
+    cfg.rank = victim->rank();
+    restarts(&cfg);
+    victim->postoffice()->Abandon();
+    successors[i] = std::make_unique<Node>(cfg);
+  }
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] { started[i] = successors[i]->Start(); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(started[i].ok()) << started[i];
+    EXPECT_TRUE(successors[i]->rejoined());
+    c.workers[i + 1] = std::move(successors[i]);
+  }
+  for (auto& w : c.workers) {
+    KVWorker<float> kv(w.get(), 0, 1);
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, {10})).ok());
+  }
+  std::vector<float> out;
+  KVWorker<float> kv(c.workers[2].get(), 0, 2);
+  ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>{3 + 30});
+  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  EXPECT_TRUE(c.Finalize());
+}
+
 }  // namespace
 }  // namespace ps
