@@ -130,10 +130,9 @@ class PsExchange : public Exchange {
         first_keys_, &steps, &lens, ps::EncodeDenseCmd(ps::DenseOp::kJoin, 0)));
     if (!st.ok()) return st;
     if (steps.size() != first_keys_.size() || steps.empty()) {
-      return ps::Status::Corruption("join: " + std::to_string(steps.size()) +
-                                    " answers from " +
-                                    std::to_string(first_keys_.size()) +
-                                    " servers");
+      return ps::Status::Corruption(
+          "join: " + std::to_string(steps.size()) + " answers from " +
+          std::to_string(first_keys_.size()) + " servers");
     }
     return static_cast<int>(*std::min_element(steps.begin(), steps.end()));
   }
@@ -423,10 +422,9 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
     // data follows from the step (every worker has as many per epoch).
     ps::StatusOr<int> step = exchange.Rejoin();
     if (!step.ok()) Die("rejoin: " + step.status().ToString());
-    const int per_epoch =
-        ps::model::Batcher(&train, options.batch_size, options.seed, rank,
-                           num_workers)
-            .batches_per_epoch();
+    const int per_epoch = ps::model::Batcher(&train, options.batch_size,
+                                             options.seed, rank, num_workers)
+                              .batches_per_epoch();
     from.steps = *step;
     from.epoch = per_epoch > 0 ? *step / per_epoch : 0;
     from.batches_in_epoch = per_epoch > 0 ? *step % per_epoch : 0;
@@ -441,8 +439,8 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   ps::Status st = exchange.PullInitial(from.steps);
   if (!st.ok()) Die("initial pull: " + st.ToString());
   Summary sum =
-      Train(run, "worker", rank, num_workers, net.get(), &exchange, train,
-            test, rejoined || options.restore_step >= 0 ? &from : nullptr);
+      Train(run, "worker", rank, num_workers, net.get(), &exchange, train, test,
+            rejoined || options.restore_step >= 0 ? &from : nullptr);
   st = exchange.Done(sum.steps);
   if (!st.ok()) Die("done: " + st.ToString());
   const double rate = sum.samples / sum.train_s;

@@ -274,8 +274,7 @@ int main(int argc, char** argv) {
       gflags::GetCommandLineFlagInfoOrDie("on_worker_failure").is_default) {
     options.on_worker_failure = ps::WorkerFailure::kRestart;
   }
-  const bool restart =
-      options.on_worker_failure == ps::WorkerFailure::kRestart;
+  const bool restart = options.on_worker_failure == ps::WorkerFailure::kRestart;
   if (restart && max_restarts == 0) {
     Die("--on_worker_failure restart: nobody restarts dead workers "
         "(PS_MAX_RESTARTS is 0); launch with tracker/launch.py "

@@ -456,7 +456,8 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
 }
 
 void DenseShard::Impl::OnJoin(const KVMeta& meta, const KVPairs<float>& data) {
-  if (!meta.pull || meta.push) return Reject(meta, "a join command must be a pull");
+  if (!meta.pull || meta.push)
+    return Reject(meta, "a join command must be a pull");
   const int worker = meta.sender;
   // Under kBsp/kBounded each key has had every step before the least one
   // applied, and a worker pushes no step before it pulled the weights of

@@ -375,9 +375,8 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
   }
 }
 
-Message KVWorkerCore::Impl::SliceMessage(int ts, int slot, bool push,
-                                         bool pull, int cmd,
-                                         const RawKVPairs& kvs) {
+Message KVWorkerCore::Impl::SliceMessage(int ts, int slot, bool push, bool pull,
+                                         int cmd, const RawKVPairs& kvs) {
   Message msg;
   pb::Meta& m = msg.meta;
   m.set_app_id(app_id_);
@@ -473,14 +472,12 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
 KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
   MutexLock lock(&resend_mu_);
   // From the end: the newest requests are the likeliest answered.
-  auto it = std::find_if(unanswered_.rbegin(), unanswered_.rend(),
-                         [&](const Unanswered& u) {
-                           return u.ts == ts && u.slot == server;
-                         });
+  auto it = std::find_if(
+      unanswered_.rbegin(), unanswered_.rend(),
+      [&](const Unanswered& u) { return u.ts == ts && u.slot == server; });
   std::pair<int, int> key{ts, server};
   if (it == unanswered_.rend()) {
-    return std::find(answered_.begin(), answered_.end(), key) !=
-                   answered_.end()
+    return std::find(answered_.begin(), answered_.end(), key) != answered_.end()
                ? Answer::kDuplicate
                : Answer::kUnknown;
   }

@@ -268,9 +268,8 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
   for (int id : overdue) FinishRejoinLocked(id, &outbox);
   // A restart whose predecessor is never declared dead (it still answers
   // heartbeats) is refused, naming the one still alive.
-  const int64_t wait_ms =
-      std::max<int64_t>(config_.connect_timeout_ms,
-                        int64_t{config_.heartbeat_timeout_ms} + 1000);
+  const int64_t wait_ms = std::max<int64_t>(
+      config_.connect_timeout_ms, int64_t{config_.heartbeat_timeout_ms} + 1000);
   for (auto it = rejoins_.begin(); it != rejoins_.end();) {
     const Rejoin& r = it->second;
     if (r.started || MsSince(r.since, now) <= wait_ms) {
@@ -401,13 +400,13 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
   }
   if (covered || awaited) {
     std::string line =
-        covered ? why.message() + "; server " +
-                      std::to_string(
-                          ReplicaOf(IdToRank(id), config_.num_servers)) +
-                      " takes over its keys (PS_REPLICAS)"
-                : why.message() + "; the job waits up to " +
-                      std::to_string(config_.rejoin_timeout_ms) +
-                      " ms for it to rejoin (PS_MAX_RESTARTS)";
+        covered
+            ? why.message() + "; server " +
+                  std::to_string(ReplicaOf(IdToRank(id), config_.num_servers)) +
+                  " takes over its keys (PS_REPLICAS)"
+            : why.message() + "; the job waits up to " +
+                  std::to_string(config_.rejoin_timeout_ms) +
+                  " ms for it to rejoin (PS_MAX_RESTARTS)";
     LOG(WARNING) << line;
     // Where glog keeps warnings in its files, the person running the job
     // still sees the failover on stderr.

@@ -292,8 +292,7 @@ class Postoffice {
   Status peer_failure_ GUARDED_BY(mu_);
   // Peers of our domain yet to send SHM_READY.
   std::set<int> shm_pending_ GUARDED_BY(mu_);
-  std::function<void(int, const Status&)> peer_failure_handler_
-      GUARDED_BY(mu_);
+  std::function<void(int, const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   std::thread monitor_;
 

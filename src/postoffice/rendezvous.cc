@@ -56,8 +56,8 @@ Status Postoffice::StartScheduler() {
     // A restarted scheduler that heard from some members of a running job.
     std::string missing;
     for (int group : {kServerGroup, kWorkerGroup}) {
-      const int n = group == kServerGroup ? config_.num_servers
-                                          : config_.num_workers;
+      const int n =
+          group == kServerGroup ? config_.num_servers : config_.num_workers;
       for (int r = 0; r < n; ++r) {
         const int id =
             group == kServerGroup ? ServerRankToId(r) : WorkerRankToId(r);
@@ -319,8 +319,8 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
   const pb::Control& ctrl = msg.meta.control();
   const std::string connection =
       Van::DescribeConnection(msg.from, msg.peer_address);
-  const int count = node.role == Role::kServer ? config_.num_servers
-                                               : config_.num_workers;
+  const int count =
+      node.role == Role::kServer ? config_.num_servers : config_.num_workers;
   const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
                                             : WorkerRankToId(node.rank);
   std::vector<Message> outbox;
@@ -347,8 +347,9 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         back.meta.mutable_control()->set_rejoin(true);
         outbox.push_back(std::move(back));
       } else {
-        van_.CountDropped(connection, "a member's report, but this scheduler "
-                                      "did not restart a running job");
+        van_.CountDropped(connection,
+                          "a member's report, but this scheduler "
+                          "did not restart a running job");
         return;
       }
     } else if (known == nullptr) {
@@ -432,17 +433,17 @@ Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
   if (node.requested_rank < 0 || node.requested_rank >= config_.num_workers) {
     return Status::InvalidArgument(
         "the " + who +
-        " registered while the job runs without a worker rank (PS_RANK in [0, " +
+        " registered while the job runs without a worker rank (PS_RANK in "
+        "[0, " +
         std::to_string(config_.num_workers) +
         ")): a restarted worker rejoins under its rank");
   }
   const int id = WorkerRankToId(node.requested_rank);
   auto it = rejoins_.find(id);
   if (it != rejoins_.end()) {
-    return Status::InvalidArgument("a restart of " + table_.Describe(id) +
-                                   " is rejoining already (from " +
-                                   it->second.node.Address() + "); " + who +
-                                   " refused");
+    return Status::InvalidArgument(
+        "a restart of " + table_.Describe(id) + " is rejoining already (from " +
+        it->second.node.Address() + "); " + who + " refused");
   }
   return Status::OK();
 }
@@ -487,9 +488,11 @@ void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
   for (int other : dead_) msg.meta.mutable_control()->add_dead(other);
   outbox->push_back(std::move(msg));
   const Rejoin& r = rejoins_.at(id);
-  const double s = std::chrono::duration<double>(Clock::now() - r.since).count();
+  const double s =
+      std::chrono::duration<double>(Clock::now() - r.since).count();
   char line[256];
-  std::snprintf(line, sizeof(line), "%s rejoined the job (%.3f s after it registered)",
+  std::snprintf(line, sizeof(line),
+                "%s rejoined the job (%.3f s after it registered)",
                 table_.Describe(id).c_str(), s);
   LOG(INFO) << line;
   // The person running the job sees it on stderr (glog keeps INFO in files).
@@ -542,8 +545,8 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
       van_.Disconnect(node.id);
       Status st = van_.Connect(node.id, node.host, node.port);
       if (!st.ok()) {
-        LOG(WARNING) << "cannot reach the restarted " << node.Describe()
-                     << ": " << st;
+        LOG(WARNING) << "cannot reach the restarted " << node.Describe() << ": "
+                     << st;
       }
       if (!node.shm_domain.empty() && node.shm_domain == MyShmDomain()) {
         shm_pending_.insert(node.id);

@@ -100,8 +100,9 @@ class Van {
   // Reports a peer whose connection closed and did not come back within
   // `grace_ms`: lost(id, why), on the watch thread, under no lock of the
   // van, once per loss (a connection made again, e.g. to a restarted peer
-  // at the same address, may be reported lost again). Call before Start(); applies to the DEALERs
-  // opened from then on: all of them, or only node `only_id`'s.
+  // at the same address, may be reported lost again). Call before Start();
+  // applies to the DEALERs opened from then on: all of them, or only node
+  // `only_id`'s.
   using LostHandler = std::function<void(int id, const std::string& why)>;
   // regained(id): a connection that had closed was made again (e.g. to a
   // peer restarted at the same address), whether or not it was reported

@@ -797,7 +797,6 @@ TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
   EXPECT_TRUE(c.Finalize());
 }
 
-
 // PS_MAX_RESTARTS: a worker that dies (abandoned, as a crash) is awaited,
 // not a failure; a new node with its rank rejoins the running job under its
 // id, and the job goes on with exact sums: the servers kept what the dead
@@ -838,7 +837,8 @@ TEST(InProc, RestartedWorkerRejoinsUnderItsRank) {
   // Nobody took the death for a failure, and the successor is in every
   // barrier (the others passed the start barrier long ago; it did not wait
   // at it).
-  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  for (Node* n : c.All())
+    EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
   EXPECT_FALSE(c.workers[0]->rejoined());
   EXPECT_TRUE(c.Finalize());
 }
@@ -915,7 +915,6 @@ TEST(InProc, AWorkerThatDoesNotRejoinInTimeFailsTheJob) {
       << failure;
 }
 
-
 // PS_MAX_RESTARTS: the scheduler dies (abandoned, as a crash). The data
 // path goes on without it, and a barrier entered meanwhile waits; a new
 // scheduler on the same address takes the job over from the members'
@@ -956,7 +955,8 @@ TEST(InProc, RestartedSchedulerTakesTheJobOver) {
     ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
     EXPECT_EQ(out, (std::vector<float>{2, 1 + 2}));
   }
-  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  for (Node* n : c.All())
+    EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
   EXPECT_TRUE(c.Finalize());
 }
 
@@ -983,7 +983,6 @@ TEST(InProc, ASchedulerThatDoesNotComeBackIsNamed) {
   }
 }
 
-
 // PS_REPLICAS=1: a KVWorker made after a server died and its replica took
 // its keys over sends them to the replica from its first request (as does a
 // worker that rejoins the job then).
@@ -998,15 +997,11 @@ TEST(InProc, WorkerMadeAfterAFailoverGoesToTheReplica) {
   for (int i = 0; i < 2; ++i) {
     servers.push_back(std::make_unique<KVServer<float>>(c.servers[i].get(), 0));
     auto* h = &held[i];
-    servers[i]->set_replica_handle(
-        [h](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
-          (*h)(m, d, s);
-        });
+    servers[i]->set_replica_handle([h](const KVMeta& m, const KVPairs<float>& d,
+                                       KVServer<float>* s) { (*h)(m, d, s); });
     auto* o = &own[i];
-    servers[i]->set_request_handle(
-        [o](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
-          (*o)(m, d, s);
-        });
+    servers[i]->set_request_handle([o](const KVMeta& m, const KVPairs<float>& d,
+                                       KVServer<float>* s) { (*o)(m, d, s); });
   }
   const std::vector<Key> keys = {3, 40000};  // one per server
   {
@@ -1035,7 +1030,6 @@ TEST(InProc, WorkerMadeAfterAFailoverGoesToTheReplica) {
   servers[victim].reset();
   servers[1 - victim].reset();
 }
-
 
 // Two workers die and their successors register at once: each rejoin waits
 // for no answer from the other successor (which gets the new address in
@@ -1079,7 +1073,8 @@ TEST(InProc, TwoWorkersRestartedAtOnceBothRejoin) {
   KVWorker<float> kv(c.workers[2].get(), 0, 2);
   ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
   EXPECT_EQ(out, std::vector<float>{3 + 30});
-  for (Node* n : c.All()) EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
+  for (Node* n : c.All())
+    EXPECT_TRUE(n->peer_failure().ok()) << n->peer_failure();
   EXPECT_TRUE(c.Finalize());
 }
 

@@ -43,8 +43,7 @@ using mnist_test::Shell;
 // (--env ones: later ones win).
 std::string LaunchCommand(const std::string& env, const std::string& flags,
                           int s = 2) {
-  return std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " +
-         std::to_string(s) +
+  return std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " + std::to_string(s) +
          " -w 2 --timeout 240"
          " --env PS_HEARTBEAT_INTERVAL_MS=200 --env "
          "PS_HEARTBEAT_TIMEOUT_MS=5000"
@@ -76,9 +75,9 @@ class BackgroundJob {
     std::remove(rc_.c_str());
   }
   bool Start(const std::string& cmd) {
-    return std::system(("(" + cmd + " >" + out_ + " 2>&1; echo $? >" + rc_ +
-                        ") &")
-                           .c_str()) == 0;
+    return std::system(
+               ("(" + cmd + " >" + out_ + " 2>&1; echo $? >" + rc_ + ") &")
+                   .c_str()) == 0;
   }
   std::string Output() const { return ReadBytes(out_); }
   // Polls the output for `text`, for at most `seconds`.
@@ -206,13 +205,13 @@ int FindProcess(const std::vector<std::string>& vars) {
 TEST(Detection, KilledSchedulerIsNamedByTheMembers) {
   BackgroundJob job("scheduler");
   const int port = 20000 + getpid() % 20000;
-  ASSERT_TRUE(job.Start(
-      std::string(PS_PYTHON) + " " + PS_LAUNCH +
-      " -s 2 -w 2 --timeout 120 --port " + std::to_string(port) +
-      " --env PS_HEARTBEAT_INTERVAL_MS=1000"
-      " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
-      PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-      " --threads 1 --log_every_s 0.2 --test_limit 200"));
+  ASSERT_TRUE(job.Start(std::string(PS_PYTHON) + " " + PS_LAUNCH +
+                        " -s 2 -w 2 --timeout 120 --port " +
+                        std::to_string(port) +
+                        " --env PS_HEARTBEAT_INTERVAL_MS=1000"
+                        " --env PS_HEARTBEAT_TIMEOUT_MS=60000 -- " +
+                        PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
+                        " --threads 1 --log_every_s 0.2 --test_limit 200"));
   // Until a worker reports a step (at most 60 s), then kill the scheduler.
   ASSERT_TRUE(job.WaitFor("] worker 0 epoch 0 step", 60)) << job.Output();
   int pid = FindProcess(
@@ -332,13 +331,13 @@ TEST(Replication, KilledServerCostsNoStepThreeServersWithDrops) {
   ExpectFailoverLosesNothing(3, 0, "--env PS_DROP_MSG=1");
 }
 
-
 // The "server R done: ..." line's count of range updates made with fewer
 // than every worker's gradient (-1: no such line).
 int ShortUpdatesOf(const std::string& out, int server) {
   std::smatch m;
-  std::regex re("server " + std::to_string(server) +
-                R"( done: .*, (\d+) workers rejoined, (\d+) range updates short of a worker)");
+  std::regex re(
+      "server " + std::to_string(server) +
+      R"( done: .*, (\d+) workers rejoined, (\d+) range updates short of a worker)");
   return std::regex_search(out, m, re) ? std::stoi(m[2]) : -1;
 }
 
@@ -367,10 +366,10 @@ TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
   std::string clean = TempPath("clean.bin"), restarted = TempPath("re.bin");
   Result a = Launch("", flags + " --dump_weights " + clean);
   ASSERT_EQ(a.rc, 0) << a.out;
-  Result b = Launch("--max-restarts 1",
-                    flags + " --dump_weights " + restarted +
-                        " --die_node worker:1 --die_after_steps " +
-                        std::to_string(step));
+  Result b =
+      Launch("--max-restarts 1", flags + " --dump_weights " + restarted +
+                                     " --die_node worker:1 --die_after_steps " +
+                                     std::to_string(step));
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
             std::string::npos)
@@ -409,8 +408,8 @@ TEST(Restart, WorkerKilledMidStepRejoinsAndTrainingGoesOn) {
   ASSERT_EQ(a.rc, 0) << a.out;
   BackgroundJob job("restart");
   const int port = 20000 + (getpid() + 13) % 20000;
-  ASSERT_TRUE(job.Start(LaunchCommand(
-      "--max-restarts 1 --port " + std::to_string(port), flags)));
+  ASSERT_TRUE(job.Start(
+      LaunchCommand("--max-restarts 1 --port " + std::to_string(port), flags)));
   ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
   std::this_thread::sleep_for(std::chrono::milliseconds(std::rand() % 400));
   const int pid = WorkerOne(port);
@@ -420,8 +419,8 @@ TEST(Restart, WorkerKilledMidStepRejoinsAndTrainingGoesOn) {
   const std::string out = job.Output();
   EXPECT_NE(out.find("restarting it"), std::string::npos) << out;
   std::smatch at;
-  ASSERT_TRUE(std::regex_search(out, at,
-                                std::regex(R"(worker 1 rejoined at step (\d+))")))
+  ASSERT_TRUE(std::regex_search(
+      out, at, std::regex(R"(worker 1 rejoined at step (\d+))")))
       << out;
   SCOPED_TRACE("rejoined at step " + at[1].str());
   ExpectEveryStepWhole(out);
@@ -435,9 +434,9 @@ TEST(Restart, WorkerKilledMidStepRejoinsAndTrainingGoesOn) {
 TEST(Restart, SpentRestartsStopTheJob) {
   BackgroundJob job("spent");
   const int port = 20000 + (getpid() + 29) % 20000;
-  ASSERT_TRUE(job.Start(LaunchCommand(
-      "--max-restarts 1 --port " + std::to_string(port),
-      "--train_limit 6400 --log_every_s 0.1")));
+  ASSERT_TRUE(
+      job.Start(LaunchCommand("--max-restarts 1 --port " + std::to_string(port),
+                              "--train_limit 6400 --log_every_s 0.1")));
   ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
   int pid = WorkerOne(port);
   ASSERT_GT(pid, 0) << job.Output();
@@ -452,21 +451,21 @@ TEST(Restart, SpentRestartsStopTheJob) {
   EXPECT_EQ(WorkerOne(port), -1) << "a worker 1 is left running";
 }
 
-
 // kill -9 of the scheduler while the workers train, under --max-restarts:
 // the launcher starts it again at the same address, the members report
 // themselves to it, and it takes the job over. The data path never needed
 // it: the job ends with the fault-free weights, bit for bit.
 TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
-  const std::string flags = "--train_limit 3200 --overlap off --log_every_s 0.1";
+  const std::string flags =
+      "--train_limit 3200 --overlap off --log_every_s 0.1";
   std::string clean = TempPath("clean.bin"), restarted = TempPath("sch.bin");
   Result a = Launch("", flags + " --dump_weights " + clean);
   ASSERT_EQ(a.rc, 0) << a.out;
   BackgroundJob job("scheduler-restart");
   const int port = 20000 + (getpid() + 41) % 20000;
-  ASSERT_TRUE(job.Start(
-      LaunchCommand("--max-restarts 1 --port " + std::to_string(port),
-                    flags + " --dump_weights " + restarted)));
+  ASSERT_TRUE(
+      job.Start(LaunchCommand("--max-restarts 1 --port " + std::to_string(port),
+                              flags + " --dump_weights " + restarted)));
   ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
   const int pid = FindProcess(
       {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
@@ -489,7 +488,6 @@ TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
   std::remove(clean.c_str());
   std::remove(restarted.c_str());
 }
-
 
 // Both at once: with --replicas 1, server 1 dies (server 0 takes its keys
 // over), then worker 1 is killed and restarted. The new worker learns that
