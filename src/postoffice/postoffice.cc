@@ -385,7 +385,20 @@ void Postoffice::DispatchData(Message&& msg) {
       // Requests may come before the server set its request handle (a
       // worker may learn of the start barrier's end first): hold them, for
       // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests).
-      // Up to a count and PS_MAX_MESSAGE_BYTES in all.
+      // Up to a count and PS_MAX_MESSAGE_BYTES in all. A resent copy of
+      // one held already is let go (it would count twice).
+      if (request && held_.count(key) > 0) {
+        const pb::Meta& m = msg.meta;
+        for (const HeldRequest& h : held_[key]) {
+          if (h.msg.meta.sender() == m.sender() &&
+              h.msg.meta.customer_id() == m.customer_id() &&
+              h.msg.meta.timestamp() == m.timestamp() &&
+              h.msg.meta.origin() == m.origin()) {
+            CountDuplicate();
+            return;
+          }
+        }
+      }
       if (request && held_count_ < kMaxEarlyMessages &&
           held_bytes_ + MessageBytes(msg) <=
               static_cast<uint64_t>(config_.max_message_bytes)) {

@@ -210,10 +210,12 @@ TEST(Trust, MessagesOverTheLimitFailTheirRequestNamingIt) {
 
 // Requests for an app that has no KVServer yet are held, within
 // PS_MAX_MESSAGE_BYTES in all; one past that is refused at once, not lost.
+// A held request's resent copies (every 100 ms here) count once.
 TEST(Trust, HeldRequestsAreBoundedInBytes) {
   Cluster c(1, 1, [](Config* cfg) {
     cfg->max_message_bytes = 64 << 10;
     cfg->connect_timeout_ms = 1000;  // held ones are refused after this
+    cfg->resend_timeout_ms = 100;
   });
   ASSERT_TRUE(c.Start());
   KVWorker<float> kv(c.workers[0].get(), /*app_id=*/7, 0);
