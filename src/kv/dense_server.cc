@@ -144,6 +144,14 @@ class DenseShard::Impl {
   // A peer died: a worker still expected fails the shard, or is taken as
   // done (see Failures).
   void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
+  // Forgets the pending pulls of dead worker `id` (nobody to answer).
+  void DropPullsOf(int id) REQUIRES(mu_) {
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [id](const PendingPull& p) {
+                                    return p.meta.sender == id;
+                                  }),
+                   pending_.end());
+  }
   // kContinue: `id` counts as done at the step in flight.
   void GoOnWithout(int id, const Status& why) EXCLUDES(mu_);
   // kJoin: a restarted worker asks where to resume; answers each key with
@@ -276,11 +284,7 @@ void DenseShard::Impl::OnFailure(int id, const Status& why) {
     if (done_steps_.count(id) > 0) return;
     away_.insert(id);
     restarted_.insert(id);
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [id](const PendingPull& p) {
-                                    return p.meta.sender == id;
-                                  }),
-                   pending_.end());
+    DropPullsOf(id);
     LOG(WARNING) << "dense shard: waiting for " << DescribeId(id)
                  << " to rejoin: " << why;
     return;
@@ -315,11 +319,7 @@ void DenseShard::Impl::GoOnWithout(int id, const Status& why) {
     auto it = last_push_.find(id);
     step = it == last_push_.end() ? options_.first_step : it->second;
     // Its pulls could not be answered anyway.
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [id](const PendingPull& p) {
-                                    return p.meta.sender == id;
-                                  }),
-                   pending_.end());
+    DropPullsOf(id);
     ++workers_lost_;
     OnDone(id, step);
   }

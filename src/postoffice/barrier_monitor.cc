@@ -418,11 +418,7 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
     LOG(ERROR) << why;
   }
   SendAll(&outbox);
-  std::vector<std::shared_ptr<Customer>> customers;
-  {
-    MutexLock lock(&customers_mu_);
-    for (auto& [key, c] : customers_) customers.push_back(c);
-  }
+  const std::vector<std::shared_ptr<Customer>> customers = Customers();
   // The KV layer tells a death awaited back (Unavailable) from one for
   // good (PeerFailed): a DenseShard keeps waiting for the first.
   const Status told =

@@ -509,6 +509,13 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
   if (!st.ok()) LOG(WARNING) << "refusing " << DebugString(req) << ": " << st;
 }
 
+std::vector<std::shared_ptr<Postoffice::Customer>> Postoffice::Customers() {
+  std::vector<std::shared_ptr<Customer>> customers;
+  MutexLock lock(&customers_mu_);
+  for (auto& [key, c] : customers_) customers.push_back(c);
+  return customers;
+}
+
 void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
   MutexLock lock(&customers_mu_);
   customer->deliverer = std::this_thread::get_id();
@@ -711,11 +718,7 @@ void Postoffice::Stop() {
     if (!st.ok()) LOG(WARNING) << "could not tell the scheduler: " << st;
   }
   van_.Stop(say_goodbye ? kLingerMs : 0);
-  std::vector<std::shared_ptr<Customer>> customers;
-  {
-    MutexLock lock(&customers_mu_);
-    for (auto& [key, c] : customers_) customers.push_back(c);
-  }
+  const std::vector<std::shared_ptr<Customer>> customers = Customers();
   Status aborted = Status::Aborted("node stopped");
   for (auto& c : customers) {
     if (c->on_failure) c->on_failure(-1, aborted);

@@ -141,6 +141,8 @@ class Postoffice {
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
   void ExpireHeldRequests(Clock::time_point now) EXCLUDES(mu_, customers_mu_);
+  // The customers registered now (to call their handlers under no lock).
+  std::vector<std::shared_ptr<Customer>> Customers() EXCLUDES(customers_mu_);
   // Drains customer's mailbox on this thread; customer->delivering is set.
   void Deliver(const std::shared_ptr<Customer>& customer)
       EXCLUDES(customers_mu_);

@@ -558,11 +558,7 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
   LOG(INFO) << node.Describe() << " rejoined the job";
   // The KV layer forgets the old process's requests before the new one
   // can be heard (it hears the scheduler's table after our answer).
-  std::vector<std::shared_ptr<Customer>> customers;
-  {
-    MutexLock lock(&customers_mu_);
-    for (auto& [key, c] : customers_) customers.push_back(c);
-  }
+  const std::vector<std::shared_ptr<Customer>> customers = Customers();
   for (auto& c : customers) {
     if (c->on_join) c->on_join(node.id);
   }

@@ -797,6 +797,17 @@ TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// The first peer failure node `n` learns of, polled for at most 10 s (OK if
+// none came).
+Status FirstPeerFailure(Node* n) {
+  Status failure;
+  for (int i = 0; i < 100 && failure.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    failure = n->peer_failure();
+  }
+  return failure;
+}
+
 // PS_MAX_RESTARTS: a worker that dies (abandoned, as a crash) is awaited,
 // not a failure; a new node with its rank rejoins the running job under its
 // id, and the job goes on with exact sums: the servers kept what the dead
@@ -905,11 +916,7 @@ TEST(InProc, AWorkerThatDoesNotRejoinInTimeFailsTheJob) {
   EXPECT_NE(st.message().find("worker " + std::to_string(rank)),
             std::string::npos)
       << st;
-  Status failure;
-  for (int i = 0; i < 100 && failure.ok(); ++i) {  // at most 10 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    failure = c.servers[0]->peer_failure();
-  }
+  Status failure = FirstPeerFailure(c.servers[0].get());
   EXPECT_NE(failure.message().find("did not rejoin within 800 ms"),
             std::string::npos)
       << failure;
@@ -970,11 +977,7 @@ TEST(InProc, ASchedulerThatDoesNotComeBackIsNamed) {
   ASSERT_TRUE(c.Start());
   c.scheduler->postoffice()->Abandon();
   for (Node* n : {c.servers[0].get(), c.workers[0].get()}) {
-    Status failure;
-    for (int i = 0; i < 100 && failure.ok(); ++i) {  // at most 10 s
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      failure = n->peer_failure();
-    }
+    Status failure = FirstPeerFailure(n);
     EXPECT_NE(failure.message().find("scheduler"), std::string::npos)
         << failure;
     EXPECT_NE(failure.message().find("did not rejoin within 600 ms"),

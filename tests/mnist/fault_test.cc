@@ -64,6 +64,17 @@ std::string TempPath(const std::string& name) {
          std::to_string(getpid()) + "_" + name;
 }
 
+// Expects the model weights dumped at `expected` and `got` to be the same
+// bytes (`why` names the fault on failure), then removes both files.
+void ExpectSameWeights(const std::string& expected, const std::string& got,
+                       const std::string& why) {
+  std::string wa = ReadBytes(expected), wb = ReadBytes(got);
+  EXPECT_EQ(wa.size(), 1199882u * 4);
+  EXPECT_TRUE(wa == wb) << "weights differ " << why;
+  std::remove(expected.c_str());
+  std::remove(got.c_str());
+}
+
 // A job started in the background, so that the test can act on it while it
 // runs: its output and exit code land in files (removed at the end).
 class BackgroundJob {
@@ -150,11 +161,7 @@ void ExpectSameWeightsUnderDrops(const std::string& how) {
   }
   // The weights are worth comparing: the job trained.
   EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
-  std::string wa = ReadBytes(clean), wb = ReadBytes(lossy);
-  ASSERT_EQ(wa.size(), 1199882u * 4);
-  EXPECT_TRUE(wa == wb) << "weights differ after drops";
-  std::remove(clean.c_str());
-  std::remove(lossy.c_str());
+  ExpectSameWeights(clean, lossy, "after drops");
 }
 
 TEST(Resend, BspWeightsBitIdenticalWithOnePercentDropped) {
@@ -314,11 +321,7 @@ void ExpectFailoverLosesNothing(int servers, int victim,
       EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;
     }
   }
-  std::string wa = ReadBytes(clean), wb = ReadBytes(failed);
-  ASSERT_EQ(wa.size(), 1199882u * 4);
-  EXPECT_TRUE(wa == wb) << "weights differ after the failover";
-  std::remove(clean.c_str());
-  std::remove(failed.c_str());
+  ExpectSameWeights(clean, failed, "after the failover");
 }
 
 TEST(Replication, KilledServerCostsNoStepTwoServers) {
@@ -381,11 +384,7 @@ TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
   ExpectEveryStepWhole(b.out);
   EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
   EXPECT_EQ(FinalAccuracy(b.out), FinalAccuracy(a.out)) << b.out;
-  std::string wa = ReadBytes(clean), wb = ReadBytes(restarted);
-  ASSERT_EQ(wa.size(), 1199882u * 4);
-  EXPECT_TRUE(wa == wb) << "weights differ after the restart";
-  std::remove(clean.c_str());
-  std::remove(restarted.c_str());
+  ExpectSameWeights(clean, restarted, "after the restart");
 }
 
 // The pid of worker 1 of the job on `port` (its PS_RESTART_COUNT, when
@@ -482,11 +481,7 @@ TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
             std::string::npos)
       << out;
   for (int s = 0; s < 2; ++s) EXPECT_EQ(UpdatesOf(out, s), 100) << out;
-  std::string wa = ReadBytes(clean), wb = ReadBytes(restarted);
-  ASSERT_EQ(wa.size(), 1199882u * 4);
-  EXPECT_TRUE(wa == wb) << "weights differ after the scheduler's restart";
-  std::remove(clean.c_str());
-  std::remove(restarted.c_str());
+  ExpectSameWeights(clean, restarted, "after the scheduler's restart");
 }
 
 // Both at once: with --replicas 1, server 1 dies (server 0 takes its keys
