@@ -10,60 +10,6 @@ namespace model {
 
 using gpu::DeviceBuffer;
 
-namespace {
-constexpr int kConv1Side = kImageSide - kKernel + 1;  // 26
-constexpr int kConv2Side = kConv1Side - kKernel + 1;  // 24
-}  // namespace
-
-struct CudaBackend::Plan {
-  Plan(gpu::CudaContext* ctx, int batch)
-      : n(batch),
-        conv1(ctx, n, 1, kImageSide, kImageSide, kConv1Channels, kKernel),
-        relu1(ctx, n, kConv1Channels, kConv1Side, kConv1Side),
-        conv2(ctx, n, kConv1Channels, kConv1Side, kConv1Side, kConv2Channels,
-              kKernel),
-        pool(ctx, n, kConv2Channels, kConv2Side, kConv2Side, 2),
-        drop1(ctx, n * kFlatFeatures),
-        fc1(ctx, n, kFlatFeatures, kHidden),
-        relu2(ctx, n, kHidden, 1, 1),
-        drop2(ctx, n * kHidden),
-        fc2(ctx, n, kHidden, kNumClasses),
-        softmax(ctx, n, kNumClasses) {
-    const size_t un = static_cast<size_t>(n);
-    const size_t conv1_out = un * kConv1Channels * kConv1Side * kConv1Side;
-    const size_t conv2_out = un * kConv2Channels * kConv2Side * kConv2Side;
-    x = DeviceBuffer(un * kImageSide * kImageSide);
-    for (DeviceBuffer* b : {&c1, &a1, &dc1, &da1}) *b = DeviceBuffer(conv1_out);
-    for (DeviceBuffer* b : {&c2, &dc2}) *b = DeviceBuffer(conv2_out);
-    for (DeviceBuffer* b : {&p, &d1, &m1, &dd1, &dp}) {
-      *b = DeviceBuffer(un * kFlatFeatures);
-    }
-    for (DeviceBuffer* b : {&h1, &r1, &d2, &m2, &dd2, &dr1, &dh1}) {
-      *b = DeviceBuffer(un * kHidden);
-    }
-    for (DeviceBuffer* b : {&logits, &logp, &dlogits}) {
-      *b = DeviceBuffer(un * kNumClasses);
-    }
-  }
-
-  int n;
-  gpu::Conv2d conv1;
-  gpu::Relu relu1;
-  gpu::Conv2d conv2;
-  gpu::MaxPool pool;
-  gpu::Multiply drop1;
-  gpu::Linear fc1;
-  gpu::Relu relu2;
-  gpu::Multiply drop2;
-  gpu::Linear fc2;
-  gpu::LogSoftmax softmax;
-  // Activations (x ... logp), masks (m1, m2) and gradients (d...).
-  DeviceBuffer x, c1, a1, c2, p, d1, m1, h1, r1, d2, m2, logits, logp;
-  DeviceBuffer dlogits, dd2, dr1, dh1, dd1, dp, dc2, da1, dc1;
-  const float* fc1_in = nullptr;  // d1, or p without dropout
-  const float* fc2_in = nullptr;  // d2, or r1 without dropout
-};
-
 StatusOr<std::unique_ptr<Backend>> MakeCudaBackend() {
   const Status s = gpu::CudaDeviceStatus();
   if (!s.ok()) {
@@ -86,12 +32,9 @@ CudaBackend::Plan* CudaBackend::GetPlan(int n) {
   return plan.get();
 }
 
-void CudaBackend::RunForward(Plan* p, const float* params, const float* images,
-                             const float* mask1, const float* mask2) {
+void CudaBackend::RunForward(Plan* p, const float* w, const float* mask1,
+                             const float* mask2) {
   const auto& t = ConvNetTensors();
-  const float* w = params_.get();
-  params_.Upload(params, params_.size());
-  p->x.Upload(images, p->x.size());
   p->conv1.Forward(p->x.get(), w + t[kConv1Weight].offset,
                    w + t[kConv1Bias].offset, p->c1.get());
   p->relu1.Forward(p->c1.get(), p->a1.get());
@@ -100,8 +43,7 @@ void CudaBackend::RunForward(Plan* p, const float* params, const float* images,
   p->pool.Forward(p->c2.get(), p->p.get());  // NCHW: already flat [n, 9216]
   p->fc1_in = p->p.get();
   if (mask1 != nullptr) {
-    p->m1.Upload(mask1, p->m1.size());
-    p->drop1.Forward(p->p.get(), p->m1.get(), p->d1.get());
+    p->drop1.Forward(p->p.get(), mask1, p->d1.get());
     p->fc1_in = p->d1.get();
   }
   p->fc1.Forward(p->fc1_in, w + t[kFc1Weight].offset, w + t[kFc1Bias].offset,
@@ -109,8 +51,7 @@ void CudaBackend::RunForward(Plan* p, const float* params, const float* images,
   p->relu2.Forward(p->h1.get(), p->r1.get());
   p->fc2_in = p->r1.get();
   if (mask2 != nullptr) {
-    p->m2.Upload(mask2, p->m2.size());
-    p->drop2.Forward(p->r1.get(), p->m2.get(), p->d2.get());
+    p->drop2.Forward(p->r1.get(), mask2, p->d2.get());
     p->fc2_in = p->d2.get();
   }
   p->fc2.Forward(p->fc2_in, w + t[kFc2Weight].offset, w + t[kFc2Bias].offset,
@@ -118,29 +59,15 @@ void CudaBackend::RunForward(Plan* p, const float* params, const float* images,
   p->softmax.Forward(p->logits.get(), p->logp.get());
 }
 
-float CudaBackend::ForwardBackward(const float* params, float* grads,
-                                   const float* images, const int32_t* labels,
-                                   int n, const float* mask1,
-                                   const float* mask2,
-                                   const GradsReady* ready) {
-  Plan* p = GetPlan(n);
-  RunForward(p, params, images, mask1, mask2);
-  // The loss over 10 classes is done on the host.
-  std::vector<float> logp(p->logp.size()), dlogits(p->logp.size());
-  p->logp.Download(logp.data(), logp.size());
-  const float loss =
-      NllFromLogProbs(logp.data(), labels, n, kNumClasses, dlogits.data());
-  p->dlogits.Upload(dlogits.data(), dlogits.size());
-
+void CudaBackend::RunBackward(Plan* p, const float* w, float* g,
+                              const float* mask1, const float* mask2) {
   const auto& t = ConvNetTensors();
-  const float* w = params_.get();
-  float* g = grads_.get();
   p->fc2.BackwardWeights(p->fc2_in, p->dlogits.get(), g + t[kFc2Weight].offset,
                          g + t[kFc2Bias].offset);
   p->fc2.BackwardData(p->dlogits.get(), w + t[kFc2Weight].offset, p->dd2.get());
   const float* dr1 = p->dd2.get();
   if (mask2 != nullptr) {
-    p->drop2.Forward(p->dd2.get(), p->m2.get(), p->dr1.get());
+    p->drop2.Forward(p->dd2.get(), mask2, p->dr1.get());
     dr1 = p->dr1.get();
   }
   p->relu2.Backward(p->h1.get(), p->r1.get(), dr1, p->dh1.get());
@@ -149,7 +76,7 @@ float CudaBackend::ForwardBackward(const float* params, float* grads,
   p->fc1.BackwardData(p->dh1.get(), w + t[kFc1Weight].offset, p->dd1.get());
   const float* dp = p->dd1.get();
   if (mask1 != nullptr) {
-    p->drop1.Forward(p->dd1.get(), p->m1.get(), p->dp.get());
+    p->drop1.Forward(p->dd1.get(), mask1, p->dp.get());
     dp = p->dp.get();
   }
   p->pool.Backward(p->c2.get(), p->p.get(), dp, p->dc2.get());
@@ -160,16 +87,46 @@ float CudaBackend::ForwardBackward(const float* params, float* grads,
   p->relu1.Backward(p->c1.get(), p->a1.get(), p->da1.get(), p->dc1.get());
   p->conv1.BackwardWeights(p->x.get(), p->dc1.get(), g + t[kConv1Weight].offset,
                            g + t[kConv1Bias].offset);
+}
+
+float CudaBackend::ForwardBackward(const float* params, float* grads,
+                                   const float* images, const int32_t* labels,
+                                   int n, const float* mask1,
+                                   const float* mask2,
+                                   const GradsReady* ready) {
+  Plan* p = GetPlan(n);
+  params_.Upload(params, params_.size());
+  p->x.Upload(images, p->x.size());
+  const float* m1 = nullptr;
+  const float* m2 = nullptr;
+  if (mask1 != nullptr) {
+    p->m1.Upload(mask1, p->m1.size());
+    m1 = p->m1.get();
+  }
+  if (mask2 != nullptr) {
+    p->m2.Upload(mask2, p->m2.size());
+    m2 = p->m2.get();
+  }
+  RunForward(p, params_.get(), m1, m2);
+  // The loss over 10 classes is done on the host.
+  std::vector<float> logp(p->logp.size()), dlogits(p->logp.size());
+  p->logp.Download(logp.data(), logp.size());
+  const float loss =
+      NllFromLogProbs(logp.data(), labels, n, kNumClasses, dlogits.data());
+  p->dlogits.Upload(dlogits.data(), dlogits.size());
+  RunBackward(p, params_.get(), grads_.get(), m1, m2);
   grads_.Download(grads, grads_.size());  // synchronises
   // params are on the device from here on, so the host range is free too.
-  if (ready != nullptr) (*ready)(t[kFc1Weight].offset);
+  if (ready != nullptr) (*ready)(ConvNetTensors()[kFc1Weight].offset);
   return loss;
 }
 
 void CudaBackend::Forward(const float* params, const float* images, int n,
                           float* log_probs) {
   Plan* p = GetPlan(n);
-  RunForward(p, params, images, nullptr, nullptr);
+  params_.Upload(params, params_.size());
+  p->x.Upload(images, p->x.size());
+  RunForward(p, params_.get(), nullptr, nullptr);
   p->logp.Download(log_probs, p->logp.size());
 }
 

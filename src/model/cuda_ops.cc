@@ -32,13 +32,22 @@ namespace {
 const float kOne = 1.0f;
 const float kZero = 0.0f;
 
-// The first algorithm in cuDNN's ranking that it reports as usable.
+// The fastest algorithm in cuDNN's measured ranking (sorted by time) that
+// is usable, deterministic (the same inputs give the same bits) and plain
+// FP32 (no TF32). Measuring once per batch size costs some milliseconds; the
+// heuristics' first choice ran the network 2x slower at batch 512 on an
+// H200 (bench/gpu/run.sh).
 template <typename Perf>
-auto FirstUsable(const Perf* perf, int count) -> decltype(perf[0].algo) {
+auto FastestDeterministic(const Perf* perf, int count)
+    -> decltype(perf[0].algo) {
   for (int i = 0; i < count; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i].algo;
+    if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+        perf[i].determinism == CUDNN_DETERMINISTIC &&
+        perf[i].mathType == CUDNN_FMA_MATH) {
+      return perf[i].algo;
+    }
   }
-  LOG(FATAL) << "cuDNN offers no usable convolution algorithm";
+  LOG(FATAL) << "cuDNN offers no deterministic FP32 convolution algorithm";
   return perf[0].algo;
 }
 
@@ -124,21 +133,21 @@ Conv2d::Conv2d(CudaContext* ctx, int n, int ic, int h, int w, int oc, int k)
       conv_, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   PS_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
   cudnnHandle_t h_ = ctx->cudnn();
-  // Take cuDNN's best-ranked algorithm that is usable, for each direction.
-  constexpr int kMaxAlgos = 8;
+  // Measure every algorithm of each direction and keep the fastest.
+  constexpr int kMaxAlgos = 16;
   int got = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[kMaxAlgos];
-  PS_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+  PS_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(
       h_, x_.get(), w_, conv_, y_.get(), kMaxAlgos, &got, fwd));
-  fwd_algo_ = FirstUsable(fwd, got);
+  fwd_algo_ = FastestDeterministic(fwd, got);
   cudnnConvolutionBwdDataAlgoPerf_t bwd[kMaxAlgos];
-  PS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+  PS_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
       h_, w_, y_.get(), conv_, x_.get(), kMaxAlgos, &got, bwd));
-  bwd_algo_ = FirstUsable(bwd, got);
+  bwd_algo_ = FastestDeterministic(bwd, got);
   cudnnConvolutionBwdFilterAlgoPerf_t bww[kMaxAlgos];
-  PS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+  PS_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
       h_, x_.get(), y_.get(), conv_, w_, kMaxAlgos, &got, bww));
-  bww_algo_ = FirstUsable(bww, got);
+  bww_algo_ = FastestDeterministic(bww, got);
   size_t s1 = 0, s2 = 0, s3 = 0;
   PS_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
       h_, x_.get(), w_, conv_, y_.get(), fwd_algo_, &s1));

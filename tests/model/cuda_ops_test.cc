@@ -3,8 +3,11 @@
 // cudaGetDeviceCount's answer, where no GPU is present.
 #include "model/cuda_ops.h"
 
+#include <cuda_runtime.h>
+#include <glog/logging.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "grad_check.h"
@@ -12,7 +15,10 @@
 #include "model/cpu_backend.h"
 #include "model/cpu_ops.h"
 #include "model/cuda_backend.h"
+#include "model/cuda_kernels.h"
 #include "model/init.h"
+#include "model/optimizer.h"
+#include "model/resident_trainer.h"
 
 namespace ps {
 namespace model {
@@ -189,6 +195,154 @@ TEST_F(CudaOpsTest, BackendMatchesCpuWithDropout) {
   cpu.Forward(params.data(), images.data(), n, pc.data());
   cuda.Forward(params.data(), images.data(), n, pg.data());
   ExpectNear(pc, pg, 1e-4, "log_probs");
+}
+
+TEST_F(CudaOpsTest, OptimizerKernelsMatchTheCpuOptimizers) {
+  const size_t n = 100003;  // not a multiple of the block size
+  const auto w0 = RandomVector(n, 21), g = RandomVector(n, 22, -0.1f, 0.1f);
+  OptimizerConfig c;
+  c.weight_decay = 0.01f;
+  auto adam = MakeOptimizer(c, n);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  std::vector<float> wc = w0;
+  DeviceBuffer gw = Up(w0), gg = Up(g), gm(n), gv(n);
+  for (int t = 1; t <= 3; ++t) {
+    (*adam)->Step(wc.data(), g.data(), n);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), t);
+    gpu::AdamConstants k{1.0f,           c.weight_decay,
+                         1.0f - c.beta1, c.beta2,
+                         1.0f - c.beta2, static_cast<float>(std::sqrt(bc2)),
+                         c.eps,          static_cast<float>(c.lr / bc1)};
+    gpu::AdamStep(gw.get(), gg.get(), gm.get(), gv.get(), n, k);
+  }
+  ExpectNear(wc, Down(gw), 1e-6, "adam");
+
+  c.name = "sgd";
+  c.momentum = 0.9f;
+  auto sgd = MakeOptimizer(c, n);
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  wc = w0;
+  gw = Up(w0);
+  DeviceBuffer gbuf(n);
+  for (int t = 1; t <= 3; ++t) {
+    (*sgd)->Step(wc.data(), g.data(), n);
+    gpu::SgdConstants k{1.0f, c.weight_decay, c.lr, c.momentum, false, t == 1};
+    gpu::SgdStep(gw.get(), gg.get(), gbuf.get(), n, k);
+  }
+  ExpectNear(wc, Down(gw), 1e-6, "sgd");
+}
+
+TEST_F(CudaOpsTest, DropoutMaskAndNllKernelsMatchTheCpu) {
+  const size_t n = 1 << 20;
+  auto u = RandomVector(n, 23, 0.0f, 1.0f);
+  for (float& x : u) x = 1.0f - x;  // (0, 1], as cuRAND draws
+  DeviceBuffer gu = Up(u);
+  gpu::DropoutMaskFromUniform(gu.get(), n, kDropout1);
+  const auto mask = Down(gu);
+  size_t dropped = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = 1.0f - u[i] < kDropout1 ? 0.0f : 1.0f / (1 - kDropout1);
+    ASSERT_EQ(mask[i], want) << "element " << i << " of uniform " << u[i];
+    dropped += mask[i] == 0.0f;
+  }
+  // 1M draws at p = 0.25: the standard deviation of the count is 443.
+  EXPECT_NEAR(static_cast<double>(dropped), 0.25 * n, 5000.0);
+
+  const int rows = 37, c = kNumClasses;
+  auto z = RandomVector(rows * c, 24, -4, 4);
+  std::vector<int32_t> labels(rows);
+  for (int i = 0; i < rows; ++i) labels[i] = (i * 7) % c;
+  std::vector<float> lp(z.size()), d(z.size());
+  LogSoftmaxNll(z.data(), labels.data(), rows, c, lp.data(), nullptr);
+  const float loss =
+      NllFromLogProbs(lp.data(), labels.data(), rows, c, d.data());
+  DeviceBuffer glp = Up(lp), gd(z.size()), gloss(1), glabels(rows);
+  static_assert(sizeof(int32_t) == sizeof(float), "labels ride in floats");
+  CHECK_EQ(cudaMemcpy(glabels.get(), labels.data(), rows * sizeof(int32_t),
+                      cudaMemcpyHostToDevice),
+           cudaSuccess);
+  gpu::NllGrad(glp.get(), reinterpret_cast<const int32_t*>(glabels.get()), rows,
+               c, gd.get(), gloss.get());
+  ExpectNear(d, Down(gd), 1e-6, "dlogits");
+  EXPECT_NEAR(Down(gloss)[0], loss, 1e-5);
+}
+
+// Three SGD steps with momentum, no dropout: on the device throughout, and
+// the host's way (the CUDA backend's pass, the CPU optimizer).
+TEST_F(CudaOpsTest, ResidentTrainerMatchesHostSteps) {
+  const int n = 32;
+  const auto& t = ConvNetTensors();
+  std::vector<float> params(TotalCount(t));
+  InitParams(t, 7, params.data());
+  ResidentConfig rc;
+  rc.optimizer.name = "sgd";
+  rc.optimizer.lr = 0.05f;
+  rc.optimizer.momentum = 0.9f;
+  rc.dropout = false;
+  auto trainer = MakeResidentTrainer(Device::kCuda, params.data(), rc);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto sgd = MakeOptimizer(rc.optimizer, params.size());
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  CudaBackend cuda;
+  std::vector<float> host = params, grads(params.size());
+  float host_loss = 0.0f;
+  for (int step = 0; step < 3; ++step) {
+    auto images = RandomVector(n * 784, 30 + step, -0.4f, 2.8f);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = (i + step) % 10;
+    (*trainer)->Step(images.data(), labels.data(), n);
+    host_loss +=
+        cuda.ForwardBackward(host.data(), grads.data(), images.data(),
+                             labels.data(), n, nullptr, nullptr, nullptr);
+    (*sgd)->Step(host.data(), grads.data(), host.size());
+  }
+  EXPECT_NEAR((*trainer)->TakeMeanLoss(), host_loss / 3, 1e-4);
+  std::vector<float> device(params.size());
+  (*trainer)->CopyParams(device.data());
+  ExpectNear(host, device, 1e-4, "params after 3 steps");
+}
+
+// With dropout drawn on the device and Adam, the loss on one repeated batch
+// falls: masks, loss gradient and update work together.
+TEST_F(CudaOpsTest, ResidentTrainerLearnsWithDropout) {
+  const int n = 64;
+  const auto& t = ConvNetTensors();
+  std::vector<float> params(TotalCount(t));
+  InitParams(t, 8, params.data());
+  auto trainer = MakeResidentTrainer(Device::kCuda, params.data(), {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto images = RandomVector(n * 784, 40, -0.4f, 2.8f);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (i * 3) % 10;
+  (*trainer)->Step(images.data(), labels.data(), n);
+  const float first = (*trainer)->TakeMeanLoss();
+  for (int step = 0; step < 60; ++step) {
+    (*trainer)->Step(images.data(), labels.data(), n);
+  }
+  (*trainer)->TakeMeanLoss();
+  (*trainer)->Step(images.data(), labels.data(), n);
+  const float last = (*trainer)->TakeMeanLoss();
+  EXPECT_GT(first, 2.0f);  // about ln 10 at the start
+  EXPECT_LT(last, 0.5f * first) << "first " << first;
+  std::vector<float> after(params.size());
+  (*trainer)->CopyParams(after.data());
+  for (float x : after) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(CudaDeviceTest, ResidentTrainerNamesTheDevice) {
+  const std::vector<float> params(TotalCount(ConvNetTensors()));
+  auto cpu = MakeResidentTrainer(Device::kCpu, params.data(), {});
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("device cpu"), std::string::npos);
+  ResidentConfig bad;
+  bad.optimizer.name = "adagrad";
+  auto wrong = MakeResidentTrainer(Device::kCuda, params.data(), bad);
+  ASSERT_FALSE(wrong.ok());
+  if (gpu::CudaDeviceStatus().ok()) {
+    EXPECT_NE(wrong.status().message().find("adagrad"), std::string::npos)
+        << wrong.status();
+  }
 }
 
 TEST(CudaDeviceTest, NetCreateNamesTheDevice) {

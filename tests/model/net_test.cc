@@ -91,7 +91,10 @@ TEST(NetTest, GradientMatchesFiniteDifferencesInEvalMode) {
       std::copy(p.begin(), p.end(), params.begin() + v.offset);
       return loss();
     };
-    testing::ExpectGradientMatches(v.name, &p, g, tensor_loss, 1e-3f, 2e-4,
+    // The loss is a float: at eps 1e-3 its rounding alone moves a central
+    // difference by up to about 4e-4 (seen with oneDNN's AVX2 kernels), so
+    // the absolute tolerance is the op tests' 1e-3.
+    testing::ExpectGradientMatches(v.name, &p, g, tensor_loss, 1e-3f, 1e-3,
                                    5e-2, v.count / 5 + 1);
   }
 }
