@@ -4,11 +4,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -21,6 +23,8 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'S', 'C', 'K', 'P', 'T', '\n', '\0'};
 constexpr uint32_t kVersion = 1;
+// Complete steps kept: the newest and the one before it.
+constexpr int kKeptSets = 2;
 
 struct Header {
   char magic[8];
@@ -80,26 +84,124 @@ ps::Status FsyncPath(const std::string& path, int flags) {
   return ps::Status::OK();
 }
 
+// The largest file a checkpoint of this job can be: a server's slice with
+// two optimizer states and a worker's small payload both fit four times the
+// model, plus a megabyte. A larger file is refused before it is read.
+uint64_t MaxFileBytes(const CheckpointJob& job) {
+  return sizeof(Header) + sizeof(uint32_t) + 4 * job.model_floats * 4 +
+         (1u << 20);
+}
+
+// The bytes of the regular file at path, read without following a link and
+// without blocking (a FIFO planted there is refused, not waited on).
+// NotFound when missing; Corruption for a link, a non-regular file or one
+// over max_bytes; IOError otherwise.
+ps::StatusOr<std::string> ReadRegularFile(const std::string& path,
+                                          uint64_t max_bytes) {
+  const int fd =
+      open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return ps::Status::NotFound("'" + path + "' is missing");
+    if (errno == ELOOP) {
+      return ps::Status::Corruption("'" + path + "' is a symbolic link");
+    }
+    return ps::Status::IOError(Errno("cannot read", path));
+  }
+  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    close(*f);
+    delete f;
+  });
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return ps::Status::IOError(Errno("cannot stat", path));
+  if (!S_ISREG(st.st_mode)) {
+    return ps::Status::Corruption("'" + path + "' is not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    return ps::Status::Corruption(
+        "'" + path + "' is " + std::to_string(size) +
+        " bytes, more than a checkpoint of this job can be (" +
+        std::to_string(max_bytes) + ")");
+  }
+  std::string bytes(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, bytes.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ps::Status::IOError(Errno("cannot read", path));
+    if (n == 0) break;  // shrunk meanwhile: the size check below names it
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+// Creates path exclusively (a file or link already there, left by a crash
+// or planted, is removed first: unlink removes a link, never its target),
+// without following links, readable by its owner only: a model is as
+// private as the job's key.
+ps::StatusOr<int> CreatePrivate(const std::string& path) {
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = open(path.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    if (unlink(path.c_str()) != 0) {
+      return ps::Status::IOError(Errno("cannot remove the stale", path));
+    }
+    fd = open(path.c_str(), flags, 0600);
+  }
+  if (fd < 0) return ps::Status::IOError(Errno("cannot create", path));
+  return fd;
+}
+
+// Writes all of bytes to fd, fsyncs and closes it; on failure removes path
+// (so a full disk is not kept full by a partial file).
+ps::Status WriteAndClose(int fd, const std::string& bytes,
+                         const std::string& path) {
+  size_t done = 0;
+  ps::Status st;
+  while (done < bytes.size() && st.ok()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      st = ps::Status::IOError(Errno("cannot write", path));
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (st.ok() && fsync(fd) != 0) {
+    st = ps::Status::IOError(Errno("cannot fsync", path));
+  }
+  if (close(fd) != 0 && st.ok()) {
+    st = ps::Status::IOError(Errno("cannot close", path));
+  }
+  if (!st.ok()) unlink(path.c_str());
+  return st;
+}
+
+// Whether every server's and worker's file of step exists.
+bool StepComplete(const CheckpointJob& job, int step) {
+  for (int s = 0; s < job.num_servers; ++s) {
+    const std::string p = CheckpointPath(job, step, CheckpointRole::kServer, s);
+    if (access(p.c_str(), F_OK) != 0) return false;
+  }
+  for (int w = 0; w < job.num_workers; ++w) {
+    const std::string p = CheckpointPath(job, step, CheckpointRole::kWorker, w);
+    if (access(p.c_str(), F_OK) != 0) return false;
+  }
+  return true;
+}
+
 // The payload, or why the file is unusable: NotFound, IOError or Corruption
 // (the step is skipped), or another job's shape as InvalidArgument (restore
 // stops there).
 ps::StatusOr<std::string> LoadChecked(const CheckpointJob& job, int step,
                                       CheckpointRole role, int rank) {
   const std::string path = CheckpointPath(job, step, role, rank);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"),
-                                          &std::fclose);
-  if (!f) {
-    if (errno == ENOENT)
-      return ps::Status::NotFound("'" + path + "' is missing");
-    return ps::Status::IOError(Errno("cannot read", path));
-  }
-  std::string bytes;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0)
-    bytes.append(buf, n);
-  if (std::ferror(f.get()))
-    return ps::Status::IOError(Errno("cannot read", path));
+  auto bytes_or = ReadRegularFile(path, MaxFileBytes(job));
+  if (!bytes_or.ok()) return bytes_or.status();
+  const std::string& bytes = *bytes_or;
   Header h;
   if (bytes.size() < sizeof(h) + sizeof(uint32_t)) {
     return ps::Status::Corruption("'" + path + "' is truncated (" +
@@ -153,6 +255,39 @@ std::string CheckpointPath(const CheckpointJob& job, int step,
   return job.dir + "/" + name;
 }
 
+ps::Status PrepareCheckpointDir(const CheckpointJob& job) {
+  if (mkdir(job.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ps::Status::IOError(Errno("cannot create the folder", job.dir));
+  }
+  struct stat st;
+  if (stat(job.dir.c_str(), &st) != 0) {
+    return ps::Status::IOError(Errno("cannot stat", job.dir));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return ps::Status::IOError("'" + job.dir + "' is not a folder");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
+    LOG(WARNING) << "checkpoint folder '" << job.dir << "' is writable by "
+                 << ((st.st_mode & S_IWOTH) ? "everyone" : "its group")
+                 << " (mode " << mode
+                 << "): others can plant files there; chmod 700 it";
+  }
+  return ps::Status::OK();
+}
+
+ps::Status CheckFinite(const float* values, size_t n, const std::string& what) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) {
+      return ps::Status::Corruption(what + " holds a non-finite value (" +
+                                    std::to_string(values[i]) + ") at index " +
+                                    std::to_string(i));
+    }
+  }
+  return ps::Status::OK();
+}
+
 ps::Status CheckEmptyCheckpointDir(const CheckpointJob& job) {
   auto steps = ListSteps(job.dir, CheckpointRole::kServer, -1);
   if (!steps.ok()) return steps.status();
@@ -186,49 +321,30 @@ ps::Status WriteCheckpoint(const CheckpointJob& job, CheckpointRole role,
 
   const std::string path = CheckpointPath(job, step, role, rank);
   const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return ps::Status::IOError(Errno("cannot create", tmp));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(fd);
-      return ps::Status::IOError(Errno("cannot write", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    close(fd);
-    return ps::Status::IOError(Errno("cannot fsync", tmp));
-  }
-  if (close(fd) != 0) return ps::Status::IOError(Errno("cannot close", tmp));
+  auto fd = CreatePrivate(tmp);
+  if (!fd.ok()) return fd.status();
+  PS_RETURN_IF_ERROR(WriteAndClose(*fd, bytes, tmp));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ps::Status::IOError(Errno("cannot rename to", path));
+    const ps::Status st = ps::Status::IOError(Errno("cannot rename to", path));
+    unlink(tmp.c_str());
+    return st;
   }
   PS_RETURN_IF_ERROR(FsyncPath(job.dir, O_RDONLY | O_DIRECTORY));
 
-  // Keep ours from the newest complete step on (by the files' presence).
+  // Keep ours from the kKeptSets-th newest complete step on (by the files'
+  // presence), so that one bad file of the newest set leaves a whole one.
   auto all = ListSteps(job.dir, role, -1);
   auto mine = ListSteps(job.dir, role, rank);
   if (!all.ok() || !mine.ok()) return ps::Status::OK();  // keep everything
-  int complete = -1;
-  for (auto it = all->rbegin(); it != all->rend() && complete < 0; ++it) {
-    bool whole = true;
-    for (int s = 0; s < job.num_servers && whole; ++s) {
-      whole =
-          access(CheckpointPath(job, *it, CheckpointRole::kServer, s).c_str(),
-                 F_OK) == 0;
-    }
-    for (int w = 0; w < job.num_workers && whole; ++w) {
-      whole =
-          access(CheckpointPath(job, *it, CheckpointRole::kWorker, w).c_str(),
-                 F_OK) == 0;
-    }
-    if (whole) complete = *it;
+  int complete_sets = 0, oldest_kept = -1;
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    if (!StepComplete(job, *it)) continue;
+    oldest_kept = *it;
+    if (++complete_sets == kKeptSets) break;
   }
+  if (complete_sets < kKeptSets) return ps::Status::OK();
   for (int s : *mine) {
-    if (s < complete) std::remove(CheckpointPath(job, s, role, rank).c_str());
+    if (s < oldest_kept) unlink(CheckpointPath(job, s, role, rank).c_str());
   }
   return ps::Status::OK();
 }

@@ -9,11 +9,20 @@
 // all that before it (host byte order: a checkpoint is read back on the
 // machines of the job that wrote it). It is written as a temporary file,
 // fsynced, renamed over its name and the folder fsynced, so a crash leaves
-// either the whole new file or none. A step can be restored only when the
-// files of every server and worker of the job exist and check: the newest
-// such step is the job's checkpoint. Each process removes its own files of
-// steps older than the newest complete one after it wrote a new one (so the
-// previous checkpoint stays until the new one is complete).
+// either the whole new file or none; a write that fails (a full disk)
+// removes its temporary file. A step can be restored only when the files of
+// every server and worker of the job exist and check: the newest such step
+// is the job's checkpoint.
+//
+// Steps are kept and pruned as whole sets: after writing, each process
+// removes its own files of steps older than the second-newest complete step
+// (by the files' presence), so every role keeps the same two sets, and one
+// torn or lost file of the newest set leaves the one before it whole.
+//
+// Files are private and read warily: a file is created with O_EXCL and
+// O_NOFOLLOW, mode 0600 (a link planted under its temporary name is
+// removed, never followed); a file is read only if it is a regular file (no
+// link, no FIFO) no larger than a checkpoint of the job can be.
 //
 // Not thread-safe (each function is called by one thread of a process; the
 // processes of a job share the folder without locks: each writes only its
@@ -43,6 +52,15 @@ struct CheckpointJob {
 // "DIR/step-00000010.server-0.ckpt".
 std::string CheckpointPath(const CheckpointJob& job, int step,
                            CheckpointRole role, int rank);
+
+// Creates the folder with mode 0700 when it is missing. One that its group
+// or everyone can write draws a warning (others could plant files there).
+// IOError naming the folder when it cannot be made or is no folder.
+ps::Status PrepareCheckpointDir(const CheckpointJob& job);
+
+// Corruption naming `what`, the value and its index when values[0, n) holds
+// a NaN or an infinity (restored weights must be finite).
+ps::Status CheckFinite(const float* values, size_t n, const std::string& what);
 
 // IOError naming the folder when it holds any checkpoint file (a new job
 // must not mix its files with an old job's), or cannot be read.

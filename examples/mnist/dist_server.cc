@@ -151,7 +151,8 @@ void LoadServer(const TrainOptions& options, int rank, int step,
                                 " floats of this server's slice");
   } else {
     std::memcpy(slice->data(), floats.data(), floats.size());
-    st = updater->Load(&in);
+    st = CheckFinite(slice->data(), slice->size(), "the weights");
+    if (st.ok()) st = updater->Load(&in);
     if (st.ok() && !in.done()) st = ps::Status::Corruption("trailing bytes");
   }
   if (!st.ok()) Die("--restore: '" + path + "': " + st.message());
@@ -244,7 +245,15 @@ int RunServer(const TrainOptions& options) {
       ps::Status st =
           WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
                           rank, step, payload);
-      if (!st.ok()) Die("checkpoint: " + st.message());
+      if (!st.ok()) {
+        // A full disk must not end a job that trains well: the sets already
+        // written stay whole, and the next checkpoint is tried again.
+        LOG(ERROR) << "server " << rank << ": checkpoint of step " << step
+                   << " not written: " << st.message()
+                   << "; training goes on (--restore resumes from the last "
+                      "complete checkpoint)";
+        return;
+      }
       LOG(INFO) << "server " << rank << ": checkpoint of step " << step << ", "
                 << payload.size() << " bytes, written in "
                 << std::chrono::duration<double, std::milli>(

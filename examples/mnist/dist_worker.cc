@@ -276,7 +276,12 @@ void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
   ps::Status st =
       WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
                       at.steps, WorkerPayload(at, net));
-  if (!st.ok()) Die("checkpoint: " + st.message());
+  if (!st.ok()) {  // as a server's (dist_server.cc): the job goes on
+    LOG(ERROR) << "worker " << rank << ": checkpoint of step " << at.steps
+               << " not written: " << st.message()
+               << "; training goes on (--restore resumes from the last "
+                  "complete checkpoint)";
+  }
 }
 
 // Runs every epoch from `from` (restored: the dropout generator too);

@@ -221,6 +221,8 @@ mnist::TrainOptions OptionsFromFlags() {
 int PickCheckpoint(const mnist::TrainOptions& o) {
   if (o.checkpoint_dir.empty()) return -1;
   const mnist::CheckpointJob job = mnist::CheckpointJobOf(o);
+  ps::Status ready = mnist::PrepareCheckpointDir(job);
+  if (!ready.ok()) Die("--checkpoint_dir: " + ready.message());
   if (!FLAGS_restore) {
     ps::Status st = mnist::CheckEmptyCheckpointDir(job);
     if (!st.ok()) Die("--checkpoint_dir: " + st.message());
