@@ -278,6 +278,29 @@ TEST(Detection, KilledWorkerDeclaredDeadByItsConnection) {
   ExpectKilledNodeNamedFast("worker:0");
 }
 
+// The job's output `out` says server `victim` of `servers` died and its
+// replica took its keys over, and every live server applied all 100 steps:
+// the heir every step of the dead server's keys too, none twice.
+void ExpectTakenOver(const std::string& out, int servers, int victim) {
+  const int heir = (victim + 1) % servers;
+  EXPECT_NE(
+      out.find("the job survived the loss of server " + std::to_string(victim)),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server " + std::to_string(heir) + " takes over its keys"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server " + std::to_string(heir) + " replica of server " +
+                     std::to_string(victim) + " done: 100 updates applied"),
+            std::string::npos)
+      << out;
+  for (int s = 0; s < servers; ++s) {
+    if (s != victim) {
+      EXPECT_EQ(UpdatesOf(out, s), 100) << out;
+    }
+  }
+}
+
 // With --replicas 1, a server killed (kill -9) at a step picked at random
 // costs nothing: its replica takes over its keys, the workers send it what
 // the dead server left unanswered, and the job ends with the weights of the
@@ -299,29 +322,10 @@ void ExpectFailoverLosesNothing(int servers, int victim,
                         " --die_after_steps " + std::to_string(step),
                     servers);
   ASSERT_EQ(b.rc, 0) << b.out;
-  const int heir = (victim + 1) % servers;
   EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
             std::string::npos)
       << b.out;
-  EXPECT_NE(b.out.find("the job survived the loss of server " +
-                       std::to_string(victim)),
-            std::string::npos)
-      << b.out;
-  EXPECT_NE(
-      b.out.find("server " + std::to_string(heir) + " takes over its keys"),
-      std::string::npos)
-      << b.out;
-  // The heir applied every step of the dead server's keys, none twice.
-  EXPECT_NE(
-      b.out.find("server " + std::to_string(heir) + " replica of server " +
-                 std::to_string(victim) + " done: 100 updates applied"),
-      std::string::npos)
-      << b.out;
-  for (int s = 0; s < servers; ++s) {
-    if (s != victim) {
-      EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;
-    }
-  }
+  ExpectTakenOver(b.out, servers, victim);
   ExpectSameWeights(clean, failed, "after the failover");
 }
 
@@ -381,7 +385,6 @@ TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
   std::mt19937 draw(seed);
   constexpr int kServers = 3;
   const int victim = static_cast<int>(draw() % kServers);
-  const int heir = (victim + 1) % kServers;
   const int step = 5 + static_cast<int>(draw() % 80);  // of 100
   const int delay_ms = static_cast<int>(draw() % 300);
   const std::string drawn =
@@ -413,22 +416,7 @@ TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
   EXPECT_LT(LastLoggedStep(out.substr(0, out.find("was killed by signal"))),
             100)
       << "killed after the last step: " << out;
-  EXPECT_NE(
-      out.find("the job survived the loss of server " + std::to_string(victim)),
-      std::string::npos)
-      << out;
-  EXPECT_NE(out.find("server " + std::to_string(heir) + " takes over its keys"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("server " + std::to_string(heir) + " replica of server " +
-                     std::to_string(victim) + " done: 100 updates applied"),
-            std::string::npos)
-      << out;
-  for (int s = 0; s < kServers; ++s) {
-    if (s != victim) {
-      EXPECT_EQ(UpdatesOf(out, s), 100) << out;
-    }
-  }
+  ExpectTakenOver(out, kServers, victim);
   ExpectSameWeights(clean, failed,
                     "after server " + std::to_string(victim) +
                         " was killed (seed " + std::to_string(seed) + ")");
