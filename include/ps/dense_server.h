@@ -50,8 +50,9 @@
 // order (the van keeps one sender's messages in order).
 //
 // Copies: the first push of a (step, range) is adopted as its sum (the others
-// are added into it, in the received frame; borrowed values, see
-// KVMeta::vals_borrowed, are copied unless they are applied at once), and
+// are added into it, in the received frame, which is the shard's alone: the
+// KV layer reads no request frame after the handle got it; borrowed values,
+// see KVMeta::vals_borrowed, are copied unless they are applied at once), and
 // pull answers are segments of the weights, not copies (a co-located worker
 // that pulls into shared memory gets them written there by the KV layer). An
 // update that finds the weights still shared with an answer ZeroMQ has not

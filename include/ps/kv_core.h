@@ -45,7 +45,10 @@ struct KVMeta {
   // Some of the request's arrays (usually the values) are the worker's own
   // memory (a ps::SharedArray it pushed from this host), not received
   // frames: valid only until the request is answered, and never to be
-  // written. A handler that keeps them longer copies them.
+  // written. A handler that keeps them longer copies them. Otherwise the
+  // arrays are the received frames, the handler's alone: it may keep them
+  // and write into them (nothing else reads them once it has them; the
+  // copy a primary forwards to its replica has its own bytes).
   bool vals_borrowed = false;
   // Internal (set by the transport): where in the worker's shared memory
   // the answer to a pull goes; Response writes it there when it fits.

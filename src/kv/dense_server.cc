@@ -435,8 +435,10 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
   if (s.count == 0) {
     s.end = end;
     s.tag = cmd.tag;
-    // A received frame is adopted as the sum (no copy), and so are borrowed
-    // values (the worker's shared memory) that Advance applies right below,
+    // A received frame is adopted as the sum (no copy): it is ours alone,
+    // nothing else reads it once we write into it (KVMeta::vals_borrowed;
+    // the replica's copy has its own bytes). So are borrowed values (the
+    // worker's shared memory) that Advance applies right below, only read,
     // before the answer lets the worker write them again; other borrowed
     // values are copied.
     if (meta.vals_borrowed && !AppliesAt(cmd.step, begin, end, 1)) {

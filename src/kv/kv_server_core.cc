@@ -6,7 +6,9 @@
 // With replicas (PS_REPLICAS=1): a push to this server's keys is forwarded
 // to its replica (Forward) and answered once the replica answered
 // (HoldForReplica, OnReplicaAnswer); requests for the keys this server
-// holds for its primary go to the replica handle (Handle).
+// holds for its primary go to the replica handle (Handle). Ownership: a
+// request's received frames belong to its handle, which may write into
+// them (DenseShard sums into them); the copy for the replica owns its bytes.
 // With restarts (PS_MAX_RESTARTS): when a dead worker's successor rejoins
 // (OnJoin), the old process's requests are forgotten, and an answer to one
 // of them is dropped rather than sent to the successor (Incarnation).
@@ -182,10 +184,12 @@ class KVServerCore::Impl {
       if (done != Done::kNew) {
         post_->CountDuplicate();
         // Its answer may wait for the replica, whose copy (or answer) may
-        // be what was lost: send the copy again.
+        // be what was lost: send the copy again. Its values are those of
+        // the first copy: their worker, not answered yet, has not written
+        // them again. They are never applied here.
         if (forward && AwaitsReplica(meta)) {
           post_->CountResent();
-          Forward(msg, meta, *kvs);
+          Forward(meta, *kvs);
         }
         if (done == Done::kPending) return;
         if (done == Done::kRefused) return ResponseError(meta, refusal);
@@ -201,7 +205,11 @@ class KVServerCore::Impl {
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
     }
-    if (forward) Forward(msg, meta, *kvs);
+    // From here on the received frames are the handle's: it may keep them
+    // and write into them (KVMeta::vals_borrowed says when it may not), so
+    // nothing else reads them after it got them; the replica's copy has
+    // bytes of its own.
+    if (forward) Forward(meta, *kvs);
     Handle(meta, *kvs, for_replica);
   }
 
@@ -306,31 +314,12 @@ class KVServerCore::Impl {
 
   bool ForwardsPushes() const { return replicas_ > 0 && !replica_dead_.load(); }
 
-  // Sends a copy of the push `msg` to the replica, as the worker's.
-  void Forward(const Message& msg, const KVMeta& meta, const RawKVPairs& kvs) {
-    Message copy;
-    pb::Meta& m = copy.meta;
-    m.set_app_id(meta.app_id);
-    m.set_customer_id(meta.customer_id);
-    m.set_timestamp(meta.timestamp);
-    m.set_request(true);
-    m.set_push(true);
-    m.set_head(meta.cmd);
-    m.set_priority(meta.priority);
-    m.set_recver(ReplicaId());
-    m.set_shard(post_->rank());
-    m.set_origin(meta.sender);
-    RawKVPairs values = kvs;
-    if (msg.meta.shared_size() > 0) {
-      // The worker's shared memory: the replica could not map it.
-      values.keys = SArray<Key>();
-      values.keys.CopyFrom(kvs.keys);
-      values.vals = SArray<char>();
-      values.vals.CopyFrom(kvs.vals);
-      values.lens = SArray<int>();
-      values.lens.CopyFrom(kvs.lens);
-    }
-    AddKVFrames(values, true, val_type_, &copy);
+  // Sends the replica a copy of the push, as the worker's. The copy owns
+  // its bytes (ReplicaCopy): the received frames go to the handle, which
+  // may sum into them before ZeroMQ has sent the copy.
+  void Forward(const KVMeta& meta, const RawKVPairs& kvs) {
+    Message copy =
+        ReplicaCopy(meta, kvs, val_type_, post_->rank(), ReplicaId());
     {
       MutexLock lock(&hold_mu_);
       held_.emplace(HeldKey{meta.sender, meta.customer_id, meta.timestamp},

@@ -165,7 +165,11 @@ class KVWorkerCore::Impl {
   };
   // Keeps a slice (before it is sent: the answer may come first).
   void KeepForResend(Unanswered&& u) EXCLUDES(resend_mu_);
-  // Sends kept slices again (counted as resent).
+  // Sends kept slices again (counted as resent). Their frames are the
+  // caller's arrays, not copies: unchanged until the slice is answered
+  // (the caller waits). A resend ZeroMQ still sends once the answer came
+  // may carry bytes written since; the server, which applied the request,
+  // lets it go without reading its values (KVServerCore's Seen).
   void SendAgain(const std::vector<Unanswered>& slices);
   // Replication: the node that serves server `slot`'s keys (its replica,
   // once it died), and the switch to the replica.

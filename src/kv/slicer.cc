@@ -91,6 +91,29 @@ void AddKVFrames(const detail::RawKVPairs& kvs, bool with_vals, int val_type,
   msg->meta.set_priority(kvs.priority);
 }
 
+Message ReplicaCopy(const KVMeta& req, const detail::RawKVPairs& kvs,
+                    int val_type, int rank, int replica) {
+  Message copy;
+  pb::Meta& m = copy.meta;
+  m.set_app_id(req.app_id);
+  m.set_customer_id(req.customer_id);
+  m.set_timestamp(req.timestamp);
+  m.set_request(true);
+  m.set_push(true);
+  m.set_head(req.cmd);
+  m.set_priority(req.priority);
+  m.set_recver(replica);
+  m.set_shard(rank);
+  m.set_origin(req.sender);
+  detail::RawKVPairs own;
+  own.keys.CopyFrom(kvs.keys);
+  own.vals.CopyFrom(kvs.vals);
+  own.lens.CopyFrom(kvs.lens);
+  own.priority = kvs.priority;
+  AddKVFrames(own, true, val_type, &copy);
+  return copy;
+}
+
 StatusOr<detail::RawKVPairs> DecodeKVPairs(const Message& msg, bool with_vals,
                                            int val_type, size_t val_size) {
   size_t want = with_vals ? 2 : 1;

@@ -33,6 +33,17 @@ std::vector<KVSlice> SliceKVPairs(const detail::RawKVPairs& kvs,
 void AddKVFrames(const detail::RawKVPairs& kvs, bool with_vals, int val_type,
                  Message* msg);
 
+// The copy of worker push `req` (decoded into `kvs`) that server `rank`
+// forwards to its replica, node `replica` (PS_REPLICAS): the worker's
+// request (Meta.origin) for `rank`'s keys (Meta.shard). Its frames are
+// copies, never the received ones: those belong to the request handle,
+// which may keep them and write into them (DenseShard sums a step's
+// gradients into the first push's values) while ZeroMQ, on its own thread,
+// still reads the copy's bytes. Borrowed values (the worker's shared
+// memory) could not be mapped by the replica anyway.
+Message ReplicaCopy(const KVMeta& req, const detail::RawKVPairs& kvs,
+                    int val_type, int rank, int replica);
+
 // Reads the frames of a data message back, validating them against the
 // header and each other (CheckKVPairs). Never aborts on bad input.
 StatusOr<detail::RawKVPairs> DecodeKVPairs(const Message& msg, bool with_vals,

@@ -472,6 +472,74 @@ TEST(Codec, RoundTripKeepsFramesWithoutCopy) {
   EXPECT_EQ(SArray<float>(kvs->vals)[3], 4.0f);
 }
 
+// Replication (PS_REPLICAS): a primary forwards a worker's push to its
+// replica and hands the same request to its handle, which owns the
+// received frames: DenseShard adopts the first push of a step as the
+// step's sum and adds the next worker's gradient into it, in place, maybe
+// before ZeroMQ (on its own thread) has sent the copy. The copy carries
+// the bytes the worker sent, whatever the handle writes.
+TEST(Replication, ForwardedCopyKeepsTheWorkersBytesWhenTheFrameIsSummedInto) {
+  const std::vector<float> grad = {1.5f, -2.0f, 3.25f, 8.0f};
+  Message sent;  // worker 9's push of keys 4 (3 floats) and 5 (1 float)
+  sent.meta.set_request(true);
+  sent.meta.set_push(true);
+  sent.meta.set_sender(9);
+  sent.meta.set_timestamp(7);
+  sent.meta.set_head(42);
+  detail::RawKVPairs pushed;
+  pushed.keys = SArray<Key>(std::vector<Key>{4, 5});
+  pushed.vals = SArray<char>(SArray<float>(grad));
+  pushed.lens = SArray<int>(std::vector<int>{3, 1});
+  AddKVFrames(pushed, true, pb::FLOAT, &sent);
+  std::string header = EncodeHeader(&sent);
+  // Received: frames of the primary's own, as ZeroMQ's would be.
+  std::vector<SArray<char>> frames(sent.data.size());
+  for (size_t i = 0; i < frames.size(); ++i) frames[i].CopyFrom(sent.data[i]);
+  StatusOr<Message> received = Decode(header.data(), header.size(), frames);
+  ASSERT_TRUE(received.ok()) << received.status();
+  StatusOr<detail::RawKVPairs> kvs =
+      DecodeKVPairs(*received, true, pb::FLOAT, sizeof(float));
+  ASSERT_TRUE(kvs.ok()) << kvs.status();
+  KVMeta req;
+  req.push = true;
+  req.sender = 9;
+  req.timestamp = 7;
+  req.cmd = 42;
+
+  Message copy = ReplicaCopy(req, *kvs, pb::FLOAT, /*rank=*/1, /*replica=*/12);
+  // The handle sums the other worker's gradient into the received frame.
+  SArray<float> sum(kvs->vals);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += 100.0f;
+  ASSERT_EQ(SArray<float>(received->data[1])[0], 101.5f);
+
+  // What the replica decodes: worker 9's request, with worker 9's bytes.
+  std::string copy_header = EncodeHeader(&copy);
+  StatusOr<Message> at_replica =
+      Decode(copy_header.data(), copy_header.size(), copy.data);
+  ASSERT_TRUE(at_replica.ok()) << at_replica.status();
+  EXPECT_EQ(at_replica->meta.origin(), 9);
+  EXPECT_EQ(at_replica->meta.shard(), 1);
+  EXPECT_EQ(at_replica->meta.recver(), 12);
+  EXPECT_EQ(at_replica->meta.timestamp(), 7);
+  EXPECT_EQ(at_replica->meta.head(), 42);
+  EXPECT_TRUE(at_replica->meta.request() && at_replica->meta.push());
+  StatusOr<detail::RawKVPairs> got =
+      DecodeKVPairs(*at_replica, true, pb::FLOAT, sizeof(float));
+  ASSERT_TRUE(got.ok()) << got.status();
+  SArray<float> vals(got->vals);
+  EXPECT_EQ(std::vector<float>(vals.begin(), vals.end()), grad);
+  EXPECT_EQ(std::vector<Key>(got->keys.begin(), got->keys.end()),
+            (std::vector<Key>{4, 5}));
+  EXPECT_EQ(std::vector<int>(got->lens.begin(), got->lens.end()),
+            (std::vector<int>{3, 1}));
+  // No frame of the copy is one the handle got.
+  for (const SArray<char>& mine : copy.data) {
+    for (const SArray<char>& theirs : received->data) {
+      EXPECT_NE(mine.data(), theirs.data());
+    }
+  }
+}
+
 TEST(Codec, MalformedInputIsAnErrorNotACrash) {
   Message msg = SampleMessage();
   std::string header = EncodeHeader(&msg);

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <vector>
@@ -263,6 +265,93 @@ TEST(DenseShard, BorrowedGradientsOfAWorkerAheadAreCopied) {
   for (float w : shard.weights()) ASSERT_EQ(w, -15.0f);
   EXPECT_EQ(shard.bad_requests(), 0);
   EXPECT_TRUE(cluster.Finalize());
+}
+
+// Replication through sockets (PS_REPLICAS=1, PS_SHM=0): each server
+// forwards the pushes to its keys to its replica, and its shard adopts the
+// received frame of a step's first push as the step's sum and adds the
+// other worker's into it, in place, while ZeroMQ may still be sending the
+// copy (4 MiB a push: it takes a while). The replica must get the bytes the
+// workers sent, so that it holds the primary's weights, bit for bit.
+TEST(DenseShard, ReplicaHoldsThePrimarysWeightsThroughSockets) {
+  const DenseLayout layout{1 << 21, 1 << 16};  // 8 MiB in 32 keys
+  const Key num_keys = static_cast<Key>(layout.num_keys());
+  const int kRuns = 4;
+  Cluster cluster(2, 2, [](Config* c) {
+    c->replicas = 1;
+    c->shm = false;
+    c->resend_timeout_ms = 1000;
+  });
+  ASSERT_TRUE(cluster.Start());
+  std::vector<Key> all(num_keys);
+  std::iota(all.begin(), all.end(), Key{0});
+  const Placement placement =
+      Placement::ByBytes(all, std::vector<uint64_t>(num_keys, 1), 2).value();
+  auto sgd = [](float* w, const float* g, size_t, size_t n, int num_grads, int,
+                int) {
+    for (size_t i = 0; i < n; ++i) w[i] -= 0.01f * g[i] / num_grads;
+  };
+  // By server index: its own shard, and the replica of its primary's.
+  std::vector<std::unique_ptr<KVServer<float>>> servers;
+  std::vector<std::unique_ptr<DenseShard>> own, held;
+  for (auto& node : cluster.servers) {
+    servers.push_back(std::make_unique<KVServer<float>>(node.get(), 0));
+    for (int r : {PrimaryOf(node->rank(), 2), node->rank()}) {
+      const Key b = placement.begin(r);
+      const Key e = std::min(placement.end(r), num_keys);
+      DenseShardOptions options{Consistency::kBsp, 0, 2};
+      options.replica = r != node->rank();
+      (options.replica ? held : own)
+          .push_back(std::make_unique<DenseShard>(
+              servers.back().get(), layout, b, e,
+              std::vector<float>(layout.offset(e) - layout.offset(b), 0.0f),
+              options, sgd));
+    }
+  }
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      KVWorker<float> kv(cluster.workers[r].get(), 0, 0);
+      kv.SetPlacement(placement);
+      SArray<Key> keys(all);
+      SArray<float> grads(layout.total), weights(layout.total);
+      for (int step = 0; step < kRuns; ++step) {
+        for (size_t i = 0; i < grads.size(); ++i) {
+          grads[i] = (r + 1.0f) * (step + 1.0f) + i * 1e-6f;
+        }
+        int push =
+            kv.ZPush(keys, grads, {}, EncodeDenseCmd(DenseOp::kStep, step));
+        int pull = kv.ZPull(keys, &weights, nullptr,
+                            EncodeDenseCmd(DenseOp::kStep, step + 1));
+        EXPECT_TRUE(kv.Wait(push).ok());
+        EXPECT_TRUE(kv.Wait(pull).ok());
+      }
+      EXPECT_TRUE(kv.Wait(kv.Push({0, num_keys - 1}, {0.0f, 0.0f}, {},
+                                  EncodeDenseCmd(DenseOp::kDone, kRuns)))
+                      .ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(own[i]->WaitAllDone(std::chrono::seconds(30)));
+    ASSERT_TRUE(held[i]->WaitAllDone(std::chrono::seconds(30)));
+  }
+  // Server i's own keys are held by the other server (2 servers).
+  for (size_t i = 0; i < 2; ++i) {
+    const SArray<float>& primary = own[i]->weights();
+    const SArray<float>& replica = held[1 - i]->weights();
+    EXPECT_EQ(own[i]->updates_applied(), kRuns);
+    EXPECT_EQ(held[1 - i]->updates_applied(), kRuns);
+    ASSERT_EQ(primary.size(), replica.size());
+    EXPECT_EQ(std::memcmp(primary.data(), replica.data(),
+                          primary.size() * sizeof(float)),
+              0)
+        << "the replica of server " << cluster.servers[i]->rank()
+        << " holds other weights";
+  }
+  EXPECT_TRUE(cluster.Finalize());
+  own.clear();
+  held.clear();
 }
 
 // Ranges of one step must not overlap unless equal: the overlapping push

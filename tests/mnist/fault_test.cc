@@ -25,6 +25,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <regex>
 #include <string>
 #include <thread>
@@ -277,6 +278,29 @@ TEST(Detection, KilledWorkerDeclaredDeadByItsConnection) {
   ExpectKilledNodeNamedFast("worker:0");
 }
 
+// The job's output `out` says server `victim` of `servers` died and its
+// replica took its keys over, and every live server applied all 100 steps:
+// the heir every step of the dead server's keys too, none twice.
+void ExpectTakenOver(const std::string& out, int servers, int victim) {
+  const int heir = (victim + 1) % servers;
+  EXPECT_NE(
+      out.find("the job survived the loss of server " + std::to_string(victim)),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server " + std::to_string(heir) + " takes over its keys"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server " + std::to_string(heir) + " replica of server " +
+                     std::to_string(victim) + " done: 100 updates applied"),
+            std::string::npos)
+      << out;
+  for (int s = 0; s < servers; ++s) {
+    if (s != victim) {
+      EXPECT_EQ(UpdatesOf(out, s), 100) << out;
+    }
+  }
+}
+
 // With --replicas 1, a server killed (kill -9) at a step picked at random
 // costs nothing: its replica takes over its keys, the workers send it what
 // the dead server left unanswered, and the job ends with the weights of the
@@ -298,29 +322,10 @@ void ExpectFailoverLosesNothing(int servers, int victim,
                         " --die_after_steps " + std::to_string(step),
                     servers);
   ASSERT_EQ(b.rc, 0) << b.out;
-  const int heir = (victim + 1) % servers;
   EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
             std::string::npos)
       << b.out;
-  EXPECT_NE(b.out.find("the job survived the loss of server " +
-                       std::to_string(victim)),
-            std::string::npos)
-      << b.out;
-  EXPECT_NE(
-      b.out.find("server " + std::to_string(heir) + " takes over its keys"),
-      std::string::npos)
-      << b.out;
-  // The heir applied every step of the dead server's keys, none twice.
-  EXPECT_NE(
-      b.out.find("server " + std::to_string(heir) + " replica of server " +
-                 std::to_string(victim) + " done: 100 updates applied"),
-      std::string::npos)
-      << b.out;
-  for (int s = 0; s < servers; ++s) {
-    if (s != victim) {
-      EXPECT_EQ(UpdatesOf(b.out, s), 100) << b.out;
-    }
-  }
+  ExpectTakenOver(b.out, servers, victim);
   ExpectSameWeights(clean, failed, "after the failover");
 }
 
@@ -332,6 +337,89 @@ TEST(Replication, KilledServerCostsNoStepTwoServers) {
 // lost on top: the forwarded copies and their answers are made good too.
 TEST(Replication, KilledServerCostsNoStepThreeServersWithDrops) {
   ExpectFailoverLosesNothing(3, 0, "--env PS_DROP_MSG=1");
+}
+
+// The seed of a test's random draws: PS_FAULT_SEED when set (to replay a
+// run), else drawn from the clock; printed either way.
+unsigned FaultSeed() {
+  const char* given = std::getenv("PS_FAULT_SEED");
+  const unsigned seed =
+      given != nullptr ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
+                       : static_cast<unsigned>(std::time(nullptr)) ^
+                             (getpid() * 2654435761u);
+  std::printf("seed %u (PS_FAULT_SEED=%u replays the draw)\n", seed, seed);
+  std::fflush(stdout);
+  return seed;
+}
+
+// The highest step any worker of `out` logged ("] worker R epoch E step
+// N"), or -1.
+int LastLoggedStep(const std::string& out) {
+  static const std::regex re(R"(\] worker \d+ epoch \d+ step (\d+) )");
+  int last = -1;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    last = std::max(last, std::stoi((*it)[1]));
+  }
+  return last;
+}
+
+// Polls the job's output until a worker logged step `step`, for at most
+// `seconds`; false if it did not (or the job ended first).
+bool WaitForStep(const BackgroundJob& job, int step, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (LastLoggedStep(job.Output()) >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// kill -9 of a server from outside, at a moment drawn at random while the
+// workers train (a step, then a delay into it), with every value through
+// the sockets (PS_SHM=0): the primary forwards the frames it received,
+// which its shard then sums into, so the replica must get bytes of its
+// own. Its replica takes over, and the job ends with the weights of the
+// job that never failed, bit for bit.
+TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
+  const unsigned seed = FaultSeed();
+  std::mt19937 draw(seed);
+  constexpr int kServers = 3;
+  const int victim = static_cast<int>(draw() % kServers);
+  const int step = 5 + static_cast<int>(draw() % 80);  // of 100
+  const int delay_ms = static_cast<int>(draw() % 300);
+  const std::string drawn =
+      "seed " + std::to_string(seed) + ": server " + std::to_string(victim) +
+      " killed " + std::to_string(delay_ms) +
+      " ms after a worker logged step " + std::to_string(step);
+  std::printf("%s\n", drawn.c_str());
+  SCOPED_TRACE(drawn);
+  const std::string flags =
+      "--train_limit 3200 --overlap off --ps_shm 0 --log_every_s 0.05";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("killed.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean, kServers);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
+  BackgroundJob job("killed-through-sockets");
+  const int port = 20000 + (getpid() + 67) % 20000;
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--tolerate server --port " + std::to_string(port),
+      flags + " --replicas 1 --dump_weights " + failed, kServers)));
+  ASSERT_TRUE(WaitForStep(job, step, 180)) << job.Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  const int pid =
+      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim),
+                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(job.Code(300), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_LT(LastLoggedStep(out.substr(0, out.find("was killed by signal"))),
+            100)
+      << "killed after the last step: " << out;
+  ExpectTakenOver(out, kServers, victim);
+  ExpectSameWeights(clean, failed,
+                    "after server " + std::to_string(victim) +
+                        " was killed (seed " + std::to_string(seed) + ")");
 }
 
 // The "server R done: ..." line's count of range updates made with fewer
