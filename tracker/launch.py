@@ -15,7 +15,7 @@ scripts and tests import from launch.py.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
 from ps_tracker.common import (  # noqa: E402
     DEAD_REPORT_GRACE, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE,
