@@ -21,6 +21,20 @@ import json, os, signal, sys, time
 mode, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
 me = role if rank is None else f"{role}{rank}"
+# MODE: how server 1 (the victim) goes, and what the scheduler says:
+# kill|freeze, then the job's replicas (0, 1, or - for no job event), then
+# covered (its replica took over), lost (no replica did), declared (only
+# the human line), fake (a worker's event) or - (nothing: all sleep on).
+how, replicas, says = mode.split(",")
+victim = "server1"
+
+def event(**fields):
+    print("ps-event: " + json.dumps(fields, separators=(",", ":")),
+          file=sys.stderr, flush=True)
+
+if me == "scheduler" and replicas != "-":  # Before any server is up.
+    event(event="job", servers=2, workers=1, replicas=int(replicas),
+          heartbeat_timeout_ms=1000)
 with open(os.path.join(out, me + ".pid"), "w") as f:
     f.write(str(os.getpid()))
 
@@ -44,10 +58,6 @@ def state(name):  # Of a process by its pid file: "R", "T", ..., "gone".
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
 
-def event(**fields):
-    print("ps-event: " + json.dumps(fields, separators=(",", ":")),
-          file=sys.stderr, flush=True)
-
 def declare_dead(name, why):  # As the library logs it (glog).
     print(f"W1126 11:22:33.444555  4242 barrier_monitor.cc:411] {name} "
           f"(tcp://127.0.0.1:40123) was declared dead: {why}",
@@ -56,16 +66,7 @@ def declare_dead(name, why):  # As the library logs it (glog).
 def verdict_given():
     return os.path.exists(os.path.join(out, "verdict"))
 
-# MODE: how server 1 (the victim) goes, and what the scheduler says:
-# kill|freeze, then the job's replicas (0, 1, or - for no job event), then
-# covered (its replica took over), lost (no replica did), declared (only
-# the human line), fake (a worker's event) or - (nothing: all sleep on).
-how, replicas, says = mode.split(",")
-victim = "server1"
 if me == "scheduler":
-    if replicas != "-":
-        event(event="job", servers=2, workers=1, replicas=int(replicas),
-              heartbeat_timeout_ms=1000)
     wait_until(started)
     wait_until(lambda: state(victim) in ("gone", "Z", "T"))
     time.sleep(0.3)  # The launcher has reaped a killed victim by then.
