@@ -95,6 +95,56 @@ wait_until(verdict_given)
 time.sleep(0.2)
 '''
 
+# -s 1 -w 2 --max-restarts 1: worker 1 freezes in its first run; the
+# scheduler declares it dead and awaits it back; its second run exits 0.
+FROZEN_WORKER = r'''
+import os, signal, sys, time
+out = sys.argv[2]
+role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
+me = role if rank is None else f"{role}{rank}"
+
+def runs(name):
+    try:
+        with open(os.path.join(out, name + ".runs")) as f:
+            return len(f.readlines())
+    except FileNotFoundError:
+        return 0
+
+def wait_until(test):
+    end = time.time() + 10
+    while not test() and time.time() < end:
+        time.sleep(0.01)
+
+def frozen(name):
+    try:
+        with open(os.path.join(out, name + ".pid")) as f:
+            pid = f.read()
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, ValueError):
+        return False
+
+with open(os.path.join(out, me + ".runs"), "a") as f:
+    f.write(f"{os.getpid()}\n")
+run = runs(me)
+with open(os.path.join(out, f"{me}.pid" if run == 1 else f"{me}.run{run}.pid"),
+          "w") as f:
+    f.write(str(os.getpid()))
+if me == "worker1" and run == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(60)
+if me == "scheduler":
+    wait_until(lambda: frozen("worker1"))
+    print("W1126 11:22:33.444555  4242 barrier_monitor.cc:411] worker 1 "
+          "(tcp://127.0.0.1:40123) was declared dead: no heartbeat; the job "
+          "waits up to 1000 ms for it to rejoin (PS_MAX_RESTARTS)",
+          file=sys.stderr, flush=True)
+    print('ps-event: {"event":"dead","node":"worker 1","awaited":true}',
+          file=sys.stderr, flush=True)
+if me != "worker1":
+    wait_until(lambda: runs("worker1") >= 2)
+'''
+
 COVERED = "the scheduler said server 0 took over its keys"
 
 
@@ -193,6 +243,25 @@ class JobEventsTest(LaunchCase):
         self.assertNotIn("killed by the launcher", result.stderr)
         self.assertIn("was declared dead: no heartbeat", result.stderr)
         self.assert_all_dead()
+
+
+class FrozenWorkerTest(LaunchCase):
+
+    def test_a_frozen_worker_awaited_back_is_killed_and_restarted(self):
+        self.child.write_text(FROZEN_WORKER)
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--max-restarts", "1", "--timeout", "8"],
+                             "frozen-worker")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        first = int((self.pids / "worker1.pid").read_text())
+        self.assertIn(f"launch: worker 1 (pid {first}) was declared dead by "
+                      "the job and killed by the launcher; restarting it (1 "
+                      "of 1, --max-restarts 1)", result.stderr.splitlines())
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"worker 1 was restarted 1 time "
+                         r"\(--max-restarts 1\)$")
+        self.assertFalse(alive(first))
 
 
 class NoServerTest(unittest.TestCase):
