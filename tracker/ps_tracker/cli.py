@@ -62,23 +62,22 @@ one would never exit.
 
 Restarts (--max-restarts N, local and ssh): a worker or the scheduler that
 exits non-zero or is killed by a signal is started again at once, up to N
-times per process (the scheduler at the same address),
-with the same role, rank, key and environment plus PS_RESTART_COUNT=k (1
-in its first restart, 2 in its second...); its output keeps its tag, and a
-line says "worker 1 (pid 42) was killed by signal SIGKILL; restarting it
-(1 of 2, --max-restarts 2)". What the dead process left in its process
-group (local) is killed first. Every process of the job gets
-PS_MAX_RESTARTS=N: the nodes then wait for a restarted worker (the
-scheduler takes it back under its rank) or scheduler (the members report
-themselves to it and it takes the job over) instead of failing. A server
-that fails stops the job as above (unless taken over, or --tolerate
-server), and so does a
-worker or scheduler whose N restarts are spent (or --tolerate worker),
-the last line saying "(after N restarts, --max-restarts N)". A restarted
-process is never named as "declared dead" on that line: the launcher
-cannot tell a report about its dead run, which may come late, from one
-about its new run. The last line of a job that succeeded says which
-processes were restarted and how many times.
+times per process (the scheduler at the same address), with the same role,
+rank, key and environment plus PS_RESTART_COUNT=k (1 in its first restart,
+2 in its second...); its output keeps its tag, and a line says "worker 1
+(pid 42) was killed by signal SIGKILL; restarting it (1 of 2,
+--max-restarts 2)". What the dead process left in its process group
+(local) is killed first. Every process of the job gets PS_MAX_RESTARTS=N:
+the nodes then wait for a restarted worker (the scheduler takes it back
+under its rank) or scheduler (the members report themselves to it and it
+takes the job over) instead of failing. A server that fails stops the job
+as above (unless taken over, or --tolerate server), and so does a worker
+or scheduler whose N restarts are spent (or --tolerate worker), the last
+line saying "(after N restarts, --max-restarts N)". A restarted process is
+never named as "declared dead" on that line: the launcher cannot tell a
+report about its dead run, which may come late, from one about its new
+run. The last line of a job that succeeded says which processes were
+restarted and how many times.
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
 os.urandom written in Z85 as the one line of a file in a new private
