@@ -52,6 +52,8 @@ def state(name):  # Of a process by its pid file: "R", "T", ..., "gone".
             pid = f.read()
     except FileNotFoundError:
         return "unborn"
+    if not pid:  # Opened, not written yet.
+        return "unborn"
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
@@ -118,7 +120,7 @@ def wait_until(test):
 def frozen(name):
     try:
         with open(os.path.join(out, name + ".pid")) as f:
-            pid = f.read()
+            pid = int(f.read())  # ValueError: opened, not written yet.
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "T"
     except (OSError, ValueError):
@@ -260,7 +262,7 @@ class FrozenWorkerTest(LaunchCase):
         self.assertRegex(self.last_line(result),
                          r"^launch: all 4 processes exited 0 in [\d.]+ s; "
                          r"worker 1 was restarted 1 time "
-                         r"\(--max-restarts 1\)$")
+                         r"\(--max-restarts 1\)$", result.stderr)
         self.assertFalse(alive(first))
 
 
