@@ -18,7 +18,19 @@ int64_t MsSince(Postoffice::Clock::time_point t,
                 Postoffice::Clock::time_point now) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
 }
+
+// "server 1", "worker 0", "scheduler": a node as the launcher names it.
+std::string NodeName(int id) {
+  if (IsServerId(id)) return "server " + std::to_string(IdToRank(id));
+  if (IsWorkerId(id)) return "worker " + std::to_string(IdToRank(id));
+  return "scheduler";
+}
 }  // namespace
+
+void PrintEvent(const std::string& json) {
+  std::fprintf(stderr, "ps-event: %s\n", json.c_str());
+  std::fflush(stderr);
+}
 
 // ---- Barrier ---------------------------------------------------------------
 
@@ -397,6 +409,16 @@ void Postoffice::OnPeerFailure(int id, const Status& why) {
       }
     }
     cv_.SignalAll();
+  }
+  if (IsScheduler()) {
+    // The scheduler's verdict, for the launcher (docs/architecture.md).
+    PrintEvent("{\"event\":\"dead\",\"node\":\"" + NodeName(id) + "\"" +
+               (covered ? ",\"covered_by\":\"server " +
+                              std::to_string(ReplicaOf(IdToRank(id),
+                                                       config_.num_servers)) +
+                              "\""
+                        : "") +
+               (awaited ? ",\"awaited\":true" : "") + "}");
   }
   if (covered || awaited) {
     std::string line =

@@ -71,6 +71,14 @@ Status Postoffice::Start() {
     me.port = port();
     table_.Add(me);
   }
+  if (IsScheduler()) {
+    PrintEvent("{\"event\":\"job\",\"servers\":" +
+               std::to_string(config_.num_servers) +
+               ",\"workers\":" + std::to_string(config_.num_workers) +
+               ",\"replicas\":" + std::to_string(config_.replicas) +
+               ",\"heartbeat_timeout_ms\":" +
+               std::to_string(config_.heartbeat_timeout_ms) + "}");
+  }
   // A node whose process dies closes its port: its connection drops and
   // every reconnect is refused. Wait briefly for one that merely dropped
   // (it comes back), then declare it dead, long before its heartbeats

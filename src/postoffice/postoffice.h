@@ -29,6 +29,12 @@
 #include "van/van.h"
 
 namespace ps {
+
+// Writes "ps-event: JSON" on stderr, whatever glog's settings: the
+// scheduler's machine-readable lines for the launcher (tracker/ps_tracker,
+// docs/architecture.md "Launcher events").
+void PrintEvent(const std::string& json);
+
 // In namespace core: ps::Postoffice is the ps-lite facade
 // (include/ps/internal/postoffice.h), which internal code never includes.
 namespace core {

@@ -44,6 +44,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 PREFIX = "psn"
@@ -429,7 +430,7 @@ class HostJob(launch.Job):
                                       watch),
                 self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
                                       watch)]
-            launch.threading.Thread(target=self._reap, args=(child,),
+            threading.Thread(target=self._reap, args=(child,),
                                     daemon=True).start()
         return True
 

@@ -787,7 +787,7 @@ class KeyTest(LaunchCase):
         self.assertFalse(os.path.exists(os.path.dirname(got["path"])))
         self.assertNotIn("insecure", result.stderr)
 
-        again = self.key_outputs(self.launch(["-s", "0", "-w", "1"], "key"))
+        again = self.key_outputs(self.launch(["-s", "1", "-w", "1"], "key"))
         self.assertNotEqual(again["worker 0"]["key"], got["key"])
         self.assertNotEqual(again["worker 0"]["path"], got["path"])
 
@@ -838,7 +838,7 @@ class KeyTest(LaunchCase):
         path = self.dir / "open.key"
         path.write_text(launch.z85_encode(os.urandom(32)) + "\n")
         path.chmod(0o644)
-        result = self.launch(["-s", "0", "-w", "1", "--key-file", str(path)],
+        result = self.launch(["-s", "1", "-w", "1", "--key-file", str(path)],
                              "key")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(f"warning: --key-file '{path}'", result.stderr)
@@ -868,7 +868,7 @@ class KeyTest(LaunchCase):
         for path, message in cases:
             with self.subTest(path=path.name):
                 result = subprocess.run(
-                    [sys.executable, str(LAUNCH), "-s", "0", "-w", "1",
+                    [sys.executable, str(LAUNCH), "-s", "1", "-w", "1",
                      "--key-file", str(path), "--", "true"],
                     capture_output=True, text=True, timeout=RUN_TIMEOUT)
                 self.assertEqual(result.returncode, 2, result.stderr)

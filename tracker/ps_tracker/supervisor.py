@@ -1,0 +1,475 @@
+"""The supervisor: the job's process table and its policy.
+
+It starts the processes (a launcher's plan and popen), copies their output,
+reads what the job says about itself (the nodes' "declared dead" lines and
+the scheduler's "ps-event:" lines), restarts what --max-restarts allows,
+decides which exit fails the job, and stops everything on the way out.
+"""
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from .common import (DEAD_REPORT_GRACE, POLL_SECONDS, describe_exit, plural)
+
+# What a node logs when it learns that a node failed; the scheduler logs it
+# too for a node that stopped without Finalize.
+DECLARED_DEAD = re.compile(
+    rb"\b(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) "
+    rb"was declared dead: (.*)")
+
+# The scheduler's machine-readable lines (src/postoffice, PrintEvent), one
+# JSON object each: {"event":"job","replicas":1,"heartbeat_timeout_ms":..}
+# when it starts; {"event":"dead","node":"server 1","covered_by":"server 2"}
+# (covered_by only when a replica took the keys over; "awaited":true for a
+# node the job waits to rejoin) for each node it declares dead.
+EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
+
+
+class Child:
+    """One launched process: its role, rank, Popen and output readers.
+
+    host: where it runs when started through ssh (None: this machine).
+    """
+
+    def __init__(self, role, rank, host=None):
+        self.role = role
+        self.rank = rank  # None for the scheduler.
+        self.host = host
+        self.proc = None  # The current run's (after a restart: the new).
+        self.readers = []  # Of every run's output.
+        self.restarts = 0  # How many times it was started again.
+        self.killed_as_dead = None  # The run the launcher killed (below).
+
+    @property
+    def name(self):
+        return self.role if self.rank is None else f"{self.role} {self.rank}"
+
+    @property
+    def tag(self):
+        """The prefix of its output lines, without the brackets."""
+        return self.name if self.host is None else f"{self.name} @{self.host}"
+
+    @property
+    def label(self):
+        """How the launcher's messages name it: with its pid or host."""
+        if self.host is None:
+            return f"{self.name} (pid {self.pid})"
+        return f"{self.name} on {self.host}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def describe_exit(self, returncode):
+        if self.killed_as_dead is self.proc:
+            return ("was declared dead by the job and killed by the "
+                    "launcher")
+        if self.host is None:
+            return describe_exit(returncode)
+        if returncode == 255:
+            return "exited with code 255 (or ssh failed)"
+        if 128 < returncode < 128 + signal.NSIG:
+            return (f"{describe_exit(128 - returncode)} (remote exit status "
+                    f"{returncode})")
+        return describe_exit(returncode)
+
+
+class Job:
+    """Starts the children, watches them, stops them all on the way out.
+
+    A launcher gives plan() (the children) and popen(child, port); ssh
+    also kill() and before_stop(). Which failure the job survives:
+    - a worker or the scheduler with --max-restarts left: started again;
+    - a process of a role named by --tolerate;
+    - a server whose keys a replica took over, as the scheduler said
+      ({"event":"dead",...,"covered_by":...}; the job said at its start
+      that it replicates, so the launcher waits for that verdict).
+    Anything else that exits non-zero stops the job. A process that the
+    scheduler declared dead and that the job goes on without (tolerated,
+    covered, or awaited back for a restart) is killed: a frozen one would
+    never exit. (Only the scheduler's word counts there: a node cut off
+    from the others declares them all dead.)
+    """
+
+    def __init__(self, args, mux):
+        self.args = args
+        self.mux = mux
+        self.key_path = None  # The job's key file; None with --insecure.
+        self.port = None  # The scheduler's, once started.
+        self.children = []
+        self.exits = queue.Queue()  # (child, returncode) in reaping order.
+        self.signal_received = None
+        self.tolerated = []  # children whose failure the job survived
+        self.survived = {}  # their names: why (for the last line)
+        # (declared name, reason, reporter's name) in the order read.
+        self._reports = []
+        self._reports_lock = threading.Lock()
+        self._reported = threading.Event()
+        self.job_event = None  # The scheduler's {"event":"job",...}.
+        self.verdicts = {}  # node name: the scheduler's first "dead" event
+        self._declared = queue.Queue()  # Names declared dead, to act on.
+
+    @property
+    def total(self):
+        """How many processes the job has."""
+        return 1 + self.args.num_servers + self.args.num_workers
+
+    @property
+    def max_restarts(self):
+        """--max-restarts (0 for a Job given args without it)."""
+        return getattr(self.args, "max_restarts", 0)
+
+    def plan(self):
+        raise NotImplementedError
+
+    def popen(self, child, port):
+        raise NotImplementedError
+
+    def start(self, port):
+        self.port = port
+        for child in self.plan():
+            try:
+                child.proc = self.popen(child, port)
+            except OSError as err:
+                self.mux.say(f"cannot start {child.name}: {err}")
+                self.stop(self.children)
+                return False
+            self.children.append(child)
+            self.read_output(child, f"[{child.tag}] ")
+        return True
+
+    def read_output(self, child, prefix):
+        """Copies the output of child's current run with prefix; reaps it
+        into self.exits."""
+        def watch(line, reporter=child.name):
+            self._watch(reporter, line)
+        child.readers += [
+            self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,
+                                  watch),
+            self.mux.start_reader(child.proc.stderr, prefix, sys.stderr,
+                                  watch),
+        ]
+        threading.Thread(target=self._reap, args=(child, child.proc),
+                         daemon=True).start()
+
+    def _reap(self, child, proc=None):
+        """Puts (child, returncode) once proc (its current run) exits."""
+        proc = child.proc if proc is None else proc
+        self.exits.put((child, proc.wait()))
+
+    def _watch(self, reporter, line):
+        if b"ps-event: " in line:
+            self._read_event(getattr(reporter, "name", reporter), line)
+            return
+        if b"was declared dead" not in line:  # Cheap test first.
+            return
+        match = DECLARED_DEAD.search(line.rstrip(b"\r\n"))
+        if match is None:
+            return
+        name = match.group(1).decode()
+        reason = match.group(2).decode(errors="replace").strip()
+        with self._reports_lock:
+            self._reports.append((name, reason, reporter))
+        if getattr(reporter, "name", reporter) == "scheduler":
+            self._declared.put(name)  # Its verdict: the others follow it.
+        self._reported.set()
+
+    def _read_event(self, reporter, line):
+        """Keeps the scheduler's events (no other process speaks for the
+        job)."""
+        match = EVENT.search(line.rstrip(b"\r\n"))
+        if match is None or reporter != "scheduler":
+            return
+        try:
+            event = json.loads(match.group(1))
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("event") == "job":
+            self.job_event = event
+        elif event.get("event") == "dead" and isinstance(event.get("node"),
+                                                         str):
+            with self._reports_lock:
+                self.verdicts.setdefault(event["node"], event)
+            self._declared.put(event["node"])
+
+    def first_report(self):
+        """(declared name, reason, reporter's name) read first, or None.
+
+        Reports that name a restarted process are left out, whenever they
+        were read: one read before the restart is about the run that
+        died, and one read after it may be too (the other nodes notice a
+        death late, after missed heartbeats) or be about the new run; the
+        launcher cannot tell which, so it never names a restarted process
+        as the cause of a failure on that ground. A failure is then put
+        on the first process that exited non-zero, which for a restarted
+        worker whose restarts are spent is itself.
+        """
+        restarted = {c.name for c in self.children if c.restarts}
+        with self._reports_lock:
+            return next((r for r in self._reports if r[0] not in restarted),
+                        None)
+
+    def _await_report(self, deadline):
+        """Waits up to DEAD_REPORT_GRACE (and deadline) for a report that
+        first_report gives."""
+        end = time.monotonic() + DEAD_REPORT_GRACE
+        if deadline is not None:
+            end = min(end, deadline)
+        # Cleared before each look, so no report goes unnoticed; one that
+        # first_report leaves out does not end the wait.
+        while (self.signal_received is None and time.monotonic() < end):
+            self._reported.clear()
+            if self.first_report() is not None:
+                return
+            self._reported.wait(
+                min(POLL_SECONDS, max(0.0, end - time.monotonic())))
+
+    def on_signal(self, signum, frame):
+        self.signal_received = signum
+
+    def wait(self, deadline):
+        """Returns ('done'|'failed'|'timeout'|'signal', failed child, rc)."""
+        remaining = len(self.children)
+        while remaining:
+            if self.signal_received is not None:
+                return "signal", None, None
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout", None, None
+            self.kill_declared_dead()
+            try:
+                child, returncode = self.exits.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                continue
+            if returncode != 0 and self.may_restart(child):
+                if self.restart(child, returncode):
+                    continue  # Still one of the remaining, as a new run.
+                return "failed", child, returncode
+            remaining -= 1
+            if returncode == 0:
+                continue
+            why = self.why_survived(child, deadline)
+            if why is not None:
+                self.mux.say(f"{child.label} "
+                             f"{child.describe_exit(returncode)}"
+                             f"{self.restart_note(child)}; the job "
+                             f"goes on ({why})")
+                self.tolerated.append(child)
+                self.survived[child.name] = why
+                continue
+            self._await_report(deadline)
+            return "failed", child, returncode
+        return "done", None, None
+
+    def why_survived(self, child, deadline):
+        """Why the job goes on without child, which failed (its restarts,
+        if any, spent), or None: it fails the job."""
+        if child.role in getattr(self.args, "tolerate", ()):
+            return f"--tolerate {child.role}"
+        if child.role != "server":
+            return None
+        heir = self.await_heir(child, deadline)
+        return None if heir is None else (f"the scheduler said {heir} took "
+                                          "over its keys")
+
+    def replicated(self):
+        """Whether the job said it has replicated servers (PS_REPLICAS)."""
+        event = self.job_event or {}
+        replicas = event.get("replicas")
+        return isinstance(replicas, int) and replicas > 0
+
+    def await_heir(self, server, deadline):
+        """The server that took over the keys of `server` (dead), as the
+        scheduler said, or None. In a job that replicates, waits for the
+        scheduler's verdict up to its heartbeat timeout (a closed
+        connection is noticed far sooner) plus DEAD_REPORT_GRACE; in one
+        that does not (or never said), looks only."""
+        end = time.monotonic()
+        if self.replicated():
+            timeout_ms = self.job_event.get("heartbeat_timeout_ms")
+            if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+                timeout_ms = 0
+            end += timeout_ms / 1000 + DEAD_REPORT_GRACE
+        if deadline is not None:
+            end = min(end, deadline)
+        while True:
+            with self._reports_lock:
+                verdict = self.verdicts.get(server.name)
+            if verdict is not None:
+                heir = verdict.get("covered_by")
+                return heir if isinstance(heir, str) else None
+            if self.signal_received is not None or time.monotonic() >= end:
+                return None
+            time.sleep(POLL_SECONDS)
+
+    def goes_on_without(self, child):
+        """Whether the job survives child's death (named by a report)."""
+        if child.role in getattr(self.args, "tolerate", ()):
+            return True
+        if self.may_restart(child):
+            return True  # Awaited back; the launcher restarts it.
+        with self._reports_lock:
+            verdict = self.verdicts.get(child.name)
+        return verdict is not None and isinstance(verdict.get("covered_by"),
+                                                  str)
+
+    def kill_declared_dead(self):
+        """Kills the processes the job declared dead and goes on without
+        (a frozen one would never exit, and the launcher would wait for it
+        for ever). A restarted process is left alone: a report about it
+        may be about its previous run (see first_report)."""
+        while True:
+            try:
+                name = self._declared.get_nowait()
+            except queue.Empty:
+                return
+            child = next((c for c in self.children if c.name == name), None)
+            if (child is None or child.restarts or child.killed_as_dead
+                    or child.proc.poll() is not None
+                    or not self.goes_on_without(child)):
+                continue
+            child.killed_as_dead = child.proc
+            self.kill(child)
+
+    def kill(self, child):
+        """Kills child's process group at once (SIGKILL needs no SIGCONT
+        for a stopped process)."""
+        self._signal_groups([child], signal.SIGKILL)
+
+    def may_restart(self, child):
+        """Whether child, which failed, is started again: a worker or the
+        scheduler with --max-restarts left (per process)."""
+        return (child.role in ("worker", "scheduler")
+                and child.restarts < self.max_restarts)
+
+    def restart(self, child, returncode):
+        """Starts child's next run at once (the scheduler takes it back
+        once it has noticed the old run's death); False if it cannot."""
+        self.mux.say(f"{child.label} {child.describe_exit(returncode)}; "
+                     f"restarting it ({child.restarts + 1} of "
+                     f"{self.max_restarts}, --max-restarts "
+                     f"{self.max_restarts})")
+        # What the dead run left in its group (its own children) goes too.
+        # Its pid cannot have been reused while that group has members.
+        self._signal_groups([child], signal.SIGKILL)
+        old = child.proc
+        if old.stdin is not None:  # ssh: the old session's.
+            try:
+                old.stdin.close()
+            except OSError:
+                pass
+        child.restarts += 1
+        try:
+            child.proc = self.popen(child, self.port)
+        except OSError as err:
+            child.restarts -= 1
+            self.mux.say(f"cannot restart {child.name}: {err}")
+            return False
+        self.read_output(child, f"[{child.tag}] ")
+        return True
+
+    def restart_note(self, child):
+        """' (after 2 restarts, --max-restarts 2)' for a restarted child."""
+        if not child.restarts:
+            return ""
+        return (f" (after {plural(child.restarts, 'restart', 's')}, "
+                f"--max-restarts {self.max_restarts})")
+
+    def describe_restarts(self):
+        """'worker 1 was restarted 1 time (--max-restarts 2)', or ''."""
+        restarted = [c for c in self.children if c.restarts]
+        if not restarted:
+            return ""
+        return (", ".join(f"{c.name} was restarted "
+                          f"{plural(c.restarts, 'time', 's')}"
+                          for c in restarted)
+                + f" (--max-restarts {self.max_restarts})")
+
+    def describe_losses(self):
+        """'the job survived the loss of worker 1 (--tolerate)', or ''."""
+        if not self.tolerated:
+            return ""
+        whys = [self.survived.get(c.name, "--tolerate")
+                for c in self.tolerated]
+        if all(w.startswith("--tolerate") for w in whys):
+            lost = ", ".join(c.name for c in self.tolerated)
+            return f"the job survived the loss of {lost} (--tolerate)"
+        lost = ", ".join(
+            f"{c.name} ({'--tolerate' if w.startswith('--tolerate') else w})"
+            for c, w in zip(self.tolerated, whys))
+        return f"the job survived the loss of {lost}"
+
+    def running(self):
+        """The children whose current run has not exited."""
+        return [c for c in self.children if c.proc.poll() is None]
+
+    def before_stop(self, children):
+        """ssh: tells the sessions to stop their remote processes."""
+
+    def stop(self, children):
+        """SIGTERM each group, SIGKILL after the grace; reaps the leaders.
+
+        SIGCONT first: a stopped (SIGSTOP) process would not act on SIGTERM.
+        ssh sessions are first told to stop their remote processes.
+        """
+        self.before_stop([c for c in children if c.host is not None])
+        self._signal_groups(children, signal.SIGCONT)
+        self._signal_groups(children, signal.SIGTERM)
+        end = time.monotonic() + self.args.grace
+        for child in children:
+            try:
+                child.proc.wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        # Grandchildren may outlive their leader; kill every group.
+        self._signal_groups(children, signal.SIGKILL)
+        for child in children:
+            child.proc.wait()
+
+    @staticmethod
+    def _signal_groups(children, signum):
+        for child in children:
+            try:
+                os.killpg(child.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def drain_output(self):
+        for child in self.children:
+            for reader in child.readers:
+                reader.join(timeout=1.0)
+
+    def describe_failure(self, failed, returncode, running):
+        """The cause of a failed job: who was declared dead, else who failed.
+
+        running: the processes that were still running when it was decided.
+        """
+        parts = []
+        named = [failed]
+        report = self.first_report()
+        if report is not None:
+            name, reason, reporter = report
+            dead = next((c for c in self.children if c.name == name), None)
+            who = name if dead is None else dead.label
+            parts.append(f"{who} was declared dead by {reporter}: {reason}")
+            named.append(dead)
+        how = failed.describe_exit(returncode) + self.restart_note(failed)
+        if report is not None and named[1] is failed:
+            parts.append(f"it {how}")
+        else:
+            parts.append(f"{failed.label} {how}")
+        others = [c for c in running if c not in named]
+        parts.append(f"stopped the other {plural(len(others), 'process')}"
+                     if others else "no other process was running")
+        return "; ".join(parts)
+
+    def describe_running(self, running):
+        return ", ".join(c.label for c in running) or "none"
