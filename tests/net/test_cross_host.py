@@ -34,7 +34,7 @@ JOB_TIMEOUT = 180  # Seconds; each job below takes ~10 on an idle machine.
 # As tests/mnist's BspEqualsSingleProcessTraining: 640 images, 20 steps of
 # 2 x 16 against one process's 20 steps of 32.
 COMMON = ["--train_limit", "640", "--test_limit", "100", "--dropout=false",
-          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+          "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
           "--consistency", "bsp", "--threads", "1", "--data_dir", MNIST_DIR]
 STEPS = 20
 

@@ -460,8 +460,8 @@ class CulpritTest(LaunchCase):
 
     HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
 
-    def launch_dead(self, scenario):
-        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+    def launch_dead(self, scenario, grace="0.5"):
+        result = self.launch(["-s", "1", "-w", "2", "--grace", grace,
                               "--timeout", "8"], "dead", "4", scenario)
         pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
         return result, pid
@@ -488,7 +488,9 @@ class CulpritTest(LaunchCase):
         self.assert_all_dead()
 
     def test_declared_dead_process_that_exited(self):
-        result, pid = self.launch_dead("finalize")
+        # The scheduler reports after it saw worker 1 gone: the grace must
+        # cover a loaded machine's delay (0.5 s did not, under ctest -j2).
+        result, pid = self.launch_dead("finalize", grace="3")
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertEqual(
             self.last_line(result),
