@@ -25,6 +25,22 @@ std::string DefaultOf(const ConfigOption& o) {
   return d == "required" || d == "unset" ? d : "default " + d;
 }
 
+// `text` in lines of at most 76 characters (longer words stay whole),
+// each indented by 4 and ended by a newline.
+std::string Wrap(const std::string& text) {
+  std::istringstream words(text);
+  std::string out, line, word;
+  while (words >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > 72) {
+      out += "    " + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += "    " + line + "\n";
+  return out;
+}
+
 // Markdown table cells: no '|' and no line break.
 std::string Cell(const std::string& text) {
   std::string out;
@@ -84,6 +100,10 @@ const char kMarkdownOutro[] = R"(
   `launch.py --help` lists its options.
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,
   python/ps_build_backend.py) and the `PS_*` CMake options (README).
+- **The scripts' and tests'**: `PS_FUZZ_SECONDS` (scripts/test.sh),
+  `PS_PYTHON_DEPS` and `PS_CLUSTER_DEPS` (scripts/install_deps.sh),
+  `PS_PYTHONPATH` (where the Python tests and benchmarks find the built
+  module).
 - **Logging** (glog): a node logs to stderr; it writes log files only when
   asked to, by `GLOG_log_dir=DIR` or `--log_dir=DIR` (files in DIR) or by
   `GLOG_logtostderr=0` or `--logtostderr=false` (files where glog puts them:
@@ -101,14 +121,15 @@ const std::vector<ConfigOption>& ConfigOptions() {
 
 std::string ConfigOptionsHelp() {
   std::ostringstream os;
-  os << "Node options: each is an environment variable, and most have a "
-        "--ps_* flag that wins over it.\n";
+  os << "Node options: each is an environment variable, and most have a\n"
+        "--ps_* flag that wins over it (docs/environment.md says more).\n";
   for (const ConfigOption& o : kConfigOptions) {
     os << "\n" << o.variable;
     if (o.flag != nullptr) os << ", --" << o.flag;
     if (o.alias_of != nullptr) os << " (" << o.alias_of << " wins)";
-    os << ": " << o.doc << "\n    " << TypeOf(o) << ": " << o.values << "; "
-       << DefaultOf(o) << "\n";
+    std::string type = TypeOf(o);
+    if (o.type == ConfigOption::kText) type += ": " + std::string(o.values);
+    os << "\n" << Wrap(type + "; " + DefaultOf(o)) << Wrap(o.doc);
   }
   return os.str();
 }
