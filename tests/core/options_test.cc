@@ -5,6 +5,7 @@
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "postoffice/logging.h"
 #include "ps/config.h"
 
 namespace ps {
@@ -233,6 +235,28 @@ TEST(Options, OtherDocsNameOnlyOptions) {
              "listed in docs/environment.md as not a node option";
     }
   }
+}
+
+// glog writes to stderr unless the user asks for files: a log directory,
+// or --logtostderr set either way (the flag is the user's then).
+TEST(Logging, StderrUnlessFilesAreAskedFor) {
+  if (std::getenv("GLOG_logtostderr") != nullptr ||
+      std::getenv("GLOG_log_dir") != nullptr) {
+    GTEST_SKIP() << "the environment chooses glog's destination";
+  }
+  gflags::FlagSaver restore_flags_at_exit;
+  EXPECT_TRUE(FLAGS_logtostderr) << "from the start";
+  EXPECT_EQ(gflags::GetCommandLineFlagInfoOrDie("logtostderr").default_value,
+            "true");
+  gflags::SetCommandLineOption("log_dir", testing::TempDir().c_str());
+  DefaultLogsToStderr();
+  EXPECT_FALSE(FLAGS_logtostderr) << "files in --log_dir";
+  gflags::SetCommandLineOption("log_dir", "");
+  DefaultLogsToStderr();
+  EXPECT_TRUE(FLAGS_logtostderr);
+  gflags::SetCommandLineOption("logtostderr", "false");
+  DefaultLogsToStderr();
+  EXPECT_FALSE(FLAGS_logtostderr) << "the user's choice stays";
 }
 
 }  // namespace
