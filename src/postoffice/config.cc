@@ -54,8 +54,6 @@ enum class Id {
 #include "postoffice/options.def"
 };
 
-constexpr int64_t kUnsetFlag = -1;
-
 // The Settings of an environment given as variable -> value.
 Settings FromVariables(const std::map<std::string, std::string>& env) {
   Settings s;
@@ -68,7 +66,7 @@ void Override(const char* variable, const char* flag, const std::string& v,
   if (!v.empty()) (*s)[variable] = {v, std::string("--") + flag};
 }
 void Override(const char* variable, const char* flag, int64_t v, Settings* s) {
-  if (v != kUnsetFlag) Override(variable, flag, std::to_string(v), s);
+  if (v != -1) Override(variable, flag, std::to_string(v), s);  // -1: unset
 }
 
 // Puts every --ps_* flag that is set over its variable. The node's host has
@@ -258,11 +256,25 @@ constexpr Store kStores[] = {
 };
 static_assert(std::size(kStores) == kNumConfigOptions);
 
+// Field(&m) rows are Int rows whose range fits an int.
+constexpr bool FieldsFit() {
+  for (size_t i = 0; i < kNumConfigOptions; ++i) {
+    const ConfigOption& o = kConfigOptions[i];
+    if (kStores[i].field != nullptr && (o.type != ConfigOption::kInt ||
+                                        o.lo < INT32_MIN || o.hi > INT32_MAX)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(FieldsFit(), "a Field(&m) row of options.def is not an int");
+
 bool IsRequired(const ConfigOption& o) {
   return std::strcmp(o.default_value, "required") == 0;
 }
 
-// Reads option `i` into *c when set.
+// Reads option `i` into *c when it is set; one not set keeps Config's
+// default, which the table's "default" states.
 Status ReadOption(const Lookup& env, size_t i, Config* c) {
   const ConfigOption& o = kConfigOptions[i];
   const Setting* v = env(static_cast<Id>(i));
