@@ -10,11 +10,10 @@
 #include <cstring>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
 
 #include "postoffice/key_file.h"
 #include "postoffice/options.h"
-
-extern char** environ;
 
 // The --ps_* flags, one per option that has one (options.def). At its
 // default ("" or -1) a flag is not set: the environment decides.
@@ -134,6 +133,23 @@ Status ParseInt(const std::string& name, const std::string& value, int64_t lo,
 
 // The readers options.def names.
 
+// A host name or address: not empty. DMLC_NODE_HOST's, read after
+// DMLC_INTERFACE, wins over it.
+template <std::string Config::*kHost>
+Status ReadHost(const Value& v, Config* c) {
+  if (v.setting.value.empty()) return v.Invalid();
+  c->*kHost = v.setting.value;
+  return Status::OK();
+}
+
+// An integer (in the row's range) into a field of another type than int.
+template <auto kField>
+Status ReadAs(const Value& v, Config* c) {
+  using Type = std::remove_reference_t<decltype(c->*kField)>;
+  c->*kField = static_cast<Type>(v.number);
+  return Status::OK();
+}
+
 Status ReadRole(const Value& v, Config* c) {
   const std::string& role = v.setting.value;
   if (role == "scheduler") {
@@ -148,12 +164,6 @@ Status ReadRole(const Value& v, Config* c) {
   return Status::OK();
 }
 
-Status ReadRootUri(const Value& v, Config* c) {
-  if (v.setting.value.empty()) return v.Invalid();
-  c->root_uri = v.setting.value;
-  return Status::OK();
-}
-
 Status ReadInterface(const Value& v, Config* c) {
   StatusOr<std::string> addr = InterfaceAddress(v.setting.value);
   if (!addr.ok()) {
@@ -164,13 +174,6 @@ Status ReadInterface(const Value& v, Config* c) {
                             "': " + addr.status().message());
   }
   c->node_host = *addr;
-  return Status::OK();
-}
-
-// Read after DMLC_INTERFACE: wins over it.
-Status ReadNodeHost(const Value& v, Config* c) {
-  if (v.setting.value.empty()) return v.Invalid();
-  c->node_host = v.setting.value;
   return Status::OK();
 }
 
@@ -193,11 +196,6 @@ Status ReadPortRange(const Value& v, Config* c) {
 template <int Config::*kMillis>
 Status ReadSeconds(const Value& v, Config* c) {
   c->*kMillis = static_cast<int>(v.number * 1000);
-  return Status::OK();
-}
-
-Status ReadShm(const Value& v, Config* c) {
-  c->shm = v.number == 1;
   return Status::OK();
 }
 
@@ -227,16 +225,6 @@ Status ReadKeyFile(const Value& v, Config* c) {
   return Status::OK();
 }
 
-Status ReadMaxMessageBytes(const Value& v, Config* c) {
-  c->max_message_bytes = v.number;
-  return Status::OK();
-}
-
-Status ReadMaxKey(const Value& v, Config* c) {
-  c->max_key = static_cast<Key>(v.number);
-  return Status::OK();
-}
-
 // How a row's value goes into the Config: an int field as it is, or a
 // reader above.
 struct Store {
@@ -256,18 +244,16 @@ constexpr Store kStores[] = {
 };
 static_assert(std::size(kStores) == kNumConfigOptions);
 
-// Field(&m) rows are Int rows whose range fits an int.
-constexpr bool FieldsFit() {
+// Field(&m) rows are Int rows (their range fits an int).
+constexpr bool FieldsAreInts() {
   for (size_t i = 0; i < kNumConfigOptions; ++i) {
-    const ConfigOption& o = kConfigOptions[i];
-    if (kStores[i].field != nullptr && (o.type != ConfigOption::kInt ||
-                                        o.lo < INT32_MIN || o.hi > INT32_MAX)) {
+    if (kStores[i].field && kConfigOptions[i].type != ConfigOption::kInt) {
       return false;
     }
   }
   return true;
 }
-static_assert(FieldsFit(), "a Field(&m) row of options.def is not an int");
+static_assert(FieldsAreInts(), "a Field(&m) row of options.def is not Int");
 
 bool IsRequired(const ConfigOption& o) {
   return std::strcmp(o.default_value, "required") == 0;
@@ -347,21 +333,6 @@ StatusOr<Config> Parse(const Lookup& env) {
   return c;
 }
 
-// The process environment's DMLC_* and PS_* variables.
-std::map<std::string, std::string> ProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    std::string name = kv.substr(0, eq);
-    if (name.rfind("DMLC_", 0) == 0 || name.rfind("PS_", 0) == 0) {
-      env[name] = kv.substr(eq + 1);
-    }
-  }
-  return env;
-}
-
 }  // namespace
 
 StatusOr<Config> Config::FromEnv(
@@ -370,11 +341,7 @@ StatusOr<Config> Config::FromEnv(
   return Parse(Lookup(settings));
 }
 
-StatusOr<Config> Config::FromEnv() { return FromEnv(ProcessEnvironment()); }
-
-std::map<std::string, std::string> Config::ProcessVariables() {
-  return ProcessEnvironment();
-}
+StatusOr<Config> Config::FromEnv() { return FromEnv(ProcessVariables()); }
 
 StatusOr<Config> Config::FromEnvAndFlags(
     const std::map<std::string, std::string>& env) {
@@ -384,7 +351,7 @@ StatusOr<Config> Config::FromEnvAndFlags(
 }
 
 StatusOr<Config> Config::FromEnvAndFlags() {
-  return FromEnvAndFlags(ProcessEnvironment());
+  return FromEnvAndFlags(ProcessVariables());
 }
 
 std::string Config::SchedulerAddress() const {

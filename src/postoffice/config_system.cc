@@ -1,13 +1,32 @@
-// InterfaceAddress (ps/config.h): DMLC_INTERFACE's lookup.
+// What Config reads from the system: the process environment
+// (Config::ProcessVariables) and a network interface's address
+// (InterfaceAddress, for DMLC_INTERFACE).
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
+#include <map>
 #include <string>
 
 #include "ps/config.h"
 
+extern char** environ;
+
 namespace ps {
+
+std::map<std::string, std::string> Config::ProcessVariables() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = kv.substr(0, eq);
+    if (name.rfind("DMLC_", 0) == 0 || name.rfind("PS_", 0) == 0) {
+      env[name] = kv.substr(eq + 1);
+    }
+  }
+  return env;
+}
 
 StatusOr<std::string> InterfaceAddress(const std::string& name) {
   ifaddrs* list = nullptr;
