@@ -27,6 +27,8 @@
 
 namespace ps {
 
+// The defaults below are the table's (core_unit_test's
+// Options.DocumentedDefaultsAreTheDefaults keeps them equal).
 struct Config {
   Role role = Role::kWorker;
   std::string root_uri = "127.0.0.1";
