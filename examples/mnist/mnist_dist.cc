@@ -253,22 +253,25 @@ ps::model::Dataset LoadOrDie(const mnist::TrainOptions& o, bool train) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "distributed MNIST ConvNet trainer; run it through tracker/launch.py "
-      "(its role comes from DMLC_ROLE) or with --local");
+      "(its role comes from DMLC_ROLE or --ps_role) or with --local. Its "
+      "node's options are the DMLC_*/PS_* variables and the --ps_* flags "
+      "(docs/environment.md); the other flags are the trainer's own");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) Die(std::string("unexpected argument '") + argv[1] + "'");
   mnist::TrainOptions options = OptionsFromFlags();
-  const char* role_env = std::getenv("DMLC_ROLE");
-  const std::string role = role_env == nullptr ? "" : role_env;
   if (FLAGS_local) {
     ps::model::Dataset train = LoadOrDie(options, true);
     ps::model::Dataset test = LoadOrDie(options, false);
     return mnist::RunLocal(options, train, test);
   }
-  if (role.empty()) {
+  if (std::getenv("DMLC_ROLE") == nullptr &&
+      gflags::GetCommandLineFlagInfoOrDie("ps_role").is_default) {
     Die("DMLC_ROLE is not set: launch through tracker/launch.py, or pass "
         "--local");
   }
+  // The node's role (DMLC_ROLE, or --ps_role over it), as the node has it.
+  const std::string role = ps::RoleName(ps::DefaultNode()->config().role);
   // Restarts (launch.py --max-restarts sets PS_MAX_RESTARTS) need the
   // restart policy on every node, and it needs them.
   const int max_restarts = ps::DefaultNode()->config().max_restarts;

@@ -33,8 +33,9 @@
 // or an app no KVServer on that server registers within
 // PS_CONNECT_TIMEOUT_MS), prefixed with the server's name.
 //
-// Placement: by default keys are split evenly over [0, PS_MAX_KEY) (65536
-// unless set; keys above go to the last server); dense models should call
+// Placement: by default keys are split evenly over [0, PS_MAX_KEY) (the
+// whole key space unless set; keys above go to the last server), as in
+// ps-lite; dense models should call
 // SetPlacement(Placement::ByBytes(keys, sizes, NumServers())) so each server
 // holds about 1/S of the bytes. All workers must use the same placement.
 // Or, as in ps-lite, set_slicer(slicer): the slicer is given each request

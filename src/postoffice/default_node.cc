@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "postoffice/logging.h"
 #include "ps/ps.h"
 
 namespace ps {
@@ -45,9 +46,8 @@ DefaultState& State() {
 }
 
 [[noreturn]] void Die(const std::string& what) {
-  LOG(ERROR) << what;
+  Tell(google::GLOG_ERROR, what);
   google::FlushLogFiles(google::GLOG_INFO);
-  std::fprintf(stderr, "ps: %s\n", what.c_str());
   std::fflush(stderr);
   // _Exit: other threads of this process are still running; static
   // destructors must not run under them.

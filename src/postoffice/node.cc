@@ -1,6 +1,7 @@
 // ps::Node: the public face of a Postoffice.
 #include "ps/node.h"
 
+#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
 
 namespace ps {
@@ -13,6 +14,7 @@ Node::~Node() { postoffice_->Stop(); }
 Status Node::Bind() { return postoffice_->Bind(); }
 
 Status Node::Start() {
+  DefaultLogsToStderr();  // the program has parsed its flags by now
   Status st = postoffice_->Start();
   if (!st.ok()) postoffice_->Stop();
   return st;

@@ -9,6 +9,8 @@
 #include <random>
 #include <utility>
 
+#include "postoffice/logging.h"
+
 namespace ps {
 
 namespace {
@@ -623,9 +625,7 @@ void Postoffice::ReportResends() const {
                      " requests resent, " + std::to_string(dups) +
                      " duplicates let go, " + std::to_string(drops) +
                      " messages dropped by PS_DROP_MSG";
-  LOG(INFO) << line;
-  // The person running the job looks at stderr (glog keeps INFO in files).
-  std::fprintf(stderr, "ps: %s\n", line.c_str());
+  Tell(google::GLOG_INFO, line);
 }
 
 void Postoffice::TickCustomers(Clock::time_point now) {

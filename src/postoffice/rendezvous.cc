@@ -34,6 +34,7 @@
 #include <set>
 #include <utility>
 
+#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
 #include "van/shm.h"
 
@@ -375,8 +376,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         const std::string line =
             "the restarted scheduler took the running job over from its " +
             std::to_string(table_.nodes().size() - 1) + " members";
-        LOG(INFO) << line;
-        std::fprintf(stderr, "ps: %s\n", line.c_str());
+        Tell(google::GLOG_INFO, line);
       }
     }
   }
@@ -494,9 +494,7 @@ void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
   std::snprintf(line, sizeof(line),
                 "%s rejoined the job (%.3f s after it registered)",
                 table_.Describe(id).c_str(), s);
-  LOG(INFO) << line;
-  // The person running the job sees it on stderr (glog keeps INFO in files).
-  std::fprintf(stderr, "ps: %s\n", line);
+  Tell(google::GLOG_INFO, line);
   rejoins_.erase(id);
 }
 

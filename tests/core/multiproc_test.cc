@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -61,19 +62,24 @@ bool ReadUntil(int fd, Clock::time_point deadline, std::string* out) {
 }
 
 // Runs `python3 launch.py -s S -w W --timeout T --env ... -- kv_job MODE
-// [FLAG]`
-// with stdout and stderr on one pipe. Past kHardBoundSeconds the launcher
+// [FLAG]` with stdout and stderr on one pipe, kJobEnv and `env` (KEY=VALUE
+// each) in the processes' environment. Past kHardBoundSeconds the launcher
 // gets SIGTERM (it stops its children), then SIGKILL.
 RunResult Launch(int servers, int workers, const std::string& mode,
-                 const std::string& flag = "") {
+                 const std::string& flag = "",
+                 const std::vector<std::string>& env = {}) {
   std::vector<std::string> args = {
       PS_PYTHON,   PS_LAUNCH_PY,
       "-s",        std::to_string(servers),
       "-w",        std::to_string(workers),
       "--timeout", std::to_string(kLaunchTimeoutSeconds)};
-  for (const char* env : kJobEnv) {
+  for (const char* setting : kJobEnv) {
     args.push_back("--env");
-    args.push_back(env);
+    args.push_back(setting);
+  }
+  for (const std::string& setting : env) {
+    args.push_back("--env");
+    args.push_back(setting);
   }
   for (const char* arg : {"--", PS_KV_JOB}) args.push_back(arg);
   args.push_back(mode);
@@ -283,6 +289,31 @@ TEST(MultiProc, BadFlagStopsTheJobNamingIt) {
   EXPECT_NE(r.output.find("--ps_heartbeat_timeout_ms='150' is not greater "
                           "than PS_HEARTBEAT_INTERVAL_MS (200)"),
             std::string::npos);
+}
+
+// A node logs to stderr and leaves no log files (glog's default dir is
+// $TMPDIR) unless a log directory is asked for; then its files are there.
+TEST(MultiProc, LogsGoToStderrUnlessFilesAreAskedFor) {
+  std::string tmp = testing::TempDir() + "/ps_logs_XXXXXX";
+  ASSERT_NE(mkdtemp(tmp.data()), nullptr) << std::strerror(errno);
+  auto glog_files = [&tmp] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+      if (e.path().filename().string().rfind("kv_job.", 0) == 0) ++n;
+    }
+    return n;
+  };
+  RunResult r = Launch(1, 1, "sum", "--ps_verbose=1", {"TMPDIR=" + tmp});
+  SCOPED_TRACE(r.output);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is ready"), std::string::npos) << "on stderr";
+  EXPECT_EQ(glog_files(), 0);
+
+  r = Launch(1, 1, "sum", "--ps_verbose=1", {"GLOG_log_dir=" + tmp});
+  SCOPED_TRACE(r.output);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_GT(glog_files(), 0);
+  std::filesystem::remove_all(tmp);
 }
 
 }  // namespace

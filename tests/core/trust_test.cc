@@ -3,6 +3,8 @@
 // named by rank, a departure without Finalize reported at once, timeouts at
 // INT_MAX, and the configuration of keys and limits.
 #include <fcntl.h>
+#include <gflags/gflags.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -279,6 +281,55 @@ TEST(Trust, KeyFileIsReadAndCheckedNamingTheFile) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("cannot read the key file"),
             std::string::npos)
+      << c.status();
+}
+
+// A key file is a small regular file: a device that never ends
+// (/dev/zero), a pipe, a directory or a large file is refused at once,
+// naming the variable and the path, without reading it.
+TEST(Trust, KeyFileMustBeASmallRegularFile) {
+  auto error = [](const std::string& path) {
+    auto env = BaseEnv();
+    env["PS_KEY_FILE"] = path;
+    StatusOr<Config> c = Config::FromEnv(env);
+    EXPECT_FALSE(c.ok()) << path;
+    EXPECT_EQ(c.status().code(), Status::kInvalidArgument) << path;
+    return c.status().message();
+  };
+  EXPECT_EQ(error("/dev/zero"),
+            "PS_KEY_FILE='/dev/zero' is not a regular file (a key file is "
+            "one line of 40 Z85 characters)");
+  std::string dir = testing::TempDir();
+  EXPECT_EQ(error(dir).rfind("PS_KEY_FILE='" + dir + "'", 0), 0u);
+
+  std::string fifo = dir + "/trust_key.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error(fifo), "PS_KEY_FILE='" + fifo +
+                             "' is not a regular file (a key file is one "
+                             "line of 40 Z85 characters)");
+  unlink(fifo.c_str());
+
+  // A valid key followed by more than a key file holds.
+  std::string big = dir + "/trust_big.key";
+  FILE* f = std::fopen(big.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "%s\n%s\n", NewSecretKey().c_str(),
+               std::string(5000, '#').c_str());
+  std::fclose(f);
+  EXPECT_EQ(error(big), "PS_KEY_FILE='" + big +
+                            "' is 5042 bytes, more than a key file's 4096");
+
+  // The flag is named when it gave the path.
+  gflags::FlagSaver restore_flags_at_exit;
+  ASSERT_FALSE(
+      gflags::SetCommandLineOption("ps_key_file", "/dev/zero").empty());
+  StatusOr<Config> c = Config::FromEnvAndFlags(BaseEnv());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("--ps_key_file='/dev/zero' is not a "
+                                       "regular file",
+                                       0),
+            0u)
       << c.status();
 }
 
