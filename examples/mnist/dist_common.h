@@ -70,6 +70,7 @@ struct TrainOptions {
   int restore_step = -1;
   // A worker's death: stop the job, or go on with the others.
   ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
+  bool allow_non_finite = false;  // servers sum NaN/inf gradients too
   // Test hooks: the node named by die_node ("worker:R" or "server:R") kills
   // itself after die_after_steps steps (a server counts updates); the last
   // worker sleeps slow_worker_ms per step.

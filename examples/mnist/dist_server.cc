@@ -194,6 +194,7 @@ int RunServer(const TrainOptions& options) {
       options.consistency == ps::Consistency::kBounded ? options.max_delay : 0;
   shard_options.num_workers = ps::NumWorkers();
   shard_options.on_worker_failure = options.on_worker_failure;
+  shard_options.allow_non_finite = options.allow_non_finite;
   shard_options.snapshot_every = options.checkpoint_every_steps;
   ps::KVServer<float> server(0);
   auto updater = std::make_shared<SliceUpdater>(options, slice.size(), true);

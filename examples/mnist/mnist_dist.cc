@@ -82,6 +82,10 @@ DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
+DEFINE_bool(allow_non_finite, false,
+            "servers accept gradients that hold a NaN or an infinity (by "
+            "default such a push is refused and its worker stops, naming "
+            "it)");
 DEFINE_int32(replicas, -1,
              "1: every server's keys are also held by the next server, which "
              "takes them over if it dies (PS_REPLICAS; -1: as the "
@@ -181,6 +185,7 @@ mnist::TrainOptions OptionsFromFlags() {
                 (stat(o.metrics_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
             "metrics_dir", "must be an existing folder");
   o.dump_weights = FLAGS_dump_weights;
+  o.allow_non_finite = FLAGS_allow_non_finite;
   o.on_worker_failure = OrDie("on_worker_failure",
                               ps::ParseWorkerFailure(FLAGS_on_worker_failure));
   o.checkpoint_dir = FLAGS_checkpoint_dir;

@@ -193,6 +193,9 @@ struct DenseShardOptions {
   // too, and when it dies, its workers' requests. Make it before the
   // server's own shard.
   bool replica = false;
+  // A pushed gradient with a NaN or an infinity is refused (its Wait fails
+  // naming the step, keys and value) unless this is set.
+  bool allow_non_finite = false;
 };
 
 // Called once per update of a range with the range's n weights and the

@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -118,6 +119,11 @@ class DenseShard::Impl {
                  std::string* why) const REQUIRES(mu_);
   // Why [begin, end) may not be summed for `step` (empty when it may).
   std::string CheckPending(int step, Key begin, Key end) const REQUIRES(mu_);
+  // Why a push of `step` is further ahead than the consistency model lets a
+  // worker be, or holds a NaN or infinity (empty when neither).
+  std::string CheckAhead(int step, Key begin, Key end) const REQUIRES(mu_);
+  std::string CheckFinite(int step, Key begin, Key end,
+                          const SArray<float>& vals) const REQUIRES(mu_);
   void OnDone(int worker, int steps) REQUIRES(mu_);
   // Applies every complete (step, range) in order, then answers the pulls
   // it allows.
@@ -405,6 +411,42 @@ std::string DenseShard::Impl::CheckPending(int step, Key begin, Key end) const {
   return "";
 }
 
+// Under kBsp and kBounded a worker pushes step s only after it pulled the
+// weights of step s - 1 - max_delay, so a push further ahead than that (and
+// one step of slack) is refused: the sums buffered per range stay bounded
+// by max_delay + 2 steps whatever a member sends.
+std::string DenseShard::Impl::CheckAhead(int step, Key begin, Key end) const {
+  int least = key_applied_[begin - first_key_];
+  for (Key k = begin; k < end; ++k) {
+    least = std::min(least, key_applied_[k - first_key_]);
+  }
+  const int limit = least + options_.max_delay + 1;
+  if (step <= limit) return "";
+  return "gradient of step " + std::to_string(step) + " for keys [" +
+         std::to_string(begin) + ", " + std::to_string(end) +
+         ") is ahead of what the consistency model allows (step " +
+         std::to_string(least) + " is being summed, max_delay " +
+         std::to_string(options_.max_delay) + ")";
+}
+
+// A NaN or an infinity in one gradient ruins every weight it is summed
+// into, so it is refused unless DenseShardOptions::allow_non_finite.
+std::string DenseShard::Impl::CheckFinite(int step, Key begin, Key end,
+                                          const SArray<float>& vals) const {
+  if (options_.allow_non_finite) return "";
+  const float* v = vals.data();
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      return "gradient of step " + std::to_string(step) + " for keys [" +
+             std::to_string(begin) + ", " + std::to_string(end) +
+             ") holds a non-finite value (" + std::to_string(v[i]) +
+             ") at float " + std::to_string(i) +
+             " (DenseShardOptions::allow_non_finite accepts them)";
+    }
+  }
+  return "";
+}
+
 bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
                               const KVPairs<float>& data) {
   Key begin = 0, end = 0;
@@ -426,6 +468,8 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
     return true;
   }
   why = CheckPending(cmd.step, begin, end);
+  if (why.empty()) why = CheckAhead(cmd.step, begin, end);
+  if (why.empty()) why = CheckFinite(cmd.step, begin, end, data.vals);
   if (!why.empty()) {
     Reject(meta, why);
     return false;
