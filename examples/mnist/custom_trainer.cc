@@ -1,4 +1,4 @@
-// custom_trainer: the smallest data-parallel trainer on ps, for the README.
+// custom_trainer: the smallest data-parallel trainer on ps, shown in docs/api.md.
 // Your own loop computes the gradient of a float vector (here of
 // |w - 1|^2 / 2); KVWorker pushes it and pulls the weights back; on each
 // server a DenseShard averages the workers' gradients and applies SGD (BSP).

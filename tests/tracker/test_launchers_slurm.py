@@ -49,7 +49,7 @@ class SlurmLauncherTest(LauncherCase):
         self.assert_none_left()
 
     def test_kv_job_as_a_batch_script(self):
-        # As README.md's example, with this checkout's paths.
+        # As docs/clusters.md's example, with this checkout's paths.
         out = self.dir / "job.out"
         script = self.dir / "job.sh"
         launch = " ".join(self.launch_argv(
