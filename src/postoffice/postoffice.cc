@@ -9,6 +9,8 @@
 #include <random>
 #include <utility>
 
+#include "kv/replica_chain.h"
+
 namespace ps {
 
 namespace {
@@ -42,7 +44,18 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 Postoffice::Postoffice(const Config& config)
-    : config_(config), van_(VanOptionsOf(config)) {}
+    : config_(config), van_(VanOptionsOf(config)) {
+  // In this order: the protocols' messages go out before the KV layer and
+  // the user (whose handler may end the process) are told.
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForRejoins(e); });
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForBarriers(e); });
+  membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForLog(e); });
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForCustomers(e); });
+  membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForUser(e); });
+}
 
 Postoffice::~Postoffice() { Stop(); }
 
@@ -70,6 +83,10 @@ Status Postoffice::Start() {
     me.host = config_.node_host;
     me.port = port();
     table_.Add(me);
+    membership_.set_self(kSchedulerId);
+    std::vector<PeerEvent> events;  // about itself: nobody to tell
+    TransitionLocked(kSchedulerId, PeerInput::kRegister, "it starts", &events);
+    TransitionLocked(kSchedulerId, PeerInput::kAdmit, "it starts", &events);
   }
   // A node whose process dies closes its port: its connection drops and
   // every reconnect is refused. Wait briefly for one that merely dropped
@@ -182,9 +199,13 @@ void Postoffice::OnMessage(Message&& msg) {
       }
       return;
     }
+    // The scheduler watches every member, a member the scheduler only (data
+    // messages of other members cost no second lock).
+    if (!scheduler_add && (IsScheduler() || sender == kSchedulerId)) {
+      membership_.Heard(sender, Clock::now());
+    }
     if (IsScheduler() && !scheduler_add) {
-      last_seen_[sender] = Clock::now();
-      if (dead_.count(sender) > 0 && cmd == pb::HEARTBEAT) {
+      if (membership_.IsDown(sender) && cmd == pb::HEARTBEAT) {
         // It was frozen and came back: tell it, so that it names itself.
         Message msg_dead = ControlMessage(pb::NODE_FAILED, sender, false);
         ToProto(*table_.Find(sender),
@@ -194,8 +215,6 @@ void Postoffice::OnMessage(Message&& msg) {
         outbox.push_back(std::move(msg_dead));
       }
     }
-    if (!IsScheduler() && sender == kSchedulerId)
-      scheduler_seen_ = Clock::now();
   }
   if (!outbox.empty()) {
     SendAll(&outbox);
@@ -295,9 +314,16 @@ void Postoffice::OnControl(Message&& msg) {
         DeclareDead({msg.meta.sender()}, ctrl.error());
         return;
       }
-      MutexLock lock(&mu_);
-      if (IsScheduler()) departed_.insert(msg.meta.sender());
-      cv_.SignalAll();
+      std::vector<PeerEvent> events;
+      {
+        MutexLock lock(&mu_);
+        if (IsScheduler()) {
+          TransitionLocked(msg.meta.sender(), PeerInput::kDepart,
+                           "it finalized", &events);
+        }
+        cv_.SignalAll();
+      }
+      membership_.Publish(events);
       return;
     }
     case pb::NODE_FAILED:
@@ -341,9 +367,7 @@ void Postoffice::OnNodeFailed(const Message& msg) {
     return;
   }
   NodeInfo dead = FromProto(msg.meta.control().node(0));
-  OnPeerFailure(dead.id, Status::PeerFailed(DescribeNode(dead.id) +
-                                            " was declared dead: " +
-                                            msg.meta.control().error()));
+  OnPeerFailure(dead.id, msg.meta.control().error());
 }
 
 void Postoffice::DispatchData(Message&& msg) {
@@ -354,14 +378,12 @@ void Postoffice::DispatchData(Message&& msg) {
   const int sender = msg.meta.sender();
   // Replication: a push a primary forwards to its replica (for a worker),
   // and the replica's answer; both for the server's KV layer.
-  bool replica_traffic = false;
-  if (config_.replicas > 0 && config_.role == Role::kServer &&
+  const bool replica_traffic =
+      config_.replicas > 0 && config_.role == Role::kServer &&
       IsServerId(sender) && msg.meta.has_origin() &&
-      IsWorkerId(msg.meta.origin())) {
-    const int me = rank(), n = config_.num_servers;
-    replica_traffic = msg.meta.request() ? IdToRank(sender) == PrimaryOf(me, n)
-                                         : IdToRank(sender) == ReplicaOf(me, n);
-  }
+      IsWorkerId(msg.meta.origin()) &&
+      detail::IsReplicaTraffic(msg.meta.request(), IdToRank(sender), rank(),
+                               config_.num_servers);
   bool request = msg.meta.request();
   bool ok_role =
       replica_traffic ||
@@ -578,8 +600,9 @@ void Postoffice::OnConnectionLost(int id, const std::string& why) {
     // Before the node table a member's absence is rendezvous' business; a
     // member that said goodbye (TERMINATE) leaves without blame, and so
     // does the scheduler once this member finalized (it may end first).
-    if (!ready_ || table_.Find(id) == nullptr || dead_.count(id) > 0 ||
-        departed_.count(id) > 0 || (!IsScheduler() && finalized_)) {
+    if (!ready_ || table_.Find(id) == nullptr || membership_.IsDown(id) ||
+        membership_.state(id) == PeerState::kDeparted ||
+        (!IsScheduler() && finalized_)) {
       return;
     }
   }
@@ -664,7 +687,9 @@ Status Postoffice::Finalize(bool do_barrier) {
     size_t members = table_.nodes().size() - 1;
     auto deadline =
         Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-    while (departed_.size() + dead_.size() < members &&
+    while (static_cast<size_t>(membership_.Count(
+               {PeerState::kDeparted, PeerState::kDead, PeerState::kAwaited,
+                PeerState::kCovered})) < members &&
            cv_.WaitUntil(deadline)) {
     }
   }
@@ -689,7 +714,7 @@ void Postoffice::Stop() {
     MutexLock lock(&mu_);
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
-                  dead_.count(kSchedulerId) == 0;
+                  !membership_.IsDown(kSchedulerId);
     // A node that stops because a peer failed is not a second failure:
     // blame stays with the peer.
     clean = finalized_ || !peer_failure_.ok();

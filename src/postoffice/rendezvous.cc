@@ -224,6 +224,7 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   }
   if (ctrl.rejoin()) return SchedulerOnMemberReport(msg, node);
   std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
     int have = static_cast<int>(
@@ -285,13 +286,14 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       r.node = node;
       r.temp_id = node.id;
       r.since = Clock::now();
+      const bool awaited = membership_.state(id) == PeerState::kAwaited;
       LOG(INFO) << "a restart of " << table_.Describe(id) << " registered from "
                 << node.Address()
-                << (awaiting_.count(id) > 0
+                << (awaited
                         ? ""
                         : "; waiting for the old process to be declared dead");
-      if (awaiting_.count(id) > 0) {
-        StartRejoinLocked(id, &outbox);
+      if (awaited) {
+        StartRejoinLocked(id, &outbox, &events);
         outbox[0].meta.set_recver(id);  // the ACK: its connection is id's now
       }
     } else {
@@ -305,13 +307,15 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
         // Ranks are assigned and connections rekeyed before the ACK leaves:
         // address it by the id this node was given.
         std::map<int, int> new_ids;
-        std::vector<Message> table_msgs = CompleteRendezvousLocked(&new_ids);
+        std::vector<Message> table_msgs =
+            CompleteRendezvousLocked(&new_ids, &events);
         outbox[0].meta.set_recver(new_ids.at(node.id));
         for (auto& m : table_msgs) outbox.push_back(std::move(m));
       }
     }
   }
   SendAll(&outbox);
+  membership_.Publish(events);
 }
 
 void Postoffice::SchedulerOnMemberReport(const Message& msg,
@@ -324,6 +328,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
   const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
                                             : WorkerRankToId(node.rank);
   std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
     if (ctrl.num_servers() != config_.num_servers ||
@@ -359,6 +364,8 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         return;
       }
       table_.Add(node);
+      TransitionLocked(id, PeerInput::kRegister,
+                       "it reported to the restarted scheduler", &events);
       LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
       if (static_cast<int>(table_.nodes().size()) ==
           1 + config_.num_servers + config_.num_workers) {
@@ -366,7 +373,9 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         ready_ = true;
         for (const auto& [other, info] : table_.nodes()) {
           if (other == my_id_) continue;
-          last_seen_[other] = Clock::now();
+          TransitionLocked(other, PeerInput::kAdmit,
+                           "every member reported: the job goes on", &events);
+          membership_.Watch(other, Clock::now());
           Message back = ControlMessage(pb::ADD_NODE, other, false);
           back.meta.mutable_control()->set_rejoin(true);
           outbox.push_back(std::move(back));
@@ -381,6 +390,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
     }
   }
   SendAll(&outbox);
+  membership_.Publish(events);
 }
 
 Message Postoffice::ReportToSchedulerLocked() const {
@@ -394,15 +404,17 @@ Message Postoffice::ReportToSchedulerLocked() const {
 
 void Postoffice::MemberOnSchedulerBack() {
   std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
   bool back;
   {
     MutexLock lock(&mu_);
     // It may not have been declared dead yet (the connection came back
     // before the watch's grace ran out): the barriers go again anyway (an
     // arrival counts once).
-    back = awaiting_.erase(kSchedulerId) > 0;
-    dead_.erase(kSchedulerId);
-    scheduler_seen_ = Clock::now();
+    back = membership_.state(kSchedulerId) == PeerState::kAwaited &&
+           TransitionLocked(kSchedulerId, PeerInput::kRejoined,
+                            "it answered this node's report", &events);
+    membership_.Heard(kSchedulerId, Clock::now());
     for (const auto& [group, seen] : waiting_barriers_) {
       // Released meanwhile: its waiter just has not woken yet.
       if (barrier_released_[group] > seen) continue;
@@ -414,6 +426,7 @@ void Postoffice::MemberOnSchedulerBack() {
   }
   if (back) LOG(INFO) << "the scheduler is back (restarted)";
   SendAll(&outbox);
+  membership_.Publish(events);
 }
 
 Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
@@ -448,7 +461,8 @@ Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
   return Status::OK();
 }
 
-void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
+void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox,
+                                   std::vector<PeerEvent>* events) {
   Rejoin& r = rejoins_.at(id);
   r.started = true;
   NodeInfo node = r.node;
@@ -458,17 +472,16 @@ void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
   table_.Add(node);
   van_.Disconnect(id);  // the dead process's
   van_.Rekey(r.temp_id, id);
-  dead_.erase(id);
-  awaiting_.erase(id);
-  departed_.erase(id);
-  last_seen_[id] = Clock::now();
+  TransitionLocked(id, PeerInput::kRejoin,
+                   "its successor registered from " + node.Address(), events);
+  membership_.Watch(id, Clock::now());
   r.started_at = Clock::now();
   for (const auto& [other, info] : table_.nodes()) {
-    // A successor still rejoining gets the new address in its table.
-    auto joining = rejoins_.find(other);
-    if (other == id || other == my_id_ || dead_.count(other) > 0 ||
-        departed_.count(other) > 0 ||
-        (joining != rejoins_.end() && joining->second.started)) {
+    // Only the live are told: a successor still rejoining gets the new
+    // address in its table.
+    const PeerState state = membership_.state(other);
+    if (other == id || other == my_id_ ||
+        (state != PeerState::kLive && state != PeerState::kSuspected)) {
       continue;
     }
     Message msg = ControlMessage(pb::NODE_JOINED, other, true);
@@ -476,16 +489,22 @@ void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
     outbox->push_back(std::move(msg));
     r.pending.insert(other);
   }
-  if (r.pending.empty()) FinishRejoinLocked(id, outbox);
+  if (r.pending.empty()) FinishRejoinLocked(id, outbox, events);
 }
 
-void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
+void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox,
+                                    std::vector<PeerEvent>* events) {
   Message msg = ControlMessage(pb::ADD_NODE, id, false);
   for (const auto& [other, info] : table_.nodes()) {
     ToProto(info, msg.meta.mutable_control()->add_node());
   }
   msg.meta.mutable_control()->set_rejoin(true);
-  for (int other : dead_) msg.meta.mutable_control()->add_dead(other);
+  for (PeerState down :
+       {PeerState::kAwaited, PeerState::kDead, PeerState::kCovered}) {
+    for (int other : membership_.InState(down)) {
+      msg.meta.mutable_control()->add_dead(other);
+    }
+  }
   outbox->push_back(std::move(msg));
   const Rejoin& r = rejoins_.at(id);
   const double s =
@@ -498,11 +517,14 @@ void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
   // The person running the job sees it on stderr (glog keeps INFO in files).
   std::fprintf(stderr, "ps: %s\n", line);
   rejoins_.erase(id);
+  TransitionLocked(id, PeerInput::kRejoined, "every live member knows it",
+                   events);
 }
 
 void Postoffice::SchedulerOnJoined(const Message& msg) {
   const pb::Control& ctrl = msg.meta.control();
   std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
     auto it = ctrl.node_size() == 1 ? rejoins_.find(ctrl.node(0).id())
@@ -515,9 +537,12 @@ void Postoffice::SchedulerOnJoined(const Message& msg) {
                         "unexpected " + DebugString(msg));
       return;
     }
-    if (it->second.pending.empty()) FinishRejoinLocked(it->first, &outbox);
+    if (it->second.pending.empty()) {
+      FinishRejoinLocked(it->first, &outbox, &events);
+    }
   }
   SendAll(&outbox);
+  membership_.Publish(events);
 }
 
 void Postoffice::MemberOnNodeJoined(const Message& msg) {
@@ -529,6 +554,7 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
   NodeInfo node = FromProto(ctrl.node(0));
   std::string probe_error;
   bool probed = false;
+  std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
     const NodeInfo* old = table_.Find(node.id);
@@ -539,8 +565,8 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
       return;
     }
     table_.Add(node);
-    dead_.erase(node.id);
-    awaiting_.erase(node.id);
+    TransitionLocked(node.id, PeerInput::kRejoined,
+                     "the scheduler says its successor joined", &events);
     if (config_.role == Role::kServer) {  // servers talk to workers
       van_.Disconnect(node.id);
       Status st = van_.Connect(node.id, node.host, node.port);
@@ -556,12 +582,10 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
     }
   }
   LOG(INFO) << node.Describe() << " rejoined the job";
-  // The KV layer forgets the old process's requests before the new one
-  // can be heard (it hears the scheduler's table after our answer).
-  const std::vector<std::shared_ptr<Customer>> customers = Customers();
-  for (auto& c : customers) {
-    if (c->on_join) c->on_join(node.id);
-  }
+  // The KV layer forgets the old process's requests (PeerRejoined) before
+  // the new one can be heard (it hears the scheduler's table after our
+  // answer).
+  membership_.Publish(events);
   if (probed) {
     Message ready = ControlMessage(pb::SHM_READY, node.id, false);
     ready.meta.mutable_control()->set_error(probe_error);
@@ -576,14 +600,18 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
 }
 
 std::vector<Message> Postoffice::CompleteRendezvousLocked(
-    std::map<int, int>* new_ids) {
+    std::map<int, int>* new_ids, std::vector<PeerEvent>* events) {
   std::vector<NodeInfo> assigned = AssignRanks(arrivals_);
   CHECK_EQ(assigned.size(), arrivals_.size());
   for (size_t i = 0; i < assigned.size(); ++i) {
     (*new_ids)[arrivals_[i].id] = assigned[i].id;
     van_.Rekey(arrivals_[i].id, assigned[i].id);
     table_.Add(assigned[i]);
-    last_seen_[assigned[i].id] = Clock::now();
+    const int id = assigned[i].id;
+    TransitionLocked(id, PeerInput::kRegister,
+                     "registered from " + assigned[i].Address(), events);
+    TransitionLocked(id, PeerInput::kAdmit, "every member registered", events);
+    membership_.Watch(id, Clock::now());
   }
   std::vector<Message> outbox;
   for (const NodeInfo& n : assigned) {
@@ -674,17 +702,8 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     my_id_ = me->id;
     my_rank_ = me->rank;
     rejoined_ = ctrl.rejoin();
-    // A rejoining node learns who died meanwhile: servers whose replica
-    // took over (requests for their keys go to it: TakenOver), workers
-    // awaited back.
-    for (int id : ctrl.dead()) {
-      if (table.Find(id) == nullptr || id == me->id) continue;
-      dead_.insert(id);
-      if (RestartableLocked(id)) awaiting_[id] = Clock::now();
-    }
-    for (int id : ctrl.dead()) {
-      if (dead_.count(id) > 0 && CoveredLocked(id)) covered_.insert(id);
-    }
+    ImportMembershipLocked(table, {ctrl.dead().begin(), ctrl.dead().end()},
+                           me->id);
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);
@@ -700,6 +719,38 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     }
   }
   for (Message& m : early) OnMessage(std::move(m));
+}
+
+void Postoffice::ImportMembershipLocked(const NodeTable& table,
+                                        const std::vector<int>& dead, int me) {
+  // How things stand when this node joins: news to nobody here, so the
+  // events are not published.
+  std::vector<PeerEvent> events;
+  membership_.set_self(me);
+  for (const auto& [id, info] : table.nodes()) {
+    TransitionLocked(id, PeerInput::kRegister, "in the node table", &events);
+  }
+  // A rejoining node learns who died meanwhile: servers whose replica took
+  // over (requests for their keys go to it: TakenOver), workers awaited
+  // back. Whether a server is covered depends on who else is dead.
+  for (int id : dead) {
+    if (table.Find(id) == nullptr || id == me) continue;
+    TransitionLocked(
+        id, RestartableLocked(id) ? PeerInput::kAwait : PeerInput::kLose,
+        "dead when this node joined", &events);
+  }
+  for (int id : dead) {
+    const int by = CoveringServerLocked(id);
+    if (membership_.state(id) == PeerState::kDead && by >= 0) {
+      TransitionLocked(id, PeerInput::kCover, "dead when this node joined",
+                       &events, by);
+    }
+  }
+  for (const auto& [id, info] : table.nodes()) {
+    if (membership_.state(id) == PeerState::kJoining) {
+      TransitionLocked(id, PeerInput::kAdmit, "in the node table", &events);
+    }
+  }
 }
 
 std::string Postoffice::ProbeSharedMemory(const NodeInfo& peer) {

@@ -9,7 +9,10 @@
 #include <deque>
 #include <iterator>
 #include <map>
+#include <set>
 #include <thread>
+
+#include "kv/replica_chain.h"
 
 namespace ps {
 namespace core {
@@ -317,6 +320,33 @@ TEST(Membership, ConcurrentInputsAndPublishes) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(told.load(), 400);
   EXPECT_EQ(m.Count({PeerState::kDead}), 200);
+}
+
+// The KV rule that decides between covered and dead (src/kv/replica_chain.h).
+TEST(ReplicaChain, ADeadServersKeysAreHeldWhileItsChainLives) {
+  std::set<int> down;
+  auto is_down = [&](int rank) { return down.count(rank) > 0; };
+  // Three servers: 0 -> 1 -> 2 -> 0.
+  EXPECT_EQ(detail::CoveringServer(0, 3, is_down), 1);
+  down = {2};  // 0 holds 2's keys: losing 0 too loses them
+  EXPECT_EQ(detail::CoveringServer(0, 3, is_down), -1);
+  EXPECT_EQ(detail::CoveringServer(1, 3, is_down), -1);  // its replica is 2
+  down = {1};                                            // 2 holds 1's keys
+  EXPECT_EQ(detail::CoveringServer(2, 3, is_down), -1);
+  down.clear();
+  EXPECT_EQ(detail::CoveringServer(2, 3, is_down), 0);
+  // One server holds nothing twice; two cover each other.
+  EXPECT_EQ(detail::CoveringServer(0, 1, is_down), -1);
+  EXPECT_EQ(detail::CoveringServer(1, 2, is_down), 0);
+}
+
+TEST(ReplicaChain, OnlyTheChainsNeighboursTradeReplicaTraffic) {
+  // At server 1 of 3: pushes forwarded by its primary 0, answers of its
+  // replica 2.
+  EXPECT_TRUE(detail::IsReplicaTraffic(true, 0, 1, 3));
+  EXPECT_FALSE(detail::IsReplicaTraffic(true, 2, 1, 3));
+  EXPECT_TRUE(detail::IsReplicaTraffic(false, 2, 1, 3));
+  EXPECT_FALSE(detail::IsReplicaTraffic(false, 0, 1, 3));
 }
 
 }  // namespace
