@@ -31,7 +31,8 @@ Status Postoffice::Barrier(int group) {
   uint64_t seen = barrier_released_[group];
   std::multimap<int, uint64_t>::iterator waiting;  // members: our entry
   if (IsScheduler()) {
-    outbox = SchedulerBarrierArriveLocked(group, my_id_);
+    outbox =
+        AnswerBarriersLocked(barriers_.Arrive(group, my_id_, Clock::now()));
   } else {
     waiting = waiting_barriers_.emplace(group, seen);
     // Sent when the scheduler comes back if it is awaited (restarts).
@@ -78,7 +79,8 @@ void Postoffice::OnBarrier(const Message& msg) {
             "barrier for group " + std::to_string(group) + " it is not in");
         return;
       }
-      outbox = SchedulerBarrierArriveLocked(group, msg.meta.sender());
+      outbox = AnswerBarriersLocked(
+          barriers_.Arrive(group, msg.meta.sender(), Clock::now()));
     } else if (!IsScheduler() && !msg.meta.request()) {
       const pb::Control& c = msg.meta.control();
       SignalOwnBarrierLocked(
@@ -97,58 +99,27 @@ void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
   cv_.SignalAll();
 }
 
-std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
-                                                              int sender) {
-  SchedulerBarrier& b = barriers_[group];
-  if (b.arrived.empty()) b.started = Clock::now();
-  b.arrived.insert(sender);
-  for (int id : table_.Ids(group)) {
-    // A worker that may yet rejoin is waited for (it comes back under its
-    // id); PS_REJOIN_TIMEOUT_MS bounds that.
-    if (membership_.state(id) == PeerState::kDead) {
-      return ReleaseBarrierLocked(
-          group, Status::PeerFailed("barrier of " + GroupName(group) +
-                                    " cannot complete: " + table_.Describe(id) +
-                                    " is dead"));
-    }
-  }
-  if (BarrierCompleteLocked(group)) {
-    return ReleaseBarrierLocked(group, Status::OK());
-  }
-  return {};
-}
-
-bool Postoffice::BarrierCompleteLocked(int group) {
-  const std::set<int>& arrived = barriers_[group].arrived;
-  for (int id : table_.Ids(group)) {
-    if (membership_.state(id) != PeerState::kCovered &&
-        arrived.count(id) == 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool Postoffice::TakenOver(int id) const {
   return membership_.state(id) == PeerState::kCovered;
 }
 
-std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
-                                                      const Status& error) {
+std::vector<Message> Postoffice::AnswerBarriersLocked(
+    const std::vector<BarrierCoordinator::Release>& releases) {
   std::vector<Message> outbox;
-  for (int id : barriers_[group].arrived) {
-    if (id == my_id_) {
-      SignalOwnBarrierLocked(group, error);
-      continue;
+  for (const BarrierCoordinator::Release& r : releases) {
+    for (int id : r.arrived) {
+      if (id == my_id_) {
+        SignalOwnBarrierLocked(r.group, r.status);
+        continue;
+      }
+      Message msg = ControlMessage(pb::BARRIER, id, false);
+      msg.meta.mutable_control()->set_barrier_group(r.group);
+      msg.meta.mutable_control()->set_error(r.status.message());
+      msg.meta.mutable_control()->set_error_code(r.status.code());
+      outbox.push_back(std::move(msg));
     }
-    Message msg = ControlMessage(pb::BARRIER, id, false);
-    msg.meta.mutable_control()->set_barrier_group(group);
-    msg.meta.mutable_control()->set_error(error.message());
-    msg.meta.mutable_control()->set_error_code(error.code());
-    outbox.push_back(std::move(msg));
+    if (!r.status.ok()) LOG(ERROR) << r.status;
   }
-  if (!error.ok()) LOG(ERROR) << error;
-  barriers_.erase(group);
   return outbox;
 }
 
@@ -278,25 +249,8 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
     outbox.push_back(std::move(reject));
     it = rejoins_.erase(it);
   }
-  std::vector<int> expired;
-  for (const auto& [group, b] : barriers_) {
-    if (MsSince(b.started, now) > config_.barrier_timeout_ms) {
-      expired.push_back(group);
-    }
-  }
-  for (int group : expired) {
-    std::string missing;
-    for (int id : table_.Ids(group)) {
-      if (barriers_[group].arrived.count(id) == 0) {
-        missing += (missing.empty() ? "" : ", ") + table_.Describe(id);
-      }
-    }
-    auto msgs = ReleaseBarrierLocked(
-        group,
-        Status::Timeout("barrier of " + GroupName(group) + " timed out after " +
-                        std::to_string(config_.barrier_timeout_ms) +
-                        " ms (PS_BARRIER_TIMEOUT_MS); missing: " + missing));
-    for (auto& m : msgs) outbox.push_back(std::move(m));
+  for (Message& m : AnswerBarriersLocked(barriers_.Tick(now))) {
+    outbox.push_back(std::move(m));
   }
   return outbox;
 }

@@ -120,28 +120,11 @@ void Postoffice::OnPeerEventForRejoins(const PeerEvent& e) {
 }
 
 void Postoffice::OnPeerEventForBarriers(const PeerEvent& e) {
-  const bool lost = e.kind == PeerEvent::kPeerLost && !e.awaited();
-  if (!IsScheduler() || (!lost && e.kind != PeerEvent::kPeerCovered)) return;
+  if (!IsScheduler()) return;
   std::vector<Message> outbox;
   {
     MutexLock lock(&mu_);
-    std::vector<int> stuck;
-    for (const auto& [group, b] : barriers_) {
-      if (GroupContains(group, e.id)) stuck.push_back(group);
-    }
-    for (int group : stuck) {
-      // A server whose replica took over is not waited for.
-      std::vector<Message> msgs;
-      if (lost) {
-        msgs = ReleaseBarrierLocked(
-            group,
-            Status::PeerFailed("barrier of " + GroupName(group) +
-                               " cannot complete: " + e.status.message()));
-      } else if (BarrierCompleteLocked(group)) {
-        msgs = ReleaseBarrierLocked(group, Status::OK());
-      }
-      for (auto& m : msgs) outbox.push_back(std::move(m));
-    }
+    outbox = AnswerBarriersLocked(barriers_.OnPeerEvent(e));
   }
   SendAll(&outbox);
 }

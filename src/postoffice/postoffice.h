@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "postoffice/barrier_coordinator.h"
 #include "postoffice/membership.h"
 #include "postoffice/node_table.h"
 #include "ps/config.h"
@@ -116,6 +117,16 @@ class Postoffice {
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
 
  private:
+  // Data messages held before the node table (early_) or before their
+  // KVServer registered (held_): at most this many, each.
+  static constexpr size_t kMaxEarlyMessages = 10000;
+  // The data bytes of msg (what the holding budgets count).
+  static uint64_t MessageBytes(const Message& msg) {
+    uint64_t bytes = 0;
+    for (const SArray<char>& frame : msg.data) bytes += frame.size();
+    return bytes;
+  }
+
   using CustomerKey = std::tuple<bool, int, int>;
   struct Customer {
     DataHandler on_data;
@@ -208,14 +219,11 @@ class Postoffice {
       REQUIRES(mu_);
   std::string RendezvousShortfallLocked() const REQUIRES(mu_);
 
-  // Barrier bookkeeping at the scheduler; returns the messages to send.
-  std::vector<Message> SchedulerBarrierArriveLocked(int group, int sender)
-      REQUIRES(mu_);
-  std::vector<Message> ReleaseBarrierLocked(int group, const Status& error)
-      REQUIRES(mu_);
+  // The answers to the barriers the scheduler's coordinator released
+  // (this node's own is signalled); returns the messages to send.
+  std::vector<Message> AnswerBarriersLocked(
+      const std::vector<BarrierCoordinator::Release>& releases) REQUIRES(mu_);
   void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
-  // Whether every member of `group` arrived but the servers taken over.
-  bool BarrierCompleteLocked(int group) REQUIRES(mu_);
   // The id of the server that holds server `id`'s keys once `id` is dead
   // (Config::replicas; the rule is src/kv/replica_chain.h's), or -1.
   int CoveringServerLocked(int id) const REQUIRES(mu_);
@@ -315,13 +323,9 @@ class Postoffice {
   // their group at entry (sent again to a restarted scheduler unless
   // released since).
   std::multimap<int, uint64_t> waiting_barriers_ GUARDED_BY(mu_);
-  struct SchedulerBarrier {
-    std::set<int> arrived;
-    Clock::time_point started;
-  };
-  // By group: the scheduler's barriers; releases seen, and the last one's
-  // status.
-  std::map<int, SchedulerBarrier> barriers_ GUARDED_BY(mu_);
+  // Scheduler: the barriers waiting (barrier_coordinator.h).
+  BarrierCoordinator barriers_ GUARDED_BY(mu_);
+  // By group: releases seen, and the last one's status.
   std::map<int, uint64_t> barrier_released_ GUARDED_BY(mu_);
   std::map<int, Status> barrier_status_ GUARDED_BY(mu_);
   Status peer_failure_ GUARDED_BY(mu_);
