@@ -82,7 +82,7 @@ cmake -S . -B build-clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang 
 cmake --build build-clang -j"$jobs" --target ps core_unit_test \
   core_membership_test core_inproc_test core_rendezvous_test core_trust_test
 (cd build-clang && ctest --output-on-failure -j"$jobs" --timeout 600 \
-   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|InProc|Trust|Rendezvous)[.]')
+   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|RendezvousCoordinator|InProc|Trust|Rendezvous)[.]')
 phase_done "clang thread-safety build and tests"
 
 echo "== Python module and its tests (pytest, Debian's /usr/bin/python3)"

@@ -124,6 +124,7 @@ Status Membership::Apply(int id, PeerInput input, const std::string& why,
                          std::vector<PeerEvent>* events, int by,
                          const Status& status) {
   CHECK(events != nullptr);
+  std::string line;
   MutexLock lock(&mu_);
   auto it = nodes_.find(id);
   const PeerState from =
@@ -140,17 +141,26 @@ Status Membership::Apply(int id, PeerInput input, const std::string& why,
   r.reason = why;
   r.since = now;
   if (from == PeerState::kAbsent) r.last_heard = now;
-  // One line per transition, naming the node by role and rank.
-  LOG(INFO) << SelfLocked() << "membership: " << DescribeId(id) << " "
-            << PeerStateName(from) << " -> " << PeerStateName(to)
-            << (by >= 0 && to == PeerState::kCovered ? " by " + DescribeId(by)
-                                                     : std::string())
-            << (why.empty() ? std::string() : ": " + why);
+  line = SelfLocked() + "membership: " + DescribeId(id) + " " +
+         PeerStateName(from) + " -> " + PeerStateName(to) +
+         (by >= 0 && to == PeerState::kCovered ? " by " + DescribeId(by)
+                                               : std::string()) +
+         (why.empty() ? std::string() : ": " + why);
   PeerEvent::Kind kind;
   if (EventOf(from, to, &kind)) {
     PeerEvent event{kind, id, from, to, why, -1, status};
     if (kind == PeerEvent::kPeerCovered) event.by = by;
     events->push_back(std::move(event));
+  }
+  lock.Unlock();
+  // One line per transition, naming the node by role and rank, written
+  // under no lock of ours. Joining and admission happen to every node at
+  // every node (N * N lines at start): verbose only.
+  if (to == PeerState::kJoining ||
+      (from == PeerState::kJoining && to == PeerState::kLive)) {
+    VLOG(1) << line;
+  } else {
+    LOG(INFO) << line;
   }
   return Status::OK();
 }
@@ -214,8 +224,10 @@ void Membership::Heard(int id, Clock::time_point now) {
   r.state = PeerState::kLive;
   r.reason = "heard from again";
   r.since = now;
-  LOG(INFO) << SelfLocked() << "membership: " << DescribeId(id)
-            << " suspected -> live: " << r.reason;
+  const std::string line = SelfLocked() + "membership: " + DescribeId(id) +
+                           " suspected -> live: " + r.reason;
+  lock.Unlock();
+  LOG(INFO) << line;
 }
 
 void Membership::ForgiveSilence(Clock::time_point now) {
@@ -227,6 +239,7 @@ std::vector<int> Membership::Tick(Clock::time_point now,
                                   Clock::duration suspect_after,
                                   Clock::duration dead_after) {
   std::vector<int> silent;
+  std::vector<std::string> lines;
   MutexLock lock(&mu_);
   for (auto& [id, r] : nodes_) {
     if (!r.watched ||
@@ -241,10 +254,12 @@ std::vector<int> Membership::Tick(Clock::time_point now,
       r.state = PeerState::kSuspected;
       r.reason = "silent for " + std::to_string(Ms(quiet)) + " ms";
       r.since = now;
-      LOG(INFO) << SelfLocked() << "membership: " << DescribeId(id)
-                << " live -> suspected: " << r.reason;
+      lines.push_back(SelfLocked() + "membership: " + DescribeId(id) +
+                      " live -> suspected: " + r.reason);
     }
   }
+  lock.Unlock();
+  for (const std::string& line : lines) LOG(INFO) << line;
   return silent;
 }
 

@@ -1,6 +1,7 @@
 // Membership: every node's state (joining, live, suspected, dead, ...) in
 // one table, changed only by the legal transitions of kPeerTransitions, each
-// logged once naming the node by role and rank and the reason. The rest of
+// logged once naming the node by role and rank and the reason (INFO; joining
+// and admission, N * N of them at start, VLOG(1)). The rest of
 // the node learns of changes as typed events (PeerJoined, PeerLost,
 // PeerCovered, PeerRejoined, PeerDeparted) through one subscription.
 //

@@ -40,6 +40,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 Postoffice::Postoffice(const Config& config)
     : config_(config),
       van_(VanOptionsOf(config)),
+      rendezvous_(config.num_servers, config.num_workers),
       barriers_({[this](int group) {
                    mu_.AssertHeld();  // called by barriers_, under mu_
                    return table_.Ids(group);

@@ -28,6 +28,7 @@
 #include "postoffice/barrier_coordinator.h"
 #include "postoffice/membership.h"
 #include "postoffice/node_table.h"
+#include "postoffice/rendezvous_coordinator.h"
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
@@ -217,7 +218,6 @@ class Postoffice {
   void ImportMembershipLocked(const NodeTable& table,
                               const std::vector<int>& dead, int me)
       REQUIRES(mu_);
-  std::string RendezvousShortfallLocked() const REQUIRES(mu_);
 
   // The answers to the barriers the scheduler's coordinator released
   // (this node's own is signalled); returns the messages to send.
@@ -298,10 +298,8 @@ class Postoffice {
   bool acked_ GUARDED_BY(mu_) = false;
   bool ready_ GUARDED_BY(mu_) = false;
   Status start_error_ GUARDED_BY(mu_);
-  // Scheduler: nodes in order of arrival; ids before rank assignment.
-  std::vector<NodeInfo> arrivals_ GUARDED_BY(mu_);
-  int next_temp_id_ GUARDED_BY(mu_) = -1000;
-  int refusals_answered_ GUARDED_BY(mu_) = 0;  // scheduler: see rendezvous.cc
+  // Scheduler: the registrations (rendezvous_coordinator.h).
+  RendezvousCoordinator rendezvous_ GUARDED_BY(mu_);
   // Every node's state (its own lock; changed under mu_ so that waiters on
   // cv_ see each change). The scheduler watches every member's heartbeats,
   // a member the scheduler's.

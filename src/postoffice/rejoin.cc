@@ -53,7 +53,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
       return;
     }
     const NodeInfo* known = table_.Find(id);
-    if (ready_ || !arrivals_.empty()) {
+    if (ready_ || !rendezvous_.arrivals().empty()) {
       // Copies sent while we were not up yet are answered again; anything
       // else (a job that registers anew) is no report of ours.
       if (known != nullptr && known->HasIdentity(msg.from)) {

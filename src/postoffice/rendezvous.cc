@@ -22,12 +22,6 @@
 
 namespace ps {
 
-namespace {
-// Refused registrations answered beyond the job's size (each answer costs
-// the scheduler a connection back); later ones are only counted.
-constexpr int kMaxExtraRefusals = 16;
-}  // namespace
-
 Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
   auto deadline =
@@ -60,9 +54,9 @@ Status Postoffice::StartScheduler() {
   Status st = Status::Timeout(
       "rendezvous at the scheduler " + config_.SchedulerAddress() +
       " timed out after " + std::to_string(config_.rendezvous_timeout_ms) +
-      " ms (PS_RENDEZVOUS_TIMEOUT_MS): " + RendezvousShortfallLocked());
+      " ms (PS_RENDEZVOUS_TIMEOUT_MS): " + rendezvous_.Shortfall());
   std::vector<Message> outbox;
-  for (const NodeInfo& n : arrivals_) {
+  for (const NodeInfo& n : rendezvous_.arrivals()) {
     Message msg = ControlMessage(pb::ADD_NODE, n.id, false);
     msg.meta.mutable_control()->set_error(st.message());
     msg.meta.mutable_control()->set_error_code(st.code());
@@ -71,51 +65,6 @@ Status Postoffice::StartScheduler() {
   lock.Unlock();
   SendAll(&outbox);
   return st;
-}
-
-std::string Postoffice::RendezvousShortfallLocked() const {
-  int servers = 0, workers = 0;
-  std::string addresses;
-  for (const NodeInfo& n : arrivals_) {
-    (n.role == Role::kServer ? servers : workers)++;
-    addresses += std::string(addresses.empty() ? "" : ", ") + RoleName(n.role) +
-                 " at " + n.Address();
-  }
-  // Who is missing: by rank where every arrival of the role asked for one
-  // (the tracker sets PS_RANK), else by count.
-  std::string missing;
-  for (Role role : {Role::kServer, Role::kWorker}) {
-    int want =
-        role == Role::kServer ? config_.num_servers : config_.num_workers;
-    std::set<int> ranks;
-    int unranked = 0;
-    for (const NodeInfo& n : arrivals_) {
-      if (n.role != role) continue;
-      if (n.requested_rank >= 0) {
-        ranks.insert(n.requested_rank);
-      } else {
-        ++unranked;
-      }
-    }
-    int absent = want - static_cast<int>(ranks.size()) - unranked;
-    if (absent <= 0) continue;
-    if (unranked == 0) {
-      for (int r = 0; r < want; ++r) {
-        if (ranks.count(r) > 0) continue;
-        missing += (missing.empty() ? "" : ", ") + std::string(RoleName(role)) +
-                   " " + std::to_string(r);
-      }
-    } else {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(absent) + " " +
-                 RoleName(role) + (absent > 1 ? "s" : "");
-    }
-  }
-  return std::to_string(servers) + " of " +
-         std::to_string(config_.num_servers) + " servers and " +
-         std::to_string(workers) + " of " +
-         std::to_string(config_.num_workers) + " workers arrived" +
-         (addresses.empty() ? "" : " (" + addresses + ")") +
-         (missing.empty() ? "" : "; missing: " + missing);
 }
 
 std::string Postoffice::MyShmDomain() const {
@@ -210,44 +159,20 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    int have = static_cast<int>(
-        std::count_if(arrivals_.begin(), arrivals_.end(),
-                      [&](const NodeInfo& n) { return n.role == node.role; }));
-    int want =
-        node.role == Role::kServer ? config_.num_servers : config_.num_workers;
-    Status st;
-    if (ctrl.num_servers() != config_.num_servers ||
-        ctrl.num_workers() != config_.num_workers) {
-      st = Status::InvalidArgument(
-          std::string("the ") + RoleName(node.role) + " at " + node.Address() +
-          " was started for DMLC_NUM_SERVER=" +
-          std::to_string(ctrl.num_servers()) +
-          " DMLC_NUM_WORKER=" + std::to_string(ctrl.num_workers()) +
-          ", the scheduler for DMLC_NUM_SERVER=" +
-          std::to_string(config_.num_servers) + " DMLC_NUM_WORKER=" +
-          std::to_string(config_.num_workers) + ": refused");
-    } else if (ready_) {
-      st = CheckRejoinLocked(node);
-    } else if (have >= want) {
-      st = Status::InvalidArgument(
-          std::string("one ") + RoleName(node.role) +
-          " too many: " + node.Address() + " registered after all " +
-          std::to_string(want) + " expected had arrived");
-    } else {
-      st = CheckRequestedRank(node, arrivals_, config_.num_servers,
-                              config_.num_workers);
+    Status st =
+        rendezvous_.CheckShape(node, ctrl.num_servers(), ctrl.num_workers());
+    if (st.ok()) {
+      st = ready_ ? CheckRejoinLocked(node) : rendezvous_.CheckArrival(node);
     }
     const std::string connection =
         Van::DescribeConnection(msg.from, msg.peer_address);
     // A refusal is answered (so that a misconfigured node says why it
     // stops), but only so many times: each answer costs a connection.
-    if (!st.ok() && ++refusals_answered_ > config_.num_servers +
-                                               config_.num_workers +
-                                               kMaxExtraRefusals) {
+    if (!st.ok() && !rendezvous_.AnswerRefusal()) {
       van_.CountDropped(connection, "registration refused: " + st.message());
       return;
     }
-    node.id = next_temp_id_--;
+    node.id = rendezvous_.NextTempId();
     Status connected = van_.Connect(node.id, node.host, node.port);
     if (!connected.ok()) {
       LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
@@ -280,13 +205,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
         outbox[0].meta.set_recver(id);  // the ACK: its connection is id's now
       }
     } else {
-      arrivals_.push_back(node);
+      const bool complete = rendezvous_.Arrive(node);
       if (config_.verbose >= 1) {
         LOG(INFO) << RoleName(node.role) << " at " << node.Address()
-                  << " registered; " << RendezvousShortfallLocked();
+                  << " registered; " << rendezvous_.Shortfall();
       }
-      if (static_cast<int>(arrivals_.size()) ==
-          config_.num_servers + config_.num_workers) {
+      if (complete) {
         // Ranks are assigned and connections rekeyed before the ACK leaves:
         // address it by the id this node was given.
         std::map<int, int> new_ids;
@@ -303,11 +227,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
 
 std::vector<Message> Postoffice::CompleteRendezvousLocked(
     std::map<int, int>* new_ids, std::vector<PeerEvent>* events) {
-  std::vector<NodeInfo> assigned = AssignRanks(arrivals_);
-  CHECK_EQ(assigned.size(), arrivals_.size());
+  const std::vector<NodeInfo>& arrivals = rendezvous_.arrivals();
+  std::vector<NodeInfo> assigned = rendezvous_.Assign();
+  CHECK_EQ(assigned.size(), arrivals.size());
   for (size_t i = 0; i < assigned.size(); ++i) {
-    (*new_ids)[arrivals_[i].id] = assigned[i].id;
-    van_.Rekey(arrivals_[i].id, assigned[i].id);
+    (*new_ids)[arrivals[i].id] = assigned[i].id;
+    van_.Rekey(arrivals[i].id, assigned[i].id);
     table_.Add(assigned[i]);
     const int id = assigned[i].id;
     TransitionLocked(id, PeerInput::kRegister,
