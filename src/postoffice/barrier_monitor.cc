@@ -18,19 +18,7 @@ int64_t MsSince(Postoffice::Clock::time_point t,
                 Postoffice::Clock::time_point now) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
 }
-
-// "server 1", "worker 0", "scheduler": a node as the launcher names it.
-std::string NodeName(int id) {
-  if (IsServerId(id)) return "server " + std::to_string(IdToRank(id));
-  if (IsWorkerId(id)) return "worker " + std::to_string(IdToRank(id));
-  return "scheduler";
-}
 }  // namespace
-
-void PrintEvent(const std::string& json) {
-  std::fprintf(stderr, "ps-event: %s\n", json.c_str());
-  std::fflush(stderr);
-}
 
 // ---- Barrier ---------------------------------------------------------------
 
@@ -43,11 +31,12 @@ Status Postoffice::Barrier(int group) {
   uint64_t seen = barrier_released_[group];
   std::multimap<int, uint64_t>::iterator waiting;  // members: our entry
   if (IsScheduler()) {
-    outbox = SchedulerBarrierArriveLocked(group, my_id_);
+    outbox =
+        AnswerBarriersLocked(barriers_.Arrive(group, my_id_, Clock::now()));
   } else {
     waiting = waiting_barriers_.emplace(group, seen);
     // Sent when the scheduler comes back if it is awaited (restarts).
-    if (awaiting_.count(kSchedulerId) == 0) {
+    if (membership_.state(kSchedulerId) != PeerState::kAwaited) {
       Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
       msg.meta.mutable_control()->set_barrier_group(group);
       outbox.push_back(std::move(msg));
@@ -90,7 +79,8 @@ void Postoffice::OnBarrier(const Message& msg) {
             "barrier for group " + std::to_string(group) + " it is not in");
         return;
       }
-      outbox = SchedulerBarrierArriveLocked(group, msg.meta.sender());
+      outbox = AnswerBarriersLocked(
+          barriers_.Arrive(group, msg.meta.sender(), Clock::now()));
     } else if (!IsScheduler() && !msg.meta.request()) {
       const pb::Control& c = msg.meta.control();
       SignalOwnBarrierLocked(
@@ -109,65 +99,27 @@ void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
   cv_.SignalAll();
 }
 
-std::vector<Message> Postoffice::SchedulerBarrierArriveLocked(int group,
-                                                              int sender) {
-  SchedulerBarrier& b = barriers_[group];
-  if (b.arrived.empty()) b.started = Clock::now();
-  b.arrived.insert(sender);
-  for (int id : table_.Ids(group)) {
-    // A worker that may yet rejoin is waited for (it comes back under its
-    // id); PS_REJOIN_TIMEOUT_MS bounds that.
-    if (dead_.count(id) > 0 && covered_.count(id) == 0 &&
-        awaiting_.count(id) == 0) {
-      return ReleaseBarrierLocked(
-          group, Status::PeerFailed("barrier of " + GroupName(group) +
-                                    " cannot complete: " + table_.Describe(id) +
-                                    " is dead"));
-    }
-  }
-  if (BarrierCompleteLocked(group)) {
-    return ReleaseBarrierLocked(group, Status::OK());
-  }
-  return {};
-}
-
-bool Postoffice::BarrierCompleteLocked(int group) {
-  const std::set<int>& arrived = barriers_[group].arrived;
-  for (int id : table_.Ids(group)) {
-    if (covered_.count(id) == 0 && arrived.count(id) == 0) return false;
-  }
-  return true;
-}
-
-bool Postoffice::CoveredLocked(int id) const {
-  if (config_.replicas == 0 || !IsServerId(id)) return false;
-  const int rank = IdToRank(id), n = config_.num_servers;
-  // Its replica must live, and it must not hold a dead primary's keys.
-  return dead_.count(ServerRankToId(ReplicaOf(rank, n))) == 0 &&
-         dead_.count(ServerRankToId(PrimaryOf(rank, n))) == 0;
-}
-
 bool Postoffice::TakenOver(int id) const {
-  MutexLock lock(&mu_);
-  return covered_.count(id) > 0;
+  return membership_.state(id) == PeerState::kCovered;
 }
 
-std::vector<Message> Postoffice::ReleaseBarrierLocked(int group,
-                                                      const Status& error) {
+std::vector<Message> Postoffice::AnswerBarriersLocked(
+    const std::vector<BarrierCoordinator::Release>& releases) {
   std::vector<Message> outbox;
-  for (int id : barriers_[group].arrived) {
-    if (id == my_id_) {
-      SignalOwnBarrierLocked(group, error);
-      continue;
+  for (const BarrierCoordinator::Release& r : releases) {
+    for (int id : r.arrived) {
+      if (id == my_id_) {
+        SignalOwnBarrierLocked(r.group, r.status);
+        continue;
+      }
+      Message msg = ControlMessage(pb::BARRIER, id, false);
+      msg.meta.mutable_control()->set_barrier_group(r.group);
+      msg.meta.mutable_control()->set_error(r.status.message());
+      msg.meta.mutable_control()->set_error_code(r.status.code());
+      outbox.push_back(std::move(msg));
     }
-    Message msg = ControlMessage(pb::BARRIER, id, false);
-    msg.meta.mutable_control()->set_barrier_group(group);
-    msg.meta.mutable_control()->set_error(error.message());
-    msg.meta.mutable_control()->set_error_code(error.code());
-    outbox.push_back(std::move(msg));
+    if (!r.status.ok()) LOG(ERROR) << r.status;
   }
-  if (!error.ok()) LOG(ERROR) << error;
-  barriers_.erase(group);
   return outbox;
 }
 
@@ -183,9 +135,9 @@ void Postoffice::MonitorLoop() {
     tick = tick == 0 ? resend_tick : std::min(tick, resend_tick);
   }
   MutexLock lock(&mu_);
-  scheduler_seen_ = Clock::now();
-  Clock::time_point last_tick = scheduler_seen_;
-  Clock::time_point last_heartbeat = scheduler_seen_;
+  Clock::time_point last_tick = Clock::now();
+  Clock::time_point last_heartbeat = last_tick;
+  if (!IsScheduler()) membership_.Watch(kSchedulerId, last_tick);
   while (!stop_monitor_) {
     if (tick == 0) {
       while (!stop_monitor_) cv_.Wait();
@@ -203,41 +155,38 @@ void Postoffice::MonitorLoop() {
       LOG(WARNING) << table_.Describe(my_id_) << " was stalled for "
                    << MsSince(last_tick, now)
                    << " ms; not counting that silence against its peers";
-      scheduler_seen_ = now;
-      for (auto& [id, seen] : last_seen_) seen = now;
+      membership_.ForgiveSilence(now);
     }
     last_tick = now;
     std::vector<Message> outbox;
+    std::vector<PeerEvent> events;
     std::vector<int> newly_dead, not_back;
+    if (interval > 0) {
+      // Silent past half the timeout: suspected; past it: dead.
+      const auto timeout =
+          std::chrono::milliseconds(config_.heartbeat_timeout_ms);
+      newly_dead = membership_.Tick(now, timeout / 2, timeout);
+    }
     if (IsScheduler()) {
-      outbox = SchedulerCheckLocked(now, &not_back);
-      for (const auto& [id, seen] : last_seen_) {
-        if (interval > 0 && dead_.count(id) == 0 && departed_.count(id) == 0 &&
-            MsSince(seen, now) > config_.heartbeat_timeout_ms) {
-          newly_dead.push_back(id);
-        }
-      }
+      outbox = SchedulerCheckLocked(now, &not_back, &events);
     } else if (interval > 0) {
       // While the scheduler is awaited back (restarts), this node reports
       // itself instead of a heartbeat, until a restarted one answers.
-      auto away = awaiting_.find(kSchedulerId);
+      const bool away = membership_.state(kSchedulerId) == PeerState::kAwaited;
       if (MsSince(last_heartbeat, now) + tick / 2 >= interval) {
-        outbox.push_back(away == awaiting_.end()
-                             ? ControlMessage(pb::HEARTBEAT, kSchedulerId, true)
-                             : ReportToSchedulerLocked());
+        outbox.push_back(
+            away ? ReportToSchedulerLocked()
+                 : ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
         last_heartbeat = now;
       }
-      if (dead_.count(kSchedulerId) == 0 &&
-          MsSince(scheduler_seen_, now) > config_.heartbeat_timeout_ms) {
-        newly_dead.push_back(kSchedulerId);
-      }
-      if (away != awaiting_.end() &&
-          MsSince(away->second, now) > config_.rejoin_timeout_ms) {
+      if (away && MsSince(membership_.since(kSchedulerId), now) >
+                      config_.rejoin_timeout_ms) {
         not_back.push_back(kSchedulerId);
       }
     }
     lock.Unlock();
     SendAll(&outbox);
+    membership_.Publish(events);
     if (!newly_dead.empty()) {
       DeclareDead(newly_dead, "no heartbeat for more than " +
                                   std::to_string(config_.heartbeat_timeout_ms) +
@@ -256,11 +205,12 @@ void Postoffice::MonitorLoop() {
 }
 
 std::vector<Message> Postoffice::SchedulerCheckLocked(
-    Clock::time_point now, std::vector<int>* not_back) {
+    Clock::time_point now, std::vector<int>* not_back,
+    std::vector<PeerEvent>* events) {
   std::vector<Message> outbox;
-  for (const auto& [id, since] : awaiting_) {
+  for (int id : membership_.InState(PeerState::kAwaited)) {
     // (A worker whose successor's rejoin started is awaited no more.)
-    if (MsSince(since, now) > config_.rejoin_timeout_ms) {
+    if (MsSince(membership_.since(id), now) > config_.rejoin_timeout_ms) {
       not_back->push_back(id);
     }
   }
@@ -277,7 +227,7 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
       overdue.push_back(id);
     }
   }
-  for (int id : overdue) FinishRejoinLocked(id, &outbox);
+  for (int id : overdue) FinishRejoinLocked(id, &outbox, events);
   // A restart whose predecessor is never declared dead (it still answers
   // heartbeats) is refused, naming the one still alive.
   const int64_t wait_ms = std::max<int64_t>(
@@ -299,158 +249,10 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
     outbox.push_back(std::move(reject));
     it = rejoins_.erase(it);
   }
-  std::vector<int> expired;
-  for (const auto& [group, b] : barriers_) {
-    if (MsSince(b.started, now) > config_.barrier_timeout_ms) {
-      expired.push_back(group);
-    }
-  }
-  for (int group : expired) {
-    std::string missing;
-    for (int id : table_.Ids(group)) {
-      if (barriers_[group].arrived.count(id) == 0) {
-        missing += (missing.empty() ? "" : ", ") + table_.Describe(id);
-      }
-    }
-    auto msgs = ReleaseBarrierLocked(
-        group,
-        Status::Timeout("barrier of " + GroupName(group) + " timed out after " +
-                        std::to_string(config_.barrier_timeout_ms) +
-                        " ms (PS_BARRIER_TIMEOUT_MS); missing: " + missing));
-    for (auto& m : msgs) outbox.push_back(std::move(m));
+  for (Message& m : AnswerBarriersLocked(barriers_.Tick(now))) {
+    outbox.push_back(std::move(m));
   }
   return outbox;
-}
-
-void Postoffice::DeclareDead(const std::vector<int>& ids,
-                             const std::string& why) {
-  for (int id : ids) {
-    std::vector<Message> outbox;
-    if (IsScheduler()) {
-      MutexLock lock(&mu_);
-      // A worker awaited back (PS_MAX_RESTARTS) is declared dead again,
-      // for good, when it did not come back in time.
-      if ((dead_.count(id) > 0 && awaiting_.count(id) == 0) ||
-          table_.Find(id) == nullptr) {
-        continue;
-      }
-      for (const auto& [other, node] : table_.nodes()) {
-        if (other == id || other == my_id_ || dead_.count(other) > 0 ||
-            departed_.count(other) > 0) {
-          continue;
-        }
-        Message msg = ControlMessage(pb::NODE_FAILED, other, false);
-        ToProto(*table_.Find(id), msg.meta.mutable_control()->add_node());
-        msg.meta.mutable_control()->set_error(why);
-        outbox.push_back(std::move(msg));
-      }
-    }
-    SendAll(&outbox);
-    OnPeerFailure(id, Status::PeerFailed(DescribeNode(id) +
-                                         " was declared dead: " + why));
-  }
-}
-
-void Postoffice::OnPeerFailure(int id, const Status& why) {
-  std::function<void(int, const Status&)> user_handler;
-  std::vector<Message> outbox;
-  bool covered = false;
-  bool awaited = false;  // a worker that may rejoin (PS_MAX_RESTARTS)
-  {
-    MutexLock lock(&mu_);
-    if (dead_.count(id) > 0) {
-      // Only a worker awaited back dies twice: the second time for good.
-      if (awaiting_.erase(id) == 0) return;
-    } else if (RestartableLocked(id)) {
-      awaited = true;
-      awaiting_[id] = Clock::now();
-    }
-    dead_.insert(id);
-    covered = CoveredLocked(id);
-    if (covered) {
-      covered_.insert(id);
-    } else if (!awaited) {
-      if (peer_failure_.ok()) peer_failure_ = why;
-      user_handler = peer_failure_handler_;
-    }
-    if (IsScheduler()) {
-      // The restarts under way wait no more for this node's answer.
-      std::vector<int> answered;
-      for (auto& [rid, r] : rejoins_) {
-        if (r.started && r.pending.erase(id) > 0 && r.pending.empty()) {
-          answered.push_back(rid);
-        }
-      }
-      for (int rid : answered) FinishRejoinLocked(rid, &outbox);
-      auto own = rejoins_.find(id);
-      if (own != rejoins_.end() && own->second.started) {
-        rejoins_.erase(own);  // the successor died while rejoining
-      } else if (own != rejoins_.end() && awaited) {
-        // Its successor registered before this death was known.
-        StartRejoinLocked(id, &outbox);
-      }
-    }
-    if (IsScheduler() && !awaited) {
-      std::vector<int> stuck;
-      for (const auto& [group, b] : barriers_) {
-        if (GroupContains(group, id)) stuck.push_back(group);
-      }
-      for (int group : stuck) {
-        // A server whose replica took over is not waited for.
-        std::vector<Message> msgs;
-        if (!covered) {
-          msgs = ReleaseBarrierLocked(
-              group, Status::PeerFailed("barrier of " + GroupName(group) +
-                                        " cannot complete: " + why.message()));
-        } else if (BarrierCompleteLocked(group)) {
-          msgs = ReleaseBarrierLocked(group, Status::OK());
-        }
-        for (auto& m : msgs) outbox.push_back(std::move(m));
-      }
-    }
-    cv_.SignalAll();
-  }
-  if (IsScheduler()) {
-    // The scheduler's verdict, for the launcher (docs/architecture.md).
-    PrintEvent("{\"event\":\"dead\",\"node\":\"" + NodeName(id) + "\"" +
-               (covered ? ",\"covered_by\":\"server " +
-                              std::to_string(ReplicaOf(IdToRank(id),
-                                                       config_.num_servers)) +
-                              "\""
-                        : "") +
-               (awaited ? ",\"awaited\":true" : "") + "}");
-  }
-  if (covered || awaited) {
-    std::string line =
-        covered
-            ? why.message() + "; server " +
-                  std::to_string(ReplicaOf(IdToRank(id), config_.num_servers)) +
-                  " takes over its keys (PS_REPLICAS)"
-            : why.message() + "; the job waits up to " +
-                  std::to_string(config_.rejoin_timeout_ms) +
-                  " ms for it to rejoin (PS_MAX_RESTARTS)";
-    LOG(WARNING) << line;
-    // Where glog keeps warnings in its files, the person running the job
-    // still sees the failover on stderr.
-    if (!FLAGS_logtostderr && !FLAGS_alsologtostderr &&
-        FLAGS_stderrthreshold > google::GLOG_WARNING) {
-      std::fprintf(stderr, "ps: %s\n", line.c_str());
-    }
-  } else {
-    LOG(ERROR) << why;
-  }
-  SendAll(&outbox);
-  const std::vector<std::shared_ptr<Customer>> customers = Customers();
-  // The KV layer tells a death awaited back (Unavailable) from one for
-  // good (PeerFailed): a DenseShard keeps waiting for the first.
-  const Status told =
-      awaited ? Status::Unavailable(why.message() +
-                                    "; awaited back (PS_MAX_RESTARTS)")
-              : why;
-  for (auto& c : customers) {
-    if (c->on_failure) c->on_failure(id, told);
-  }
-  if (user_handler) user_handler(id, why);
 }
 
 }  // namespace ps

@@ -1,5 +1,8 @@
-// Postoffice: message dispatch, barriers, heartbeats and failure handling.
-// Rendezvous lives in rendezvous.cc.
+// Postoffice: start, the receive thread's first steps (who sent it, control
+// messages), connection watch callbacks and shutdown. Data dispatch to the
+// customers is in dispatch.cc, barriers and the monitor thread in
+// barrier_monitor.cc, failures and the membership's subscribers in
+// peer_events.cc, rendezvous in rendezvous.cc, restarts in rejoin.cc.
 #include "postoffice/postoffice.h"
 
 #include <pthread.h>
@@ -14,17 +17,10 @@
 namespace ps {
 
 namespace {
-constexpr size_t kMaxEarlyMessages = 10000;
 // How long a lost connection may take to come back before its node is
 // declared dead (Van::WatchConnections): ZeroMQ retries every 100 ms.
 constexpr int kLostConnectionGraceMs = 250;
 constexpr int kLingerMs = 1000;
-
-uint64_t MessageBytes(const Message& msg) {
-  uint64_t bytes = 0;
-  for (const SArray<char>& frame : msg.data) bytes += frame.size();
-  return bytes;
-}
 
 VanOptions VanOptionsOf(const Config& c) {
   VanOptions o;
@@ -44,7 +40,30 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 Postoffice::Postoffice(const Config& config)
-    : config_(config), van_(VanOptionsOf(config)) {}
+    : config_(config),
+      van_(VanOptionsOf(config)),
+      rendezvous_(config.num_servers, config.num_workers),
+      barriers_({[this](int group) {
+                   mu_.AssertHeld();  // called by barriers_, under mu_
+                   return table_.Ids(group);
+                 },
+                 [this](int id) { return membership_.state(id); },
+                 [this](int id) {
+                   mu_.AssertHeld();
+                   return table_.Describe(id);
+                 }},
+                config.barrier_timeout_ms) {
+  // In this order: the protocols' messages go out before the KV layer and
+  // the user (whose handler may end the process) are told.
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForRejoins(e); });
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForBarriers(e); });
+  membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForLog(e); });
+  membership_.Subscribe(
+      [this](const PeerEvent& e) { OnPeerEventForCustomers(e); });
+  membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForUser(e); });
+}
 
 Postoffice::~Postoffice() { Stop(); }
 
@@ -72,6 +91,10 @@ Status Postoffice::Start() {
     me.host = config_.node_host;
     me.port = port();
     table_.Add(me);
+    membership_.set_self(kSchedulerId);
+    std::vector<PeerEvent> events;  // about itself: nobody to tell
+    TransitionLocked(kSchedulerId, PeerInput::kRegister, "it starts", &events);
+    TransitionLocked(kSchedulerId, PeerInput::kAdmit, "it starts", &events);
   }
   if (IsScheduler()) {
     PrintEvent("{\"event\":\"job\",\"servers\":" +
@@ -192,9 +215,13 @@ void Postoffice::OnMessage(Message&& msg) {
       }
       return;
     }
+    // The scheduler watches every member, a member the scheduler only (data
+    // messages of other members cost no second lock).
+    if (!scheduler_add && (IsScheduler() || sender == kSchedulerId)) {
+      membership_.Heard(sender, Clock::now());
+    }
     if (IsScheduler() && !scheduler_add) {
-      last_seen_[sender] = Clock::now();
-      if (dead_.count(sender) > 0 && cmd == pb::HEARTBEAT) {
+      if (membership_.IsDown(sender) && cmd == pb::HEARTBEAT) {
         // It was frozen and came back: tell it, so that it names itself.
         Message msg_dead = ControlMessage(pb::NODE_FAILED, sender, false);
         ToProto(*table_.Find(sender),
@@ -204,8 +231,6 @@ void Postoffice::OnMessage(Message&& msg) {
         outbox.push_back(std::move(msg_dead));
       }
     }
-    if (!IsScheduler() && sender == kSchedulerId)
-      scheduler_seen_ = Clock::now();
   }
   if (!outbox.empty()) {
     SendAll(&outbox);
@@ -305,9 +330,16 @@ void Postoffice::OnControl(Message&& msg) {
         DeclareDead({msg.meta.sender()}, ctrl.error());
         return;
       }
-      MutexLock lock(&mu_);
-      if (IsScheduler()) departed_.insert(msg.meta.sender());
-      cv_.SignalAll();
+      std::vector<PeerEvent> events;
+      {
+        MutexLock lock(&mu_);
+        if (IsScheduler()) {
+          TransitionLocked(msg.meta.sender(), PeerInput::kDepart,
+                           "it finalized", &events);
+        }
+        cv_.SignalAll();
+      }
+      membership_.Publish(events);
       return;
     }
     case pb::NODE_FAILED:
@@ -351,223 +383,7 @@ void Postoffice::OnNodeFailed(const Message& msg) {
     return;
   }
   NodeInfo dead = FromProto(msg.meta.control().node(0));
-  OnPeerFailure(dead.id, Status::PeerFailed(DescribeNode(dead.id) +
-                                            " was declared dead: " +
-                                            msg.meta.control().error()));
-}
-
-void Postoffice::DispatchData(Message&& msg) {
-  if (msg.meta.simple_app()) {
-    DispatchSimpleApp(std::move(msg));
-    return;
-  }
-  const int sender = msg.meta.sender();
-  // Replication: a push a primary forwards to its replica (for a worker),
-  // and the replica's answer; both for the server's KV layer.
-  bool replica_traffic = false;
-  if (config_.replicas > 0 && config_.role == Role::kServer &&
-      IsServerId(sender) && msg.meta.has_origin() &&
-      IsWorkerId(msg.meta.origin())) {
-    const int me = rank(), n = config_.num_servers;
-    replica_traffic = msg.meta.request() ? IdToRank(sender) == PrimaryOf(me, n)
-                                         : IdToRank(sender) == ReplicaOf(me, n);
-  }
-  bool request = msg.meta.request();
-  bool ok_role =
-      replica_traffic ||
-      (request ? config_.role == Role::kServer && IsWorkerId(sender)
-               : config_.role == Role::kWorker && IsServerId(sender));
-  if (!ok_role) {
-    CountDropped(sender, std::string("a ") + RoleName(config_.role) +
-                             " does not take " + DebugString(msg));
-    return;
-  }
-  if (replica_traffic) request = true;  // to the KVServer, either way
-  CustomerKey key{request, msg.meta.app_id(),
-                  request ? -1 : msg.meta.customer_id()};
-  const Clock::time_point now = Clock::now();
-  if (request) ExpireHeldRequests(now);
-  std::shared_ptr<Customer> customer;
-  {
-    MutexLock lock(&customers_mu_);
-    auto it = customers_.find(key);
-    if (it == customers_.end()) {
-      // Requests may come before the server set its request handle (a
-      // worker may learn of the start barrier's end first): hold them, for
-      // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests).
-      // Up to a count and PS_MAX_MESSAGE_BYTES in all. A resent copy of
-      // one held already is let go (it would count twice).
-      if (request && held_.count(key) > 0) {
-        const pb::Meta& m = msg.meta;
-        for (const HeldRequest& h : held_[key]) {
-          if (h.msg.meta.sender() == m.sender() &&
-              h.msg.meta.customer_id() == m.customer_id() &&
-              h.msg.meta.timestamp() == m.timestamp() &&
-              h.msg.meta.origin() == m.origin()) {
-            CountDuplicate();
-            return;
-          }
-        }
-      }
-      if (request && held_count_ < kMaxEarlyMessages &&
-          held_bytes_ + MessageBytes(msg) <=
-              static_cast<uint64_t>(config_.max_message_bytes)) {
-        held_bytes_ += MessageBytes(msg);
-        held_[key].push_back({std::move(msg), now});
-        ++held_count_;
-        return;
-      }
-    } else {
-      customer = it->second;
-      customer->mailbox.push_back(std::move(msg));
-      if (customer->delivering) return;  // its deliverer drains the mailbox
-      customer->delivering = true;
-    }
-  }
-  if (customer == nullptr && msg.meta.request()) {
-    // Too many early requests held already: refused now, not lost.
-    RefuseRequest(msg, Status::kUnavailable,
-                  "server " + std::to_string(rank()) +
-                      " holds too many requests for apps without a KVServer "
-                      "yet (app " +
-                      std::to_string(msg.meta.app_id()) + ")");
-    return;
-  }
-  if (customer == nullptr) {
-    CountDropped(msg.meta.sender(),
-                 "no customer for app " + std::to_string(msg.meta.app_id()) +
-                     " customer " + std::to_string(msg.meta.customer_id()));
-    return;
-  }
-  Deliver(customer);
-}
-
-void Postoffice::DispatchSimpleApp(Message&& msg) {
-  // Any member may talk to any other (the sender is proven already).
-  CustomerKey key{false, msg.meta.app_id(),
-                  SimpleAppCustomerId(msg.meta.customer_id())};
-  std::shared_ptr<Customer> customer;
-  {
-    MutexLock lock(&customers_mu_);
-    auto it = customers_.find(key);
-    if (it != customers_.end()) {
-      customer = it->second;
-      customer->mailbox.push_back(std::move(msg));
-      if (customer->delivering) return;
-      customer->delivering = true;
-    }
-  }
-  if (customer == nullptr) {
-    CountDropped(msg.meta.sender(),
-                 "no SimpleApp for app " + std::to_string(msg.meta.app_id()) +
-                     " customer " + std::to_string(msg.meta.customer_id()));
-    return;
-  }
-  Deliver(customer);
-}
-
-void Postoffice::ExpireHeldRequests(Clock::time_point now) {
-  const auto max_age = std::chrono::milliseconds(config_.connect_timeout_ms);
-  std::vector<Message> expired;
-  {
-    MutexLock lock(&customers_mu_);
-    if (held_count_ == 0) return;
-    for (auto it = held_.begin(); it != held_.end();) {
-      std::vector<HeldRequest>& held = it->second;
-      auto young = std::find_if(held.begin(), held.end(), [&](const auto& h) {
-        return now - h.since <= max_age;
-      });  // held in order of arrival
-      for (auto h = held.begin(); h != young; ++h) {
-        held_bytes_ -= MessageBytes(h->msg);
-        expired.push_back(std::move(h->msg));
-      }
-      held_count_ -= young - held.begin();
-      held.erase(held.begin(), young);
-      it = held.empty() ? held_.erase(it) : std::next(it);
-    }
-  }
-  if (expired.empty()) return;
-  const int my_rank = rank();
-  for (const Message& req : expired) {
-    RefuseRequest(req, Status::kNotFound,
-                  "no KVServer for app " + std::to_string(req.meta.app_id()) +
-                      " on server " + std::to_string(my_rank) + " within " +
-                      std::to_string(config_.connect_timeout_ms) +
-                      " ms (PS_CONNECT_TIMEOUT_MS)");
-  }
-}
-
-void Postoffice::RefuseRequest(const Message& req, Status::Code code,
-                               const std::string& why) {
-  const pb::Meta& q = req.meta;
-  CountDropped(q.sender(), why);
-  Message answer;
-  pb::Meta& m = answer.meta;
-  m.set_app_id(q.app_id());
-  m.set_customer_id(q.customer_id());
-  m.set_timestamp(q.timestamp());
-  m.set_request(false);
-  m.set_push(q.push());
-  m.set_pull(q.pull());
-  m.set_head(q.head());
-  m.set_recver(q.sender());
-  if (q.has_shard()) m.set_shard(q.shard());
-  if (q.has_origin()) m.set_origin(q.origin());
-  m.mutable_control()->set_error(why);
-  m.mutable_control()->set_error_code(code);
-  Status st = Send(&answer);
-  if (!st.ok()) LOG(WARNING) << "refusing " << DebugString(req) << ": " << st;
-}
-
-std::vector<std::shared_ptr<Postoffice::Customer>> Postoffice::Customers() {
-  std::vector<std::shared_ptr<Customer>> customers;
-  MutexLock lock(&customers_mu_);
-  for (auto& [key, c] : customers_) customers.push_back(c);
-  return customers;
-}
-
-void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
-  MutexLock lock(&customers_mu_);
-  customer->deliverer = std::this_thread::get_id();
-  while (!customer->mailbox.empty()) {
-    Message msg = std::move(customer->mailbox.front());
-    customer->mailbox.pop_front();
-    lock.Unlock();
-    customer->on_data(std::move(msg));
-    lock.Lock();
-  }
-  customer->delivering = false;
-  customer->deliverer = std::thread::id();
-  customers_cv_.SignalAll();
-}
-
-void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
-                                  DataHandler on_data,
-                                  FailureHandler on_failure,
-                                  TickHandler on_tick, JoinHandler on_join) {
-  auto customer = std::make_shared<Customer>();
-  customer->on_data = std::move(on_data);
-  customer->on_failure = std::move(on_failure);
-  customer->on_tick = std::move(on_tick);
-  customer->on_join = std::move(on_join);
-  {
-    MutexLock lock(&customers_mu_);
-    CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-    CHECK(customers_.count(key) == 0)
-        << "app " << app_id << " customer " << customer_id
-        << " is registered twice on one node";
-    customers_[key] = customer;
-    auto held = held_.find(key);
-    if (held == held_.end()) return;
-    for (HeldRequest& h : held->second) {
-      held_bytes_ -= MessageBytes(h.msg);
-      customer->mailbox.push_back(std::move(h.msg));
-    }
-    held_count_ -= held->second.size();
-    held_.erase(held);
-    customer->delivering = true;
-  }
-  Deliver(customer);  // the held requests, on this thread, in order
+  OnPeerFailure(dead.id, msg.meta.control().error());
 }
 
 void Postoffice::OnConnectionLost(int id, const std::string& why) {
@@ -588,8 +404,9 @@ void Postoffice::OnConnectionLost(int id, const std::string& why) {
     // Before the node table a member's absence is rendezvous' business; a
     // member that said goodbye (TERMINATE) leaves without blame, and so
     // does the scheduler once this member finalized (it may end first).
-    if (!ready_ || table_.Find(id) == nullptr || dead_.count(id) > 0 ||
-        departed_.count(id) > 0 || (!IsScheduler() && finalized_)) {
+    if (!ready_ || table_.Find(id) == nullptr || membership_.IsDown(id) ||
+        membership_.state(id) == PeerState::kDeparted ||
+        (!IsScheduler() && finalized_)) {
       return;
     }
   }
@@ -628,30 +445,6 @@ void Postoffice::ReportResends() const {
   Tell(google::GLOG_INFO, line);
 }
 
-void Postoffice::TickCustomers(Clock::time_point now) {
-  std::vector<std::shared_ptr<Customer>> ticked;
-  {
-    MutexLock lock(&customers_mu_);
-    for (const auto& [key, customer] : customers_) {
-      if (customer->on_tick) ticked.push_back(customer);
-    }
-  }
-  // A customer unregistered meanwhile is kept off by its own gate.
-  for (const auto& customer : ticked) customer->on_tick(now);
-}
-
-void Postoffice::UnregisterCustomer(bool requests, int app_id,
-                                    int customer_id) {
-  MutexLock lock(&customers_mu_);
-  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-  auto it = customers_.find(key);
-  if (it == customers_.end()) return;
-  std::shared_ptr<Customer> customer = it->second;
-  customers_.erase(it);
-  if (customer->deliverer == std::this_thread::get_id()) return;
-  while (customer->delivering) customers_cv_.Wait();
-}
-
 // ---- Shutdown --------------------------------------------------------------
 
 Status Postoffice::Finalize(bool do_barrier) {
@@ -672,7 +465,9 @@ Status Postoffice::Finalize(bool do_barrier) {
     size_t members = table_.nodes().size() - 1;
     auto deadline =
         Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-    while (departed_.size() + dead_.size() < members &&
+    while (static_cast<size_t>(membership_.Count(
+               {PeerState::kDeparted, PeerState::kDead, PeerState::kAwaited,
+                PeerState::kCovered})) < members &&
            cv_.WaitUntil(deadline)) {
     }
   }
@@ -697,7 +492,7 @@ void Postoffice::Stop() {
     MutexLock lock(&mu_);
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
-                  dead_.count(kSchedulerId) == 0;
+                  !membership_.IsDown(kSchedulerId);
     // A node that stops because a peer failed is not a second failure:
     // blame stays with the peer.
     clean = finalized_ || !peer_failure_.ok();

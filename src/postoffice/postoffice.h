@@ -1,12 +1,16 @@
 // Postoffice: the state machine of one node behind ps::Node. It owns the
-// van, the node table, rendezvous, barriers, heartbeats, failure detection
-// and the dispatch of data messages to the KV layer's customers.
+// van, the node table, the membership (every node's state: membership.h),
+// rendezvous, barriers, heartbeats and the dispatch of data messages to the
+// KV layer's customers. A change of a node's state is a transition of the
+// membership; barriers, the rejoin protocol, the KV layer and the user's
+// failure handler learn of it as events (OnPeerEvent*).
 //
 // Threads (docs/threads.md): the van's receive thread runs OnMessage and
 // every handler; the monitor thread "ps-monitor" sends heartbeats (members)
 // or checks liveness and barrier deadlines (scheduler). Locks: mu_ guards
-// the node state; customers_mu_ guards the customer registry; neither is
-// held while a handler or callback runs or while a message is sent.
+// the node state; customers_mu_ guards the customer registry; the
+// membership has its own, taken after mu_; none is held while a handler,
+// subscriber or callback runs or while a message is sent.
 #ifndef PS_SRC_POSTOFFICE_POSTOFFICE_H_
 #define PS_SRC_POSTOFFICE_POSTOFFICE_H_
 
@@ -21,7 +25,10 @@
 #include <tuple>
 #include <vector>
 
+#include "postoffice/barrier_coordinator.h"
+#include "postoffice/membership.h"
 #include "postoffice/node_table.h"
+#include "postoffice/rendezvous_coordinator.h"
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
@@ -117,6 +124,16 @@ class Postoffice {
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
 
  private:
+  // Data messages held before the node table (early_) or before their
+  // KVServer registered (held_): at most this many, each.
+  static constexpr size_t kMaxEarlyMessages = 10000;
+  // The data bytes of msg (what the holding budgets count).
+  static uint64_t MessageBytes(const Message& msg) {
+    uint64_t bytes = 0;
+    for (const SArray<char>& frame : msg.data) bytes += frame.size();
+    return bytes;
+  }
+
   using CustomerKey = std::tuple<bool, int, int>;
   struct Customer {
     DataHandler on_data;
@@ -168,9 +185,12 @@ class Postoffice {
   Status CheckRejoinLocked(const NodeInfo& node) const REQUIRES(mu_);
   // Worker `id` is dead and its successor registered: the table takes its
   // new address and every member is told (NODE_JOINED); once all answered,
-  // FinishRejoinLocked sends the successor the node table.
-  void StartRejoinLocked(int id, std::vector<Message>* outbox) REQUIRES(mu_);
-  void FinishRejoinLocked(int id, std::vector<Message>* outbox) REQUIRES(mu_);
+  // FinishRejoinLocked sends the successor the node table. The events of
+  // their transitions go to *events (published by the caller).
+  void StartRejoinLocked(int id, std::vector<Message>* outbox,
+                         std::vector<PeerEvent>* events) REQUIRES(mu_);
+  void FinishRejoinLocked(int id, std::vector<Message>* outbox,
+                          std::vector<PeerEvent>* events) REQUIRES(mu_);
   void SchedulerOnJoined(const Message& msg) EXCLUDES(mu_);
   void MemberOnNodeJoined(const Message& msg) EXCLUDES(mu_);
   // Whether a death of node `id` may be undone by a restart: a worker's,
@@ -186,7 +206,7 @@ class Postoffice {
       EXCLUDES(mu_);
   // Member: whether the scheduler is dead and not awaited back.
   bool SchedulerGoneLocked() const REQUIRES(mu_) {
-    return dead_.count(kSchedulerId) > 0 && awaiting_.count(kSchedulerId) == 0;
+    return membership_.state(kSchedulerId) == PeerState::kDead;
   }
   // Member: the message that reports this node to a restarted scheduler.
   Message ReportToSchedulerLocked() const REQUIRES(mu_);
@@ -196,21 +216,23 @@ class Postoffice {
   void MemberOnNodeTable(const Message& msg);
   // Assigns ranks, rekeys the connections and returns one node table
   // message per member; *new_ids maps each temporary id to the assigned one.
-  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids)
+  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids,
+                                                std::vector<PeerEvent>* events)
       REQUIRES(mu_);
-  std::string RendezvousShortfallLocked() const REQUIRES(mu_);
+  // Member: the membership as the node table `table` (ids `dead` dead by
+  // then) has it, this node being `me`.
+  void ImportMembershipLocked(const NodeTable& table,
+                              const std::vector<int>& dead, int me)
+      REQUIRES(mu_);
 
-  // Barrier bookkeeping at the scheduler; returns the messages to send.
-  std::vector<Message> SchedulerBarrierArriveLocked(int group, int sender)
-      REQUIRES(mu_);
-  std::vector<Message> ReleaseBarrierLocked(int group, const Status& error)
-      REQUIRES(mu_);
+  // The answers to the barriers the scheduler's coordinator released
+  // (this node's own is signalled); returns the messages to send.
+  std::vector<Message> AnswerBarriersLocked(
+      const std::vector<BarrierCoordinator::Release>& releases) REQUIRES(mu_);
   void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
-  // Whether every member of `group` arrived but the servers taken over.
-  bool BarrierCompleteLocked(int group) REQUIRES(mu_);
-  // Whether dead server `id`'s keys are safe on its replica (Config::
-  // replicas): the replica lives and `id` held no dead primary's keys.
-  bool CoveredLocked(int id) const REQUIRES(mu_);
+  // The id of the server that holds server `id`'s keys once `id` is dead
+  // (Config::replicas; the rule is src/kv/replica_chain.h's), or -1.
+  int CoveringServerLocked(int id) const REQUIRES(mu_);
 
   // Monitor thread and failures.
   void MonitorLoop();
@@ -225,7 +247,8 @@ class Postoffice {
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
   std::vector<Message> SchedulerCheckLocked(Clock::time_point now,
-                                            std::vector<int>* not_back)
+                                            std::vector<int>* not_back,
+                                            std::vector<PeerEvent>* events)
       REQUIRES(mu_);
   // Tells every other member (scheduler) and this node's customers that
   // each of `ids` is dead, for `why`.
@@ -237,7 +260,29 @@ class Postoffice {
   // Whether msg (of a sender not yet known) may wait in early_ for the
   // node table: data or SHM_READY, within a count and a byte budget.
   bool MayHoldEarly(const Message& msg) const REQUIRES(mu_);
-  void OnPeerFailure(int id, const Status& why);
+  // Node `id` failed, for `why` (the reason as the scheduler put it): the
+  // membership's transition (awaited, covered or dead), then its event.
+  void OnPeerFailure(int id, const std::string& why) EXCLUDES(mu_);
+  // Takes node `id` by `input` (membership.h) and wakes the waiters on
+  // cv_; false if the membership refused it.
+  bool TransitionLocked(int id, PeerInput input, const std::string& why,
+                        std::vector<PeerEvent>* events, int by = -1,
+                        const Status& status = Status::OK()) REQUIRES(mu_);
+  // The membership's subscribers (peer_events.cc), in the order they are
+  // told: each reacts to the events that concern it, under no lock.
+  // Scheduler: a restart waits no more for a lost node's answer, or starts
+  // once its predecessor is lost (or ends if it is lost itself).
+  void OnPeerEventForRejoins(const PeerEvent& e) EXCLUDES(mu_);
+  // Scheduler: barriers fail for a node lost for good, and stop waiting for
+  // a server taken over.
+  void OnPeerEventForBarriers(const PeerEvent& e) EXCLUDES(mu_);
+  // The line for the person running the job (and the launcher).
+  void OnPeerEventForLog(const PeerEvent& e) const;
+  // The KV layer: on_failure for a lost or taken-over node (Unavailable if
+  // awaited back), on_join for a rejoined worker (members).
+  void OnPeerEventForCustomers(const PeerEvent& e) EXCLUDES(customers_mu_);
+  // The user's peer-failure handler: a node lost for good.
+  void OnPeerEventForUser(const PeerEvent& e) EXCLUDES(mu_);
   void SendAll(std::vector<Message>* outbox) EXCLUDES(mu_);
   Message ControlMessage(pb::Command cmd, int recver, bool request) const;
   bool IsScheduler() const { return config_.role == Role::kScheduler; }
@@ -259,20 +304,15 @@ class Postoffice {
   bool acked_ GUARDED_BY(mu_) = false;
   bool ready_ GUARDED_BY(mu_) = false;
   Status start_error_ GUARDED_BY(mu_);
-  // Scheduler: nodes in order of arrival; ids before rank assignment.
-  std::vector<NodeInfo> arrivals_ GUARDED_BY(mu_);
-  int next_temp_id_ GUARDED_BY(mu_) = -1000;
-  int refusals_answered_ GUARDED_BY(mu_) = 0;  // scheduler: see rendezvous.cc
-  std::map<int, Clock::time_point> last_seen_ GUARDED_BY(mu_);  // scheduler
-  Clock::time_point scheduler_seen_ GUARDED_BY(mu_);            // member
-  std::set<int> dead_ GUARDED_BY(mu_);
-  std::set<int> covered_ GUARDED_BY(mu_);  // dead servers taken over
-  // Dead workers that may yet rejoin (PS_MAX_RESTARTS), since their death;
-  // also in dead_. Not a failure until PS_REJOIN_TIMEOUT_MS passes.
-  std::map<int, Clock::time_point> awaiting_ GUARDED_BY(mu_);
+  // Scheduler: the registrations (rendezvous_coordinator.h).
+  RendezvousCoordinator rendezvous_ GUARDED_BY(mu_);
+  // Every node's state (its own lock; changed under mu_ so that waiters on
+  // cv_ see each change). The scheduler watches every member's heartbeats,
+  // a member the scheduler's.
+  Membership membership_;
   // Scheduler: restarted workers registering, by their id. Until the old
-  // process is declared dead the registration waits (started false); then
-  // the members still to answer NODE_JOINED.
+  // process is declared dead (awaited) the registration waits (started
+  // false); then (rejoining) the members still to answer NODE_JOINED.
   struct Rejoin {
     NodeInfo node;
     int temp_id = 0;  // its connection's id until it takes the worker's
@@ -287,14 +327,9 @@ class Postoffice {
   // their group at entry (sent again to a restarted scheduler unless
   // released since).
   std::multimap<int, uint64_t> waiting_barriers_ GUARDED_BY(mu_);
-  std::set<int> departed_ GUARDED_BY(mu_);
-  struct SchedulerBarrier {
-    std::set<int> arrived;
-    Clock::time_point started;
-  };
-  // By group: the scheduler's barriers; releases seen, and the last one's
-  // status.
-  std::map<int, SchedulerBarrier> barriers_ GUARDED_BY(mu_);
+  // Scheduler: the barriers waiting (barrier_coordinator.h).
+  BarrierCoordinator barriers_ GUARDED_BY(mu_);
+  // By group: releases seen, and the last one's status.
   std::map<int, uint64_t> barrier_released_ GUARDED_BY(mu_);
   std::map<int, Status> barrier_status_ GUARDED_BY(mu_);
   Status peer_failure_ GUARDED_BY(mu_);

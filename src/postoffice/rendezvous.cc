@@ -9,24 +9,7 @@
 //   map the shm_probe of each peer of its domain, SHM_READY to it (with
 //   the reason if that failed); Start returns when all such peers answered
 //
-// Restarts (PS_MAX_RESTARTS): a worker registering while the job runs is a
-// restart of a dead one, under its rank (PS_RANK). Its registration waits
-// until the old process is declared dead, then:
-//   successor                 scheduler                   members
-//   ADD_NODE request ->       ACK, table takes the new address,
-//                             NODE_JOINED request ->      reconnect, probe
-//                                                         its shm, forget the
-//                                                         old one's requests
-//                             <- NODE_JOINED response     (SHM_READY to it)
-//   <- ADD_NODE response (table, rejoin)
-// so that no member hears the successor before it knows its address.
-//
-// A restarted scheduler (PS_MAX_RESTARTS) binds the old one's address. The
-// members, which waited for it (the data path does not need it), report
-// themselves every heartbeat interval (ADD_NODE with rejoin, their id and
-// rank) until it answers; once every member reported, it holds the table
-// again and answers each (ADD_NODE response with rejoin); they send it
-// again the barriers they were waiting in.
+// Restarts (PS_MAX_RESTARTS) are in rejoin.cc.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,17 +17,10 @@
 #include <set>
 #include <utility>
 
-#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
 #include "van/shm.h"
 
 namespace ps {
-
-namespace {
-// Refused registrations answered beyond the job's size (each answer costs
-// the scheduler a connection back); later ones are only counted.
-constexpr int kMaxExtraRefusals = 16;
-}  // namespace
 
 Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
@@ -78,9 +54,9 @@ Status Postoffice::StartScheduler() {
   Status st = Status::Timeout(
       "rendezvous at the scheduler " + config_.SchedulerAddress() +
       " timed out after " + std::to_string(config_.rendezvous_timeout_ms) +
-      " ms (PS_RENDEZVOUS_TIMEOUT_MS): " + RendezvousShortfallLocked());
+      " ms (PS_RENDEZVOUS_TIMEOUT_MS): " + rendezvous_.Shortfall());
   std::vector<Message> outbox;
-  for (const NodeInfo& n : arrivals_) {
+  for (const NodeInfo& n : rendezvous_.arrivals()) {
     Message msg = ControlMessage(pb::ADD_NODE, n.id, false);
     msg.meta.mutable_control()->set_error(st.message());
     msg.meta.mutable_control()->set_error_code(st.code());
@@ -89,51 +65,6 @@ Status Postoffice::StartScheduler() {
   lock.Unlock();
   SendAll(&outbox);
   return st;
-}
-
-std::string Postoffice::RendezvousShortfallLocked() const {
-  int servers = 0, workers = 0;
-  std::string addresses;
-  for (const NodeInfo& n : arrivals_) {
-    (n.role == Role::kServer ? servers : workers)++;
-    addresses += std::string(addresses.empty() ? "" : ", ") + RoleName(n.role) +
-                 " at " + n.Address();
-  }
-  // Who is missing: by rank where every arrival of the role asked for one
-  // (the tracker sets PS_RANK), else by count.
-  std::string missing;
-  for (Role role : {Role::kServer, Role::kWorker}) {
-    int want =
-        role == Role::kServer ? config_.num_servers : config_.num_workers;
-    std::set<int> ranks;
-    int unranked = 0;
-    for (const NodeInfo& n : arrivals_) {
-      if (n.role != role) continue;
-      if (n.requested_rank >= 0) {
-        ranks.insert(n.requested_rank);
-      } else {
-        ++unranked;
-      }
-    }
-    int absent = want - static_cast<int>(ranks.size()) - unranked;
-    if (absent <= 0) continue;
-    if (unranked == 0) {
-      for (int r = 0; r < want; ++r) {
-        if (ranks.count(r) > 0) continue;
-        missing += (missing.empty() ? "" : ", ") + std::string(RoleName(role)) +
-                   " " + std::to_string(r);
-      }
-    } else {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(absent) + " " +
-                 RoleName(role) + (absent > 1 ? "s" : "");
-    }
-  }
-  return std::to_string(servers) + " of " +
-         std::to_string(config_.num_servers) + " servers and " +
-         std::to_string(workers) + " of " +
-         std::to_string(config_.num_workers) + " workers arrived" +
-         (addresses.empty() ? "" : " (" + addresses + ")") +
-         (missing.empty() ? "" : "; missing: " + missing);
 }
 
 std::string Postoffice::MyShmDomain() const {
@@ -225,46 +156,23 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   }
   if (ctrl.rejoin()) return SchedulerOnMemberReport(msg, node);
   std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    int have = static_cast<int>(
-        std::count_if(arrivals_.begin(), arrivals_.end(),
-                      [&](const NodeInfo& n) { return n.role == node.role; }));
-    int want =
-        node.role == Role::kServer ? config_.num_servers : config_.num_workers;
-    Status st;
-    if (ctrl.num_servers() != config_.num_servers ||
-        ctrl.num_workers() != config_.num_workers) {
-      st = Status::InvalidArgument(
-          std::string("the ") + RoleName(node.role) + " at " + node.Address() +
-          " was started for DMLC_NUM_SERVER=" +
-          std::to_string(ctrl.num_servers()) +
-          " DMLC_NUM_WORKER=" + std::to_string(ctrl.num_workers()) +
-          ", the scheduler for DMLC_NUM_SERVER=" +
-          std::to_string(config_.num_servers) + " DMLC_NUM_WORKER=" +
-          std::to_string(config_.num_workers) + ": refused");
-    } else if (ready_) {
-      st = CheckRejoinLocked(node);
-    } else if (have >= want) {
-      st = Status::InvalidArgument(
-          std::string("one ") + RoleName(node.role) +
-          " too many: " + node.Address() + " registered after all " +
-          std::to_string(want) + " expected had arrived");
-    } else {
-      st = CheckRequestedRank(node, arrivals_, config_.num_servers,
-                              config_.num_workers);
+    Status st =
+        rendezvous_.CheckShape(node, ctrl.num_servers(), ctrl.num_workers());
+    if (st.ok()) {
+      st = ready_ ? CheckRejoinLocked(node) : rendezvous_.CheckArrival(node);
     }
     const std::string connection =
         Van::DescribeConnection(msg.from, msg.peer_address);
     // A refusal is answered (so that a misconfigured node says why it
     // stops), but only so many times: each answer costs a connection.
-    if (!st.ok() && ++refusals_answered_ > config_.num_servers +
-                                               config_.num_workers +
-                                               kMaxExtraRefusals) {
+    if (!st.ok() && !rendezvous_.AnswerRefusal()) {
       van_.CountDropped(connection, "registration refused: " + st.message());
       return;
     }
-    node.id = next_temp_id_--;
+    node.id = rendezvous_.NextTempId();
     Status connected = van_.Connect(node.id, node.host, node.port);
     if (!connected.ok()) {
       LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
@@ -286,302 +194,51 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       r.node = node;
       r.temp_id = node.id;
       r.since = Clock::now();
+      const bool awaited = membership_.state(id) == PeerState::kAwaited;
       LOG(INFO) << "a restart of " << table_.Describe(id) << " registered from "
                 << node.Address()
-                << (awaiting_.count(id) > 0
+                << (awaited
                         ? ""
                         : "; waiting for the old process to be declared dead");
-      if (awaiting_.count(id) > 0) {
-        StartRejoinLocked(id, &outbox);
+      if (awaited) {
+        StartRejoinLocked(id, &outbox, &events);
         outbox[0].meta.set_recver(id);  // the ACK: its connection is id's now
       }
     } else {
-      arrivals_.push_back(node);
+      const bool complete = rendezvous_.Arrive(node);
       if (config_.verbose >= 1) {
         LOG(INFO) << RoleName(node.role) << " at " << node.Address()
-                  << " registered; " << RendezvousShortfallLocked();
+                  << " registered; " << rendezvous_.Shortfall();
       }
-      if (static_cast<int>(arrivals_.size()) ==
-          config_.num_servers + config_.num_workers) {
+      if (complete) {
         // Ranks are assigned and connections rekeyed before the ACK leaves:
         // address it by the id this node was given.
         std::map<int, int> new_ids;
-        std::vector<Message> table_msgs = CompleteRendezvousLocked(&new_ids);
+        std::vector<Message> table_msgs =
+            CompleteRendezvousLocked(&new_ids, &events);
         outbox[0].meta.set_recver(new_ids.at(node.id));
         for (auto& m : table_msgs) outbox.push_back(std::move(m));
       }
     }
   }
   SendAll(&outbox);
-}
-
-void Postoffice::SchedulerOnMemberReport(const Message& msg,
-                                         const NodeInfo& node) {
-  const pb::Control& ctrl = msg.meta.control();
-  const std::string connection =
-      Van::DescribeConnection(msg.from, msg.peer_address);
-  const int count =
-      node.role == Role::kServer ? config_.num_servers : config_.num_workers;
-  const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
-                                            : WorkerRankToId(node.rank);
-  std::vector<Message> outbox;
-  {
-    MutexLock lock(&mu_);
-    if (ctrl.num_servers() != config_.num_servers ||
-        ctrl.num_workers() != config_.num_workers || node.rank < 0 ||
-        node.rank >= count || node.id != id || config_.max_restarts == 0) {
-      van_.CountDropped(connection,
-                        "a member's report (" + node.Describe() +
-                            ") that does not fit this job" +
-                            (config_.max_restarts == 0
-                                 ? " (a scheduler takes a running job over "
-                                   "only with PS_MAX_RESTARTS > 0)"
-                                 : ""));
-      return;
-    }
-    const NodeInfo* known = table_.Find(id);
-    if (ready_ || !arrivals_.empty()) {
-      // Copies sent while we were not up yet are answered again; anything
-      // else (a job that registers anew) is no report of ours.
-      if (known != nullptr && known->HasIdentity(msg.from)) {
-        Message back = ControlMessage(pb::ADD_NODE, id, false);
-        back.meta.mutable_control()->set_rejoin(true);
-        outbox.push_back(std::move(back));
-      } else {
-        van_.CountDropped(connection,
-                          "a member's report, but this scheduler "
-                          "did not restart a running job");
-        return;
-      }
-    } else if (known == nullptr) {
-      Status st = van_.Connect(id, node.host, node.port);
-      if (!st.ok()) {
-        LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
-        return;
-      }
-      table_.Add(node);
-      LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
-      if (static_cast<int>(table_.nodes().size()) ==
-          1 + config_.num_servers + config_.num_workers) {
-        rejoined_ = true;
-        ready_ = true;
-        for (const auto& [other, info] : table_.nodes()) {
-          if (other == my_id_) continue;
-          last_seen_[other] = Clock::now();
-          Message back = ControlMessage(pb::ADD_NODE, other, false);
-          back.meta.mutable_control()->set_rejoin(true);
-          outbox.push_back(std::move(back));
-        }
-        cv_.SignalAll();
-        const std::string line =
-            "the restarted scheduler took the running job over from its " +
-            std::to_string(table_.nodes().size() - 1) + " members";
-        Tell(google::GLOG_INFO, line);
-      }
-    }
-  }
-  SendAll(&outbox);
-}
-
-Message Postoffice::ReportToSchedulerLocked() const {
-  Message msg = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
-  ToProto(*table_.Find(my_id_), msg.meta.mutable_control()->add_node());
-  msg.meta.mutable_control()->set_rejoin(true);
-  msg.meta.mutable_control()->set_num_servers(config_.num_servers);
-  msg.meta.mutable_control()->set_num_workers(config_.num_workers);
-  return msg;
-}
-
-void Postoffice::MemberOnSchedulerBack() {
-  std::vector<Message> outbox;
-  bool back;
-  {
-    MutexLock lock(&mu_);
-    // It may not have been declared dead yet (the connection came back
-    // before the watch's grace ran out): the barriers go again anyway (an
-    // arrival counts once).
-    back = awaiting_.erase(kSchedulerId) > 0;
-    dead_.erase(kSchedulerId);
-    scheduler_seen_ = Clock::now();
-    for (const auto& [group, seen] : waiting_barriers_) {
-      // Released meanwhile: its waiter just has not woken yet.
-      if (barrier_released_[group] > seen) continue;
-      Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
-      msg.meta.mutable_control()->set_barrier_group(group);
-      outbox.push_back(std::move(msg));
-    }
-    cv_.SignalAll();
-  }
-  if (back) LOG(INFO) << "the scheduler is back (restarted)";
-  SendAll(&outbox);
-}
-
-Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
-  const std::string who =
-      std::string(RoleName(node.role)) + " at " + node.Address();
-  if (config_.max_restarts == 0) {
-    return Status::InvalidArgument(
-        "one " + std::string(RoleName(node.role)) + " too many: " +
-        node.Address() + " registered after all expected had arrived (a " +
-        "restarted worker rejoins only with PS_MAX_RESTARTS > 0)");
-  }
-  if (node.role != Role::kWorker) {
-    return Status::InvalidArgument("the " + who +
-                                   " registered while the job runs: only "
-                                   "restarted workers rejoin a running job");
-  }
-  if (node.requested_rank < 0 || node.requested_rank >= config_.num_workers) {
-    return Status::InvalidArgument(
-        "the " + who +
-        " registered while the job runs without a worker rank (PS_RANK in "
-        "[0, " +
-        std::to_string(config_.num_workers) +
-        ")): a restarted worker rejoins under its rank");
-  }
-  const int id = WorkerRankToId(node.requested_rank);
-  auto it = rejoins_.find(id);
-  if (it != rejoins_.end()) {
-    return Status::InvalidArgument(
-        "a restart of " + table_.Describe(id) + " is rejoining already (from " +
-        it->second.node.Address() + "); " + who + " refused");
-  }
-  return Status::OK();
-}
-
-void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox) {
-  Rejoin& r = rejoins_.at(id);
-  r.started = true;
-  NodeInfo node = r.node;
-  node.id = id;
-  node.rank = IdToRank(id);
-  r.node = node;
-  table_.Add(node);
-  van_.Disconnect(id);  // the dead process's
-  van_.Rekey(r.temp_id, id);
-  dead_.erase(id);
-  awaiting_.erase(id);
-  departed_.erase(id);
-  last_seen_[id] = Clock::now();
-  r.started_at = Clock::now();
-  for (const auto& [other, info] : table_.nodes()) {
-    // A successor still rejoining gets the new address in its table.
-    auto joining = rejoins_.find(other);
-    if (other == id || other == my_id_ || dead_.count(other) > 0 ||
-        departed_.count(other) > 0 ||
-        (joining != rejoins_.end() && joining->second.started)) {
-      continue;
-    }
-    Message msg = ControlMessage(pb::NODE_JOINED, other, true);
-    ToProto(node, msg.meta.mutable_control()->add_node());
-    outbox->push_back(std::move(msg));
-    r.pending.insert(other);
-  }
-  if (r.pending.empty()) FinishRejoinLocked(id, outbox);
-}
-
-void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox) {
-  Message msg = ControlMessage(pb::ADD_NODE, id, false);
-  for (const auto& [other, info] : table_.nodes()) {
-    ToProto(info, msg.meta.mutable_control()->add_node());
-  }
-  msg.meta.mutable_control()->set_rejoin(true);
-  for (int other : dead_) msg.meta.mutable_control()->add_dead(other);
-  outbox->push_back(std::move(msg));
-  const Rejoin& r = rejoins_.at(id);
-  const double s =
-      std::chrono::duration<double>(Clock::now() - r.since).count();
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "%s rejoined the job (%.3f s after it registered)",
-                table_.Describe(id).c_str(), s);
-  Tell(google::GLOG_INFO, line);
-  rejoins_.erase(id);
-}
-
-void Postoffice::SchedulerOnJoined(const Message& msg) {
-  const pb::Control& ctrl = msg.meta.control();
-  std::vector<Message> outbox;
-  {
-    MutexLock lock(&mu_);
-    auto it = ctrl.node_size() == 1 ? rejoins_.find(ctrl.node(0).id())
-                                    : rejoins_.end();
-    // About this successor (a late answer may be about one that died).
-    if (it == rejoins_.end() || !it->second.started ||
-        FromProto(ctrl.node(0)).Identity() != it->second.node.Identity() ||
-        it->second.pending.erase(msg.meta.sender()) == 0) {
-      van_.CountDropped(table_.Describe(msg.meta.sender()),
-                        "unexpected " + DebugString(msg));
-      return;
-    }
-    if (it->second.pending.empty()) FinishRejoinLocked(it->first, &outbox);
-  }
-  SendAll(&outbox);
-}
-
-void Postoffice::MemberOnNodeJoined(const Message& msg) {
-  const pb::Control& ctrl = msg.meta.control();
-  if (ctrl.node_size() != 1) {
-    CountDropped(msg.meta.sender(), "NODE_JOINED without exactly one node");
-    return;
-  }
-  NodeInfo node = FromProto(ctrl.node(0));
-  std::string probe_error;
-  bool probed = false;
-  {
-    MutexLock lock(&mu_);
-    const NodeInfo* old = table_.Find(node.id);
-    if (!ready_ || old == nullptr || old->role != Role::kWorker ||
-        node.role != Role::kWorker || node.rank != old->rank) {
-      van_.CountDropped("scheduler", "NODE_JOINED for no worker of ours: " +
-                                         DebugString(msg));
-      return;
-    }
-    table_.Add(node);
-    dead_.erase(node.id);
-    awaiting_.erase(node.id);
-    if (config_.role == Role::kServer) {  // servers talk to workers
-      van_.Disconnect(node.id);
-      Status st = van_.Connect(node.id, node.host, node.port);
-      if (!st.ok()) {
-        LOG(WARNING) << "cannot reach the restarted " << node.Describe() << ": "
-                     << st;
-      }
-      if (!node.shm_domain.empty() && node.shm_domain == MyShmDomain()) {
-        shm_pending_.insert(node.id);
-        probe_error = ProbeSharedMemory(node);
-        probed = true;
-      }
-    }
-  }
-  LOG(INFO) << node.Describe() << " rejoined the job";
-  // The KV layer forgets the old process's requests before the new one
-  // can be heard (it hears the scheduler's table after our answer).
-  const std::vector<std::shared_ptr<Customer>> customers = Customers();
-  for (auto& c : customers) {
-    if (c->on_join) c->on_join(node.id);
-  }
-  if (probed) {
-    Message ready = ControlMessage(pb::SHM_READY, node.id, false);
-    ready.meta.mutable_control()->set_error(probe_error);
-    Status st = Send(&ready);
-    if (!st.ok()) {
-      LOG(WARNING) << "SHM_READY to " << node.Describe() << ": " << st;
-    }
-  }
-  Message answer = ControlMessage(pb::NODE_JOINED, kSchedulerId, false);
-  ToProto(node, answer.meta.mutable_control()->add_node());
-  Send(&answer).IgnoreError();  // a lost answer: the scheduler's link died
+  membership_.Publish(events);
 }
 
 std::vector<Message> Postoffice::CompleteRendezvousLocked(
-    std::map<int, int>* new_ids) {
-  std::vector<NodeInfo> assigned = AssignRanks(arrivals_);
-  CHECK_EQ(assigned.size(), arrivals_.size());
+    std::map<int, int>* new_ids, std::vector<PeerEvent>* events) {
+  const std::vector<NodeInfo>& arrivals = rendezvous_.arrivals();
+  std::vector<NodeInfo> assigned = rendezvous_.Assign();
+  CHECK_EQ(assigned.size(), arrivals.size());
   for (size_t i = 0; i < assigned.size(); ++i) {
-    (*new_ids)[arrivals_[i].id] = assigned[i].id;
-    van_.Rekey(arrivals_[i].id, assigned[i].id);
+    (*new_ids)[arrivals[i].id] = assigned[i].id;
+    van_.Rekey(arrivals[i].id, assigned[i].id);
     table_.Add(assigned[i]);
-    last_seen_[assigned[i].id] = Clock::now();
+    const int id = assigned[i].id;
+    TransitionLocked(id, PeerInput::kRegister,
+                     "registered from " + assigned[i].Address(), events);
+    TransitionLocked(id, PeerInput::kAdmit, "every member registered", events);
+    membership_.Watch(id, Clock::now());
   }
   std::vector<Message> outbox;
   for (const NodeInfo& n : assigned) {
@@ -672,17 +329,8 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     my_id_ = me->id;
     my_rank_ = me->rank;
     rejoined_ = ctrl.rejoin();
-    // A rejoining node learns who died meanwhile: servers whose replica
-    // took over (requests for their keys go to it: TakenOver), workers
-    // awaited back.
-    for (int id : ctrl.dead()) {
-      if (table.Find(id) == nullptr || id == me->id) continue;
-      dead_.insert(id);
-      if (RestartableLocked(id)) awaiting_[id] = Clock::now();
-    }
-    for (int id : ctrl.dead()) {
-      if (dead_.count(id) > 0 && CoveredLocked(id)) covered_.insert(id);
-    }
+    ImportMembershipLocked(table, {ctrl.dead().begin(), ctrl.dead().end()},
+                           me->id);
     table_ = std::move(table);
     ready_ = true;
     early.swap(early_);
@@ -698,6 +346,38 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     }
   }
   for (Message& m : early) OnMessage(std::move(m));
+}
+
+void Postoffice::ImportMembershipLocked(const NodeTable& table,
+                                        const std::vector<int>& dead, int me) {
+  // How things stand when this node joins: news to nobody here, so the
+  // events are not published.
+  std::vector<PeerEvent> events;
+  membership_.set_self(me);
+  for (const auto& [id, info] : table.nodes()) {
+    TransitionLocked(id, PeerInput::kRegister, "in the node table", &events);
+  }
+  // A rejoining node learns who died meanwhile: servers whose replica took
+  // over (requests for their keys go to it: TakenOver), workers awaited
+  // back. Whether a server is covered depends on who else is dead.
+  for (int id : dead) {
+    if (table.Find(id) == nullptr || id == me) continue;
+    TransitionLocked(
+        id, RestartableLocked(id) ? PeerInput::kAwait : PeerInput::kLose,
+        "dead when this node joined", &events);
+  }
+  for (int id : dead) {
+    const int by = CoveringServerLocked(id);
+    if (membership_.state(id) == PeerState::kDead && by >= 0) {
+      TransitionLocked(id, PeerInput::kCover, "dead when this node joined",
+                       &events, by);
+    }
+  }
+  for (const auto& [id, info] : table.nodes()) {
+    if (membership_.state(id) == PeerState::kJoining) {
+      TransitionLocked(id, PeerInput::kAdmit, "in the node table", &events);
+    }
+  }
 }
 
 std::string Postoffice::ProbeSharedMemory(const NodeInfo& peer) {

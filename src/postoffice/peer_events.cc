@@ -1,0 +1,213 @@
+// Postoffice, continued: a node's failure as a transition of the membership
+// (DeclareDead, OnPeerFailure) and the subscribers that react to the
+// membership's events, each in its own function.
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "kv/replica_chain.h"
+#include "postoffice/postoffice.h"
+
+namespace ps {
+
+namespace {
+// "server 1", "worker 0", "scheduler": a node as the launcher names it.
+std::string NodeName(int id) {
+  if (IsServerId(id)) return "server " + std::to_string(IdToRank(id));
+  if (IsWorkerId(id)) return "worker " + std::to_string(IdToRank(id));
+  return "scheduler";
+}
+}  // namespace
+
+void PrintEvent(const std::string& json) {
+  std::fprintf(stderr, "ps-event: %s\n", json.c_str());
+  std::fflush(stderr);
+}
+
+bool Postoffice::TransitionLocked(int id, PeerInput input,
+                                  const std::string& why,
+                                  std::vector<PeerEvent>* events, int by,
+                                  const Status& status) {
+  Status st = membership_.Apply(id, input, why, events, by, status);
+  if (!st.ok()) {
+    // A duplicate or a late word about a node (a second NODE_FAILED, a
+    // goodbye after its death): nothing changes.
+    VLOG(1) << st.message();
+    return false;
+  }
+  cv_.SignalAll();
+  return true;
+}
+
+void Postoffice::DeclareDead(const std::vector<int>& ids,
+                             const std::string& why) {
+  for (int id : ids) {
+    std::vector<Message> outbox;
+    if (IsScheduler()) {
+      MutexLock lock(&mu_);
+      // A worker awaited back (PS_MAX_RESTARTS) is declared dead again,
+      // for good, when it did not come back in time.
+      const PeerState state = membership_.state(id);
+      if ((membership_.IsDown(id) && state != PeerState::kAwaited) ||
+          state == PeerState::kDeparted || table_.Find(id) == nullptr) {
+        continue;
+      }
+      for (const auto& [other, node] : table_.nodes()) {
+        if (other == id || other == my_id_ || membership_.IsDown(other) ||
+            membership_.state(other) == PeerState::kDeparted) {
+          continue;
+        }
+        Message msg = ControlMessage(pb::NODE_FAILED, other, false);
+        ToProto(*table_.Find(id), msg.meta.mutable_control()->add_node());
+        msg.meta.mutable_control()->set_error(why);
+        outbox.push_back(std::move(msg));
+      }
+    }
+    SendAll(&outbox);
+    OnPeerFailure(id, why);
+  }
+}
+
+void Postoffice::OnPeerFailure(int id, const std::string& why) {
+  std::vector<PeerEvent> events;
+  {
+    MutexLock lock(&mu_);
+    const Status status =
+        Status::PeerFailed(table_.Describe(id) + " was declared dead: " + why);
+    PeerInput input = PeerInput::kLose;
+    const int by = CoveringServerLocked(id);
+    // Only a node awaited back dies twice: the second time for good.
+    if (membership_.state(id) != PeerState::kAwaited) {
+      if (RestartableLocked(id)) {
+        input = PeerInput::kAwait;
+      } else if (by >= 0) {
+        input = PeerInput::kCover;
+      }
+    }
+    if (!TransitionLocked(id, input, why, &events, by, status)) return;
+    if (input == PeerInput::kLose && peer_failure_.ok()) peer_failure_ = status;
+  }
+  membership_.Publish(events);
+}
+
+int Postoffice::CoveringServerLocked(int id) const {
+  if (config_.replicas == 0 || !IsServerId(id)) return -1;
+  const int rank = detail::CoveringServer(
+      IdToRank(id), config_.num_servers,
+      [this](int r) { return membership_.IsDown(ServerRankToId(r)); });
+  return rank < 0 ? -1 : ServerRankToId(rank);
+}
+
+// ---- Subscribers -----------------------------------------------------------
+
+void Postoffice::OnPeerEventForRejoins(const PeerEvent& e) {
+  if (!IsScheduler() ||
+      (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered)) {
+    return;
+  }
+  std::vector<Message> outbox;
+  std::vector<PeerEvent> events;
+  {
+    MutexLock lock(&mu_);
+    // The restarts under way wait no more for this node's answer.
+    std::vector<int> answered;
+    for (auto& [rid, r] : rejoins_) {
+      if (r.started && r.pending.erase(e.id) > 0 && r.pending.empty()) {
+        answered.push_back(rid);
+      }
+    }
+    for (int rid : answered) FinishRejoinLocked(rid, &outbox, &events);
+    auto own = rejoins_.find(e.id);
+    if (own != rejoins_.end() && own->second.started &&
+        e.from == PeerState::kRejoining) {
+      rejoins_.erase(own);  // the successor died while rejoining
+    } else if (own != rejoins_.end() && !own->second.started &&
+               membership_.state(e.id) == PeerState::kAwaited) {
+      // Its successor registered before this death was known.
+      StartRejoinLocked(e.id, &outbox, &events);
+    }
+  }
+  SendAll(&outbox);
+  membership_.Publish(events);
+}
+
+void Postoffice::OnPeerEventForBarriers(const PeerEvent& e) {
+  if (!IsScheduler()) return;
+  std::vector<Message> outbox;
+  {
+    MutexLock lock(&mu_);
+    outbox = AnswerBarriersLocked(barriers_.OnPeerEvent(e));
+  }
+  SendAll(&outbox);
+}
+
+void Postoffice::OnPeerEventForLog(const PeerEvent& e) const {
+  if (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered) {
+    return;
+  }
+  if (IsScheduler()) {
+    // The scheduler's verdict, for the launcher (docs/architecture.md).
+    const bool covered = e.kind == PeerEvent::kPeerCovered;
+    PrintEvent("{\"event\":\"dead\",\"node\":\"" + NodeName(e.id) + "\"" +
+               (covered ? ",\"covered_by\":\"server " +
+                              std::to_string(IdToRank(e.by)) + "\""
+                        : "") +
+               (e.awaited() ? ",\"awaited\":true" : "") + "}");
+  }
+  if (e.kind == PeerEvent::kPeerLost && !e.awaited()) {
+    LOG(ERROR) << e.status;
+    return;
+  }
+  const std::string line = e.kind == PeerEvent::kPeerCovered
+                               ? e.status.message() + "; server " +
+                                     std::to_string(IdToRank(e.by)) +
+                                     " takes over its keys (PS_REPLICAS)"
+                               : e.status.message() + "; the job waits up to " +
+                                     std::to_string(config_.rejoin_timeout_ms) +
+                                     " ms for it to rejoin (PS_MAX_RESTARTS)";
+  LOG(WARNING) << line;
+  // Where glog keeps warnings in its files, the person running the job
+  // still sees the failover on stderr.
+  if (!FLAGS_logtostderr && !FLAGS_alsologtostderr &&
+      FLAGS_stderrthreshold > google::GLOG_WARNING) {
+    std::fprintf(stderr, "ps: %s\n", line.c_str());
+  }
+}
+
+void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
+  if (e.kind == PeerEvent::kPeerRejoined) {
+    // A member's KV layer forgets the old process's requests before the
+    // new one can be heard (MemberOnNodeJoined answers after this).
+    if (IsScheduler() || !IsWorkerId(e.id)) return;
+    for (auto& c : Customers()) {
+      if (c->on_join) c->on_join(e.id);
+    }
+    return;
+  }
+  if (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered) {
+    return;
+  }
+  // The KV layer tells a death awaited back (Unavailable) from one for
+  // good (PeerFailed): a DenseShard keeps waiting for the first.
+  const Status told =
+      e.awaited() ? Status::Unavailable(e.status.message() +
+                                        "; awaited back (PS_MAX_RESTARTS)")
+                  : e.status;
+  for (auto& c : Customers()) {
+    if (c->on_failure) c->on_failure(e.id, told);
+  }
+}
+
+void Postoffice::OnPeerEventForUser(const PeerEvent& e) {
+  if (e.kind != PeerEvent::kPeerLost || e.awaited()) return;
+  std::function<void(int, const Status&)> handler;
+  {
+    MutexLock lock(&mu_);
+    handler = peer_failure_handler_;
+  }
+  if (handler) handler(e.id, e.status);
+}
+
+}  // namespace ps
