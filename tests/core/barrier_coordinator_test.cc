@@ -19,7 +19,7 @@ using Release = BarrierCoordinator::Release;
 class BarrierCoordinatorTest : public ::testing::Test {
  protected:
   BarrierCoordinatorTest()
-      : coordinator_({[this](int group) { return Ids(group); },
+      : coordinator_({[](int group) { return Ids(group); },
                       [this](int id) {
                         auto it = states_.find(id);
                         return it == states_.end() ? PeerState::kLive
