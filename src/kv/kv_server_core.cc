@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kv/call_gate.h"
+#include "kv/replica_chain.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
@@ -149,7 +150,13 @@ class KVServerCore::Impl {
 
   void OnRequest(Message&& msg) {
     const pb::Meta& m = msg.meta;
-    // The only answers a server gets: its replica's (DispatchData).
+    if (!MayAsk(m)) {
+      post_->CountDropped(m.sender(), "a server takes requests from workers "
+                                      "and its replica chain only: " +
+                                          DebugString(msg));
+      return;
+    }
+    // The only answers a server gets: its replica's.
     if (!m.request()) return OnReplicaAnswer(m);
     StatusOr<RawKVPairs> kvs =
         DecodeKVPairs(msg, m.push(), val_type_, val_size_);
@@ -246,13 +253,23 @@ class KVServerCore::Impl {
   }
 
  private:
+  // Who may ask: a worker; and (`origin` set: on a worker's behalf) this
+  // server's primary, forwarding a push, or its replica, answering one.
+  bool MayAsk(const pb::Meta& m) const {
+    if (!m.has_origin()) return m.request() && IsWorkerId(m.sender());
+    return replicas_ > 0 && IsServerId(m.sender()) &&
+           IsWorkerId(m.origin()) &&
+           IsReplicaTraffic(m.request(), IdToRank(m.sender()), post_->rank(),
+                            post_->config().num_servers);
+  }
+
   static KVMeta RequestMeta(const pb::Meta& m) {
     KVMeta meta;
     meta.cmd = m.head();
     meta.push = m.push();
     meta.pull = m.pull();
-    // A push forwarded by a primary is the worker's (DispatchData checked
-    // that it comes from the server this one is the replica of).
+    // A push forwarded by a primary is the worker's (MayAsk checked that it
+    // comes from the server this one is the replica of).
     meta.sender = m.has_origin() ? m.origin() : m.sender();
     meta.reply_to = m.has_origin() ? m.sender() : -1;
     meta.shard = m.has_shard() ? m.shard() : -1;

@@ -501,6 +501,11 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   // The server whose keys were asked for: the sender, or the dead server
   // whose keys the sender (its replica) took over.
   int sender = msg.meta.sender();
+  if (!IsServerId(sender)) {
+    post_->CountDropped(sender, "a worker takes answers from servers only: " +
+                                    DebugString(msg));
+    return;
+  }
   if (msg.meta.has_shard()) {
     const int slot = ServerRankToId(msg.meta.shard());
     if (RouteOf(slot) != sender) {

@@ -4,53 +4,90 @@
 #include <algorithm>
 #include <utility>
 
-#include "kv/replica_chain.h"
 #include "postoffice/postoffice.h"
 
 namespace ps {
 
+bool Postoffice::FastDispatch(Message* msg) {
+  if (msg->meta.control().cmd() != pb::EMPTY) return false;
+  const std::shared_ptr<const Routes> routes = std::atomic_load(&routes_);
+  const int sender = msg->meta.sender();
+  // The scheduler's messages go the slow way: they are its heartbeats too.
+  if (routes == nullptr || sender == kSchedulerId || sender == routes->my_id) {
+    return false;
+  }
+  const NodeInfo* claimed = routes->table.Find(sender);
+  if (claimed == nullptr || !claimed->HasIdentity(msg->from)) {
+    return false;  // the slow path says why, under mu_
+  }
+  if (DropForTest(*msg)) return true;
+  DispatchData(std::move(*msg));
+  return true;
+}
+
+Postoffice::CustomerKey Postoffice::CustomerOf(const pb::Meta& m) const {
+  if (m.simple_app()) {
+    return {false, m.app_id(), SimpleAppCustomerId(m.customer_id())};
+  }
+  // A server gets requests, and the answers to what it forwarded on
+  // behalf of another node (`origin`: a push copied to its replica).
+  const bool to_server =
+      m.request() || (config_.role == Role::kServer && m.has_origin());
+  return {to_server, m.app_id(), to_server ? -1 : m.customer_id()};
+}
+
 void Postoffice::DispatchData(Message&& msg) {
-  if (msg.meta.simple_app()) {
-    DispatchSimpleApp(std::move(msg));
+  const CustomerKey key = CustomerOf(msg.meta);
+  // Servers serve, workers ask; the scheduler's data is SimpleApp's only.
+  // Which peer may ask or answer what is the KV layer's to check.
+  if (!msg.meta.simple_app() &&
+      std::get<0>(key) != (config_.role == Role::kServer)) {
+    CountDropped(msg.meta.sender(), std::string("a ") +
+                                        RoleName(config_.role) +
+                                        " does not take " + DebugString(msg));
     return;
   }
-  const int sender = msg.meta.sender();
-  // Replication: a push a primary forwards to its replica (for a worker),
-  // and the replica's answer; both for the server's KV layer.
-  const bool replica_traffic =
-      config_.replicas > 0 && config_.role == Role::kServer &&
-      IsServerId(sender) && msg.meta.has_origin() &&
-      IsWorkerId(msg.meta.origin()) &&
-      detail::IsReplicaTraffic(msg.meta.request(), IdToRank(sender), rank(),
-                               config_.num_servers);
-  bool request = msg.meta.request();
-  bool ok_role =
-      replica_traffic ||
-      (request ? config_.role == Role::kServer && IsWorkerId(sender)
-               : config_.role == Role::kWorker && IsServerId(sender));
-  if (!ok_role) {
-    CountDropped(sender, std::string("a ") + RoleName(config_.role) +
-                             " does not take " + DebugString(msg));
-    return;
+  const std::shared_ptr<const CustomerMap> customers = LoadCustomers();
+  auto it = customers->find(key);
+  if (it != customers->end() && Post(it->second, &msg)) return;
+  HoldOrDrop(key, std::move(msg));
+}
+
+bool Postoffice::Post(const std::shared_ptr<Customer>& customer,
+                      Message* msg) {
+  {
+    MutexLock lock(&customer->mu);
+    if (customer->closed) return false;
+    customer->mailbox.push_back(std::move(*msg));
+    if (customer->delivering) return true;  // its deliverer drains it
+    customer->delivering = true;
   }
-  if (replica_traffic) request = true;  // to the KVServer, either way
-  CustomerKey key{request, msg.meta.app_id(),
-                  request ? -1 : msg.meta.customer_id()};
+  Deliver(customer);
+  return true;
+}
+
+void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
+  const bool request = std::get<0>(key) && msg.meta.request();
   const Clock::time_point now = Clock::now();
   if (request) ExpireHeldRequests(now);
   std::shared_ptr<Customer> customer;
   {
     MutexLock lock(&customers_mu_);
-    auto it = customers_.find(key);
-    if (it == customers_.end()) {
+    // Registered since the look-up?
+    const std::shared_ptr<const CustomerMap> customers = LoadCustomers();
+    auto it = customers->find(key);
+    if (it != customers->end()) {
+      customer = it->second;
+    } else if (request) {
       // Requests may come before the server set its request handle (a
       // worker may learn of the start barrier's end first): hold them, for
-      // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests).
-      // Up to a count and PS_MAX_MESSAGE_BYTES in all. A resent copy of
-      // one held already is let go (it would count twice).
-      if (request && held_.count(key) > 0) {
-        const pb::Meta& m = msg.meta;
-        for (const HeldRequest& h : held_[key]) {
+      // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests), up to a count
+      // and PS_MAX_MESSAGE_BYTES in all. A resent copy of one held already
+      // is let go (it would count twice).
+      const pb::Meta& m = msg.meta;
+      auto held = held_.find(key);
+      if (held != held_.end()) {
+        for (const HeldRequest& h : held->second) {
           if (h.msg.meta.sender() == m.sender() &&
               h.msg.meta.customer_id() == m.customer_id() &&
               h.msg.meta.timestamp() == m.timestamp() &&
@@ -60,22 +97,18 @@ void Postoffice::DispatchData(Message&& msg) {
           }
         }
       }
-      if (request && held_count_ < kMaxEarlyMessages &&
+      if (held_count_.load() < kMaxEarlyMessages &&
           held_bytes_ + MessageBytes(msg) <=
               static_cast<uint64_t>(config_.max_message_bytes)) {
         held_bytes_ += MessageBytes(msg);
         held_[key].push_back({std::move(msg), now});
-        ++held_count_;
+        held_count_.fetch_add(1);
         return;
       }
-    } else {
-      customer = it->second;
-      customer->mailbox.push_back(std::move(msg));
-      if (customer->delivering) return;  // its deliverer drains the mailbox
-      customer->delivering = true;
     }
   }
-  if (customer == nullptr && msg.meta.request()) {
+  if (customer != nullptr && Post(customer, &msg)) return;
+  if (request) {
     // Too many early requests held already: refused now, not lost.
     RefuseRequest(msg, Status::kUnavailable,
                   "server " + std::to_string(rank()) +
@@ -84,45 +117,19 @@ void Postoffice::DispatchData(Message&& msg) {
                       std::to_string(msg.meta.app_id()) + ")");
     return;
   }
-  if (customer == nullptr) {
-    CountDropped(msg.meta.sender(),
-                 "no customer for app " + std::to_string(msg.meta.app_id()) +
-                     " customer " + std::to_string(msg.meta.customer_id()));
-    return;
-  }
-  Deliver(customer);
-}
-
-void Postoffice::DispatchSimpleApp(Message&& msg) {
-  // Any member may talk to any other (the sender is proven already).
-  CustomerKey key{false, msg.meta.app_id(),
-                  SimpleAppCustomerId(msg.meta.customer_id())};
-  std::shared_ptr<Customer> customer;
-  {
-    MutexLock lock(&customers_mu_);
-    auto it = customers_.find(key);
-    if (it != customers_.end()) {
-      customer = it->second;
-      customer->mailbox.push_back(std::move(msg));
-      if (customer->delivering) return;
-      customer->delivering = true;
-    }
-  }
-  if (customer == nullptr) {
-    CountDropped(msg.meta.sender(),
-                 "no SimpleApp for app " + std::to_string(msg.meta.app_id()) +
-                     " customer " + std::to_string(msg.meta.customer_id()));
-    return;
-  }
-  Deliver(customer);
+  CountDropped(msg.meta.sender(),
+               std::string(msg.meta.simple_app() ? "no SimpleApp"
+                                                 : "no customer") +
+                   " for app " + std::to_string(msg.meta.app_id()) +
+                   " customer " + std::to_string(msg.meta.customer_id()));
 }
 
 void Postoffice::ExpireHeldRequests(Clock::time_point now) {
   const auto max_age = std::chrono::milliseconds(config_.connect_timeout_ms);
+  if (held_count_.load() == 0) return;  // no lock on the data path
   std::vector<Message> expired;
   {
     MutexLock lock(&customers_mu_);
-    if (held_count_ == 0) return;
     for (auto it = held_.begin(); it != held_.end();) {
       std::vector<HeldRequest>& held = it->second;
       auto young = std::find_if(held.begin(), held.end(), [&](const auto& h) {
@@ -132,7 +139,7 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
         held_bytes_ -= MessageBytes(h->msg);
         expired.push_back(std::move(h->msg));
       }
-      held_count_ -= young - held.begin();
+      held_count_.fetch_sub(young - held.begin());
       held.erase(held.begin(), young);
       it = held.empty() ? held_.erase(it) : std::next(it);
     }
@@ -172,13 +179,12 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
 
 std::vector<std::shared_ptr<Postoffice::Customer>> Postoffice::Customers() {
   std::vector<std::shared_ptr<Customer>> customers;
-  MutexLock lock(&customers_mu_);
-  for (auto& [key, c] : customers_) customers.push_back(c);
+  for (const auto& [key, c] : *LoadCustomers()) customers.push_back(c);
   return customers;
 }
 
 void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
-  MutexLock lock(&customers_mu_);
+  MutexLock lock(&customer->mu);
   customer->deliverer = std::this_thread::get_id();
   while (!customer->mailbox.empty()) {
     Message msg = std::move(customer->mailbox.front());
@@ -189,7 +195,7 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
   }
   customer->delivering = false;
   customer->deliverer = std::thread::id();
-  customers_cv_.SignalAll();
+  customer->cv.SignalAll();
 }
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
@@ -201,48 +207,57 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
   customer->on_failure = std::move(on_failure);
   customer->on_tick = std::move(on_tick);
   customer->on_join = std::move(on_join);
+  bool drain = false;
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-    CHECK(customers_.count(key) == 0)
+    auto customers = std::make_shared<CustomerMap>(*LoadCustomers());
+    CHECK(customers->count(key) == 0)
         << "app " << app_id << " customer " << customer_id
         << " is registered twice on one node";
-    customers_[key] = customer;
+    (*customers)[key] = customer;
     auto held = held_.find(key);
-    if (held == held_.end()) return;
-    for (HeldRequest& h : held->second) {
-      held_bytes_ -= MessageBytes(h.msg);
-      customer->mailbox.push_back(std::move(h.msg));
+    if (held != held_.end()) {
+      MutexLock customer_lock(&customer->mu);
+      for (HeldRequest& h : held->second) {
+        held_bytes_ -= MessageBytes(h.msg);
+        customer->mailbox.push_back(std::move(h.msg));
+      }
+      held_count_.fetch_sub(held->second.size());
+      held_.erase(held);
+      customer->delivering = drain = true;
     }
-    held_count_ -= held->second.size();
-    held_.erase(held);
-    customer->delivering = true;
+    std::atomic_store(&customers_,
+                      std::shared_ptr<const CustomerMap>(std::move(customers)));
   }
-  Deliver(customer);  // the held requests, on this thread, in order
+  if (drain) Deliver(customer);  // the held requests, on this thread, in order
 }
 
 void Postoffice::TickCustomers(Clock::time_point now) {
-  std::vector<std::shared_ptr<Customer>> ticked;
-  {
-    MutexLock lock(&customers_mu_);
-    for (const auto& [key, customer] : customers_) {
-      if (customer->on_tick) ticked.push_back(customer);
-    }
-  }
   // A customer unregistered meanwhile is kept off by its own gate.
-  for (const auto& customer : ticked) customer->on_tick(now);
+  for (const auto& [key, customer] : *LoadCustomers()) {
+    if (customer->on_tick) customer->on_tick(now);
+  }
 }
 
 void Postoffice::UnregisterCustomer(bool requests, int app_id,
                                     int customer_id) {
-  MutexLock lock(&customers_mu_);
-  CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-  auto it = customers_.find(key);
-  if (it == customers_.end()) return;
-  std::shared_ptr<Customer> customer = it->second;
-  customers_.erase(it);
+  std::shared_ptr<Customer> customer;
+  {
+    MutexLock lock(&customers_mu_);
+    CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+    auto customers = std::make_shared<CustomerMap>(*LoadCustomers());
+    auto it = customers->find(key);
+    if (it == customers->end()) return;
+    customer = it->second;
+    customers->erase(it);
+    std::atomic_store(&customers_,
+                      std::shared_ptr<const CustomerMap>(std::move(customers)));
+  }
+  MutexLock lock(&customer->mu);
+  customer->closed = true;  // to a sender that found it in an older snapshot
   if (customer->deliverer == std::this_thread::get_id()) return;
-  while (customer->delivering) customers_cv_.Wait();
+  while (customer->delivering) customer->cv.Wait();
 }
 
 }  // namespace ps

@@ -128,15 +128,9 @@ Status Postoffice::Start() {
   return Status::OK();
 }
 
-int Postoffice::id() const {
-  MutexLock lock(&mu_);
-  return my_id_;
-}
+int Postoffice::id() const { return my_id_.load(); }
 
-int Postoffice::rank() const {
-  MutexLock lock(&mu_);
-  return my_rank_;
-}
+int Postoffice::rank() const { return my_rank_.load(); }
 
 std::vector<int> Postoffice::GetNodeIds(int group) const {
   MutexLock lock(&mu_);
@@ -174,10 +168,7 @@ Message Postoffice::ControlMessage(pb::Command cmd, int recver,
 }
 
 Status Postoffice::Send(Message* msg) {
-  {
-    MutexLock lock(&mu_);
-    msg->meta.set_sender(my_id_);
-  }
+  msg->meta.set_sender(my_id_.load());
   if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
   return van_.Send(msg);
 }
@@ -198,6 +189,7 @@ void Postoffice::CountDropped(int sender, const std::string& why) {
 
 void Postoffice::OnMessage(Message&& msg) {
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
+  if (FastDispatch(&msg)) return;
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
   std::vector<Message> outbox;
@@ -258,6 +250,14 @@ bool Postoffice::DropForTest(const Message& msg) {
   num_test_drops_.fetch_add(1);
   if (config_.verbose >= 1) LOG(INFO) << "PS_DROP_MSG: " << DebugString(msg);
   return true;
+}
+
+void Postoffice::PublishRoutesLocked() {
+  auto routes = std::make_shared<Routes>();
+  routes->table = table_;
+  routes->my_id = my_id_.load();
+  std::atomic_store(&routes_,
+                    std::shared_ptr<const Routes>(std::move(routes)));
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {

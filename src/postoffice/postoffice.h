@@ -8,9 +8,15 @@
 // Threads (docs/threads.md): the van's receive thread runs OnMessage and
 // every handler; the monitor thread "ps-monitor" sends heartbeats (members)
 // or checks liveness and barrier deadlines (scheduler). Locks: mu_ guards
-// the node state; customers_mu_ guards the customer registry; the
-// membership has its own, taken after mu_; none is held while a handler,
-// subscriber or callback runs or while a message is sent.
+// the node state; customers_mu_ guards changes of the customer registry;
+// the membership has its own, taken after mu_; none is held while a
+// handler, subscriber or callback runs or while a message is sent.
+//
+// The data path takes none of them: Send reads this node's id from an
+// atomic; a data message from a member is checked against routes_ (the
+// node table as of its last change, an immutable snapshot) and handed to
+// its customer found in customers_ (another snapshot), whose mailbox has
+// the customer's own lock.
 #ifndef PS_SRC_POSTOFFICE_POSTOFFICE_H_
 #define PS_SRC_POSTOFFICE_POSTOFFICE_H_
 
@@ -140,12 +146,20 @@ class Postoffice {
     FailureHandler on_failure;
     TickHandler on_tick;
     JoinHandler on_join;
-    // Guarded by customers_mu_: messages not yet handled, whether a thread
-    // is draining them (handlers of one customer never run concurrently),
-    // and which thread.
-    std::deque<Message> mailbox;
-    bool delivering = false;
-    std::thread::id deliverer;
+    Mutex mu;
+    CondVar cv{&mu};
+    // Messages not yet handled, whether a thread is draining them (handlers
+    // of one customer never run concurrently), and which thread.
+    std::deque<Message> mailbox GUARDED_BY(mu);
+    bool delivering GUARDED_BY(mu) = false;
+    std::thread::id deliverer GUARDED_BY(mu);
+    bool closed GUARDED_BY(mu) = false;  // unregistered: takes no more
+  };
+  using CustomerMap = std::map<CustomerKey, std::shared_ptr<Customer>>;
+  // What the data path needs to check a member's message without mu_.
+  struct Routes {
+    NodeTable table;
+    int my_id = 0;
   };
 
   // Receive thread.
@@ -155,12 +169,24 @@ class Postoffice {
   void OnControl(Message&& msg);
   void OnBarrier(const Message& msg);
   void OnNodeFailed(const Message& msg);
+  // A data message whose sender routes_ proves; false if it takes the
+  // slow path (control, not ready, the scheduler's, or not proven there).
+  bool FastDispatch(Message* msg);
   void DispatchData(Message&& msg);
+  // Puts msg in customer's mailbox and drains it unless another thread
+  // does; false (msg untouched) if the customer was unregistered.
+  bool Post(const std::shared_ptr<Customer>& customer, Message* msg);
   // Answers request `req` with an error (counted as a drop).
   void RefuseRequest(const Message& req, Status::Code code,
                      const std::string& why) EXCLUDES(mu_);
-  void DispatchSimpleApp(Message&& msg);
-  // Refuses (NotFound) the requests held for a KVServer that has not
+  // The customer msg is for: a request (and, at a server, the answer to a
+  // message it forwarded for `origin`) to the app's server customer,
+  // another answer to the customer that asked, SimpleApp's to its app.
+  CustomerKey CustomerOf(const pb::Meta& m) const;
+  // No customer (registered) for msg: a request waits for its KVServer
+  // (held_), within budgets, else is refused; anything else is dropped.
+  void HoldOrDrop(const CustomerKey& key, Message&& msg)
+      EXCLUDES(customers_mu_);  // Refuses (NotFound) the requests held for a KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
   void ExpireHeldRequests(Clock::time_point now) EXCLUDES(mu_, customers_mu_);
@@ -168,7 +194,13 @@ class Postoffice {
   std::vector<std::shared_ptr<Customer>> Customers() EXCLUDES(customers_mu_);
   // Drains customer's mailbox on this thread; customer->delivering is set.
   void Deliver(const std::shared_ptr<Customer>& customer)
-      EXCLUDES(customers_mu_);
+      EXCLUDES(customer->mu);
+  // The registry as of its last change.
+  std::shared_ptr<const CustomerMap> LoadCustomers() const {
+    return std::atomic_load(&customers_);
+  }
+  // Publishes table_ and my_id_ for the data path (after each change).
+  void PublishRoutesLocked() REQUIRES(mu_);
 
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
@@ -299,8 +331,11 @@ class Postoffice {
   CondVar cv_{&mu_};
   bool finalized_ GUARDED_BY(mu_) = false;  // Stop() after Finalize()
   NodeTable table_ GUARDED_BY(mu_);
-  int my_id_ GUARDED_BY(mu_) = 0;
-  int my_rank_ GUARDED_BY(mu_) = -1;
+  // Written under mu_, read by anyone (Send stamps my_id_ without a lock).
+  std::atomic<int> my_id_{0};
+  std::atomic<int> my_rank_{-1};
+  // Members, once ready: the node table for the receive path (null before).
+  std::shared_ptr<const Routes> routes_;  // std::atomic_load / atomic_store
   bool acked_ GUARDED_BY(mu_) = false;
   bool ready_ GUARDED_BY(mu_) = false;
   Status start_error_ GUARDED_BY(mu_);
@@ -347,17 +382,19 @@ class Postoffice {
   std::vector<Message> early_;  // receive thread only: data before ready
   uint64_t early_bytes_ = 0;    // receive thread only: their data bytes
 
+  // Serializes registry changes and the holding of early requests; the
+  // registry itself is a snapshot read with LoadCustomers() (a new one is
+  // published under customers_mu_ on each change).
   Mutex customers_mu_;
-  CondVar customers_cv_{&customers_mu_};
-  std::map<CustomerKey, std::shared_ptr<Customer>> customers_
-      GUARDED_BY(customers_mu_);
+  std::shared_ptr<const CustomerMap> customers_ =
+      std::make_shared<const CustomerMap>();
   struct HeldRequest {
     Message msg;
     Clock::time_point since;
   };
   std::map<CustomerKey, std::vector<HeldRequest>> held_
       GUARDED_BY(customers_mu_);  // no customer yet
-  size_t held_count_ GUARDED_BY(customers_mu_) = 0;
+  std::atomic<size_t> held_count_{0};  // changed under customers_mu_
   uint64_t held_bytes_ GUARDED_BY(customers_mu_) = 0;  // their data bytes
 };
 

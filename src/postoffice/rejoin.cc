@@ -272,6 +272,7 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
       return;
     }
     table_.Add(node);
+    PublishRoutesLocked();  // its messages come from the new address
     TransitionLocked(node.id, PeerInput::kRejoined,
                      "the scheduler says its successor joined", &events);
     if (config_.role == Role::kServer) {  // servers talk to workers

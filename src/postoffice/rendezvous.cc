@@ -333,6 +333,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
                            me->id);
     table_ = std::move(table);
     ready_ = true;
+    PublishRoutesLocked();
     early.swap(early_);
     early_bytes_ = 0;
     cv_.SignalAll();
