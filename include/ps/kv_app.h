@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "ps/base.h"
+#include "ps/filter.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
 #include "ps/placement.h"
@@ -155,6 +156,14 @@ class KVWorker {
     core_.SetPlacement(std::move(placement));
   }
   const Placement& placement() const { return core_.placement(); }
+
+  // Appends a filter (ps/filter.h) to this worker's chain, before the first
+  // request: its requests pass the chain on the way out, the answers on the
+  // way in. The servers need the same filters. Error: a second filter of
+  // the same name.
+  Status AddFilter(std::shared_ptr<Filter> filter) {
+    return core_.AddFilter(std::move(filter));
+  }
 
   // ps-lite's slicer: sliced->at(i) = (whether server i gets a message, the
   // keys (sorted, unique) and values it gets); `sliced` comes empty, the
@@ -248,6 +257,14 @@ class KVServer {
 
   // Requests are delivered once a handle is set (earlier ones are held).
   void set_request_handle(const ReqHandle& handle) { SetHandle(handle, false); }
+
+  // Appends a filter (ps/filter.h) to this server's chain, before the
+  // request handle is set: requests are undone by it on the way in, answers
+  // pass it on the way out. A request rewritten by a filter this server
+  // lacks is refused, naming it.
+  Status AddFilter(std::shared_ptr<Filter> filter) {
+    return core_.AddFilter(std::move(filter));
+  }
 
   // Unregisters the handle (waiting for a running one to return, unless
   // called from it) and the failure handle; later requests are held, then

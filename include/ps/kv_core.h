@@ -28,6 +28,7 @@
 namespace ps {
 
 class Node;
+class Filter;
 namespace pb {
 class SharedRef;
 }  // namespace pb
@@ -157,6 +158,8 @@ class KVWorkerCore {
   // Replaces slicing by placement (null: back to it). The ranges it is
   // given are the placement's. Must not race with requests.
   void SetSlicer(RawSlicer slicer);
+  // Appends a filter to the chain (ps/filter.h); before the first request.
+  Status AddFilter(std::shared_ptr<Filter> filter);
 
  private:
   class Impl;
@@ -180,6 +183,8 @@ class KVServerCore {
   void ClearHandle(bool replica = false);
   // Called on peer failures while a handler is registered.
   void SetFailureHandle(FailureHandle handle, bool replica = false);
+  // Appends a filter to the chain (ps/filter.h); before SetHandle.
+  Status AddFilter(std::shared_ptr<Filter> filter);
   void Response(const KVMeta& req, const RawKVPairs& res);
   // Refuses `req`: the worker's Wait returns `error` (not OK), its message
   // prefixed with this server's name. No data is sent.

@@ -1,8 +1,13 @@
-// KVServerCore: the server's hops, OnRequest (DecodeKVPairs, the handle) and
-// Response (AddKVFrames, Postoffice::Send) or ResponseError (an answer with
-// control.error and no frames). With resending on (PS_RESEND_TIMEOUT_MS), a
-// request that comes again is applied once (Seen): dropped while its answer
-// is pending; once answered, answered again without applying its values.
+// KVServerCore: the server's path, one function a stage:
+//   OnRequest: receive (MayAsk, the shard) -> dedup (RequestDedup::Seen) ->
+//   filters + decode (Unpack: FilterChain::Decode, DecodeKVPairs) ->
+//   handle (Handle: the user's handle, which answers) ->
+//   Response: answer (AnswerTo) -> encode (AddKVFrames) -> filters
+//   (FilterChain::Encode) -> send (Postoffice::Send);
+// or ResponseError (an answer with control.error and no frames). With
+// resending on (PS_RESEND_TIMEOUT_MS), a request that comes again is
+// applied once: dropped while its answer is pending; once answered,
+// answered again without applying its values (Repeat).
 // With replicas (PS_REPLICAS=1): a push to this server's keys is forwarded
 // to its replica (Forward) and answered once the replica answered
 // (HoldForReplica, OnReplicaAnswer); requests for the keys this server
@@ -22,12 +27,13 @@
 #include <vector>
 
 #include "kv/call_gate.h"
+#include "kv/dedup.h"
+#include "kv/filter_chain.h"
 #include "kv/replica_chain.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
-#include "van/shm.h"
 #include "van/sync.h"
 
 namespace ps {
@@ -47,6 +53,8 @@ const char* TypeName(int type) {
 
 class KVServerCore::Impl {
  public:
+  using Done = RequestDedup::Done;
+
   Impl(Node* node, int app_id, int val_type, size_t val_size)
       : post_(node->postoffice()),
         app_id_(app_id),
@@ -116,12 +124,7 @@ class KVServerCore::Impl {
   // Worker `id` was restarted: what this server remembers of the old
   // process's requests is no longer about the process behind that id.
   void OnJoin(int id) {
-    {
-      MutexLock lock(&dedup_mu_);
-      for (auto it = recent_.begin(); it != recent_.end();) {
-        it = it->first.worker == id ? recent_.erase(it) : std::next(it);
-      }
-    }
+    dedup_.Forget(id);
     {
       MutexLock lock(&hold_mu_);
       for (auto it = held_.begin(); it != held_.end();) {
@@ -158,19 +161,6 @@ class KVServerCore::Impl {
     }
     // The only answers a server gets: its replica's.
     if (!m.request()) return OnReplicaAnswer(m);
-    StatusOr<RawKVPairs> kvs =
-        DecodeKVPairs(msg, m.push(), val_type_, val_size_);
-    if (!kvs.ok()) {
-      post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
-      Status why = Status::InvalidArgument(kvs.status().message());
-      if (m.push() && m.data_type_size() >= 2 && m.data_type(1) != val_type_) {
-        why = Status::InvalidArgument(
-            std::string("server serves ") + TypeName(val_type_) +
-            " values; the request has " + TypeName(m.data_type(1)));
-      }
-      ResponseError(RequestMeta(m), why);
-      return;
-    }
     KVMeta meta = RequestMeta(m);
     if (restarts_) meta.incarnation = Incarnation(meta.sender);
     const int me = post_->rank();
@@ -185,29 +175,24 @@ class KVServerCore::Impl {
       return;
     }
     const bool forward = !for_replica && m.push() && ForwardsPushes();
-    if (dedup_) {
-      Status refusal;
-      const Done done = Seen(meta, &refusal);
-      if (done != Done::kNew) {
-        post_->CountDuplicate();
-        // Its answer may wait for the replica, whose copy (or answer) may
-        // be what was lost: send the copy again. Its values are those of
-        // the first copy: their worker, not answered yet, has not written
-        // them again. They are never applied here.
-        if (forward && AwaitsReplica(meta)) {
-          post_->CountResent();
-          Forward(meta, *kvs);
-        }
-        if (done == Done::kPending) return;
-        if (done == Done::kRefused) return ResponseError(meta, refusal);
-        if (!m.pull()) return Response(meta, RawKVPairs());
-        // Serve the pull again, without the values it pushed (applied).
-        meta.push = false;
-        kvs->vals = SArray<char>();
-        kvs->lens = SArray<int>();
-        return Handle(meta, *kvs, for_replica);
+    Status refusal;
+    const Done done = dedup_on_ ? dedup_.Seen(meta, &refusal) : Done::kNew;
+    if (done != Done::kNew) {
+      post_->CountDuplicate();
+      if (done == Done::kRefused) return ResponseError(meta, refusal);
+      // What is left to do without the request's frames.
+      const bool resend_copy = forward && AwaitsReplica(meta);
+      if (done == Done::kPending && !resend_copy) return;
+      if (done == Done::kAnswered && !m.pull() && !resend_copy) {
+        return Response(meta, RawKVPairs());
       }
     }
+    StatusOr<RawKVPairs> kvs = Unpack(&msg);
+    if (!kvs.ok()) {
+      post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
+      return ResponseError(meta, kvs.status());
+    }
+    if (done != Done::kNew) return Repeat(meta, done, forward, for_replica, &*kvs);
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
@@ -220,13 +205,55 @@ class KVServerCore::Impl {
     Handle(meta, *kvs, for_replica);
   }
 
+  // The filters stage, then the decode stage, of a request.
+  StatusOr<RawKVPairs> Unpack(Message* msg) const {
+    Status st = filters_.Decode(msg);
+    if (!st.ok()) return st;
+    const pb::Meta& m = msg->meta;
+    StatusOr<RawKVPairs> kvs =
+        DecodeKVPairs(*msg, m.push(), val_type_, val_size_);
+    if (kvs.ok()) return kvs;
+    if (m.push() && m.data_type_size() >= 2 && m.data_type(1) != val_type_) {
+      return Status::InvalidArgument(
+          std::string("server serves ") + TypeName(val_type_) +
+          " values; the request has " + TypeName(m.data_type(1)));
+    }
+    return Status::InvalidArgument(kvs.status().message());
+  }
+
+  // A request that came again (resent) and was seen (`done`): its values
+  // are never applied again. Its answer may wait for the replica, whose
+  // copy (or answer) may be what was lost: the copy goes again, with the
+  // values of the first (their worker, not answered yet, has not written
+  // them since). An answered pull is served again without its push.
+  void Repeat(KVMeta meta, Done done, bool forward, bool for_replica,
+              RawKVPairs* kvs) {
+    if (forward && AwaitsReplica(meta)) {
+      post_->CountResent();
+      Forward(meta, *kvs);
+    }
+    if (done == Done::kPending) return;
+    if (!meta.pull) return Response(meta, RawKVPairs());
+    meta.push = false;
+    kvs->vals = SArray<char>();
+    kvs->lens = SArray<int>();
+    Handle(meta, *kvs, for_replica);
+  }
+
+  Status AddFilter(std::shared_ptr<Filter> filter) {
+    CHECK(!registered_) << "KVServer::AddFilter after set_request_handle";
+    return filters_.Add(std::move(filter));
+  }
+
   void Response(const KVMeta& req, const RawKVPairs& res) {
     if (Outlived(req)) return;
-    if (dedup_) MarkAnswered(req, Status::OK());
+    if (dedup_on_) dedup_.MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
+    Status st = filters_.Encode(&msg);
+    if (!st.ok()) return ResponseError(req, st);
     if (HoldForReplica(req, &msg)) return;
-    Status st = post_->Send(&msg);
+    st = post_->Send(&msg);
     if (st.code() == Status::kInvalidArgument) {
       // Too large to send (PS_MAX_MESSAGE_BYTES): the worker learns why
       // instead of waiting for an answer that never comes.
@@ -240,7 +267,7 @@ class KVServerCore::Impl {
   void ResponseError(const KVMeta& req, const Status& error) {
     CHECK(!error.ok()) << "ResponseError with OK";
     if (Outlived(req)) return;
-    if (dedup_) MarkAnswered(req, error);
+    if (dedup_on_) dedup_.MarkAnswered(req, error);
     if (replicas_ > 0) {
       MutexLock lock(&hold_mu_);
       held_.erase({req.sender, req.customer_id, req.timestamp});
@@ -413,12 +440,12 @@ class KVServerCore::Impl {
   // back to sending the bytes when the size differs or the worker's memory
   // cannot be mapped.
   RawKVPairs WriteInPlace(const KVMeta& req, const RawKVPairs& res) {
-    if (req.reply_into == nullptr ||
+    if (req.reply_into == nullptr || !filters_.empty() ||
         req.reply_into->bytes() != res.vals.size() || res.vals.empty()) {
       return res;
     }
     StatusOr<SArray<char>> dst =
-        SharedMemory::Get().Resolve(*req.reply_into, res.vals.size());
+        post_->ResolveShared(*req.reply_into, res.vals.size());
     if (!dst.ok()) {
       LOG_FIRST_N(WARNING, 1) << "answering " << post_->DescribeNode(req.sender)
                               << " by socket: " << dst.status();
@@ -432,99 +459,17 @@ class KVServerCore::Impl {
     return placed;
   }
 
-  // ---- Applying each request once (resending) ---------------------------
-
-  // What became of a request (Seen): new (now remembered), seen and not
-  // answered yet, answered with data, or answered with an error.
-  enum class Done : uint8_t { kNew, kPending, kAnswered, kRefused };
-  // How many timestamps per worker customer are remembered: far more
-  // requests than can be in flight while one is resent.
-  static constexpr size_t kRecentPerCustomer = 4096;
-  // One worker customer's requests for one server's keys: request ts in
-  // slot ts % kRecentPerCustomer (so its last kRecentPerCustomer
-  // timestamps; 32 KiB, allocated at its first request).
-  struct Recent {
-    struct Slot {
-      int ts = 0;
-      Done done = Done::kNew;  // kNew: empty
-    };
-    std::vector<Slot> slots = std::vector<Slot>(kRecentPerCustomer);
-    std::unordered_map<int, Status> refused;  // the errors, by timestamp
-  };
-  // (worker id, customer id, shard): a request's slices for this server's
-  // keys (shard -1) and for its primary's share a timestamp.
-  struct RecentKey {
-    int worker, customer, shard;
-    bool operator==(const RecentKey& o) const {
-      return worker == o.worker && customer == o.customer && shard == o.shard;
-    }
-  };
-  struct RecentKeyHash {
-    size_t operator()(const RecentKey& k) const {
-      uint64_t h = (uint64_t{static_cast<uint32_t>(k.worker)} << 32) |
-                   static_cast<uint32_t>(k.customer);
-      return static_cast<size_t>((h ^ static_cast<uint32_t>(k.shard)) *
-                                 0x9E3779B97F4A7C15ull);
-    }
-  };
-
-  // The shard as sent, not resolved to this server's rank (no
-  // Postoffice::rank() on the hot path): a request for this server's own
-  // keys names none (a worker names one only for keys a replica took over,
-  // a primary for the copies it forwards).
-  static RecentKey KeyOf(const KVMeta& req) {
-    return {req.sender, req.customer_id, req.shard};
-  }
-  static Recent::Slot& SlotOf(Recent& r, int ts) {
-    return r.slots[static_cast<uint32_t>(ts) % kRecentPerCustomer];
-  }
-
-  // What became of req before (a refusal's error in *refusal); when it is
-  // new, it is remembered (forgetting the request kRecentPerCustomer
-  // timestamps older, if any).
-  Done Seen(const KVMeta& req, Status* refusal) EXCLUDES(dedup_mu_) {
-    MutexLock lock(&dedup_mu_);
-    Recent& r = recent_[KeyOf(req)];
-    Recent::Slot& slot = SlotOf(r, req.timestamp);
-    if (slot.done != Done::kNew && slot.ts == req.timestamp) {
-      if (slot.done == Done::kRefused) *refusal = r.refused[req.timestamp];
-      return slot.done;
-    }
-    if (slot.done == Done::kRefused) r.refused.erase(slot.ts);
-    slot.ts = req.timestamp;
-    slot.done = Done::kPending;
-    return Done::kNew;
-  }
-
-  void MarkAnswered(const KVMeta& req, const Status& error)
-      EXCLUDES(dedup_mu_) {
-    MutexLock lock(&dedup_mu_);
-    auto r = recent_.find(KeyOf(req));
-    if (r == recent_.end()) return;
-    Recent::Slot& slot = SlotOf(r->second, req.timestamp);
-    if (slot.done == Done::kNew || slot.ts != req.timestamp) return;
-    if (error.ok()) {
-      if (slot.done == Done::kPending) slot.done = Done::kAnswered;
-      return;
-    }
-    slot.done = Done::kRefused;
-    r->second.refused[req.timestamp] =
-        error.message().empty() ? Status(error.code(), "(no reason given)")
-                                : error;
-  }
-
   Postoffice* const post_;
+  FilterChain filters_{"KVServer"};
   const int app_id_;
   const int val_type_;
   const size_t val_size_;
-  const bool dedup_ = post_->config().resend_timeout_ms > 0;
+  const bool dedup_on_ = post_->config().resend_timeout_ms > 0;
   const int replicas_ = post_->config().replicas;
   const bool restarts_ = post_->config().max_restarts > 0;
   Mutex incarnation_mu_;
   std::unordered_map<int, int> incarnation_ GUARDED_BY(incarnation_mu_);
-  Mutex dedup_mu_;
-  std::unordered_map<RecentKey, Recent, RecentKeyHash> recent_
-      GUARDED_BY(dedup_mu_);
+  RequestDedup dedup_;
 
   // A worker's answer waiting for the replica's answer to its copy.
   struct Held {
@@ -564,6 +509,9 @@ void KVServerCore::Response(const KVMeta& req, const RawKVPairs& res) {
 }
 void KVServerCore::ResponseError(const KVMeta& req, const Status& error) {
   impl_->ResponseError(req, error);
+}
+Status KVServerCore::AddFilter(std::shared_ptr<Filter> filter) {
+  return impl_->AddFilter(std::move(filter));
 }
 
 }  // namespace detail

@@ -1,14 +1,17 @@
-// KVWorkerCore: the worker's push/pull path. Each hop is one function:
-//   Request -> CheckKVPairs -> SliceKVPairs -> SendSlices (AddKVFrames,
-//   Postoffice::Send) ... OnResponse (DecodeKVPairs, StorePullAnswer,
-//   RequestTracker::Answer) -> FinishRequest (AssemblePull or Adopt, Finish).
+// KVWorkerCore: the worker's push/pull path, one function a stage:
+//   Request (CheckKVPairs) -> slice: SliceKVPairs -> SendSlices, for each
+//   server: encode: EncodeSlice (AddKVFrames) -> filters + send:
+//   FilterAndSend (FilterChain::Encode, Postoffice::Send)
+//   ... OnResponse: dedup (Answered) -> filters (FilterChain::Decode) ->
+//   decode (DecodeKVPairs) -> PullState::Store -> RequestTracker::Answer ->
+//   FinishRequest (PullState::Assemble, RequestTracker::Finish).
 // A pull into a ps::SharedArray asks a co-located server to write its answer
-// in place (ReplyInto); StorePullAnswer then finds it already there. A
+// in place (ReplyInto); PullState::Store then finds it already there. A
 // server may refuse a request (an answer with control.error and no frames):
 // the request then ends with that error, naming the server.
 // A user slicer (SetSlicer) takes a simpler path: SliceByUser checks its
-// slices, and the pulled values are assembled key by key (AssembleByKey),
-// since its slices need not be contiguous runs of the request's keys.
+// slices, and the pulled values are assembled key by key, since its slices
+// need not be contiguous runs of the request's keys.
 // Resending (PS_RESEND_TIMEOUT_MS): each slice is kept until its server
 // answers (KeepForResend, before it is sent); Resend (on the monitor
 // thread's tick) builds its message again and sends it when due, and
@@ -26,49 +29,17 @@
 #include <unordered_set>
 
 #include "kv/call_gate.h"
+#include "kv/filter_chain.h"
+#include "kv/pull_state.h"
 #include "kv/request_tracker.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
-#include "van/shm.h"
 #include "van/sync.h"
 
 namespace ps {
 namespace detail {
-
-namespace {
-
-// A pull in flight: where answers go and what was asked. The payload of its
-// tracker entry.
-// The first four are set before the request's tracker entry exists and
-// stay as they are; mu guards the rest, and the sink's destination, against
-// Wait().
-struct PullState {
-  PullSink sink;
-  SArray<Key> keys;         // the request's keys
-  std::vector<size_t> cut;  // keys[cut[s], cut[s+1]) went to server s
-  // Non-empty: server s's answer goes to sink.direct + place[s], as it
-  // comes, while it is place[s + 1] - place[s] bytes. Certain when one
-  // server holds every key; otherwise guessed from the sizes (the values per
-  // key taken as uniform when they divide evenly), and an answer of another
-  // size sets `misplaced`.
-  std::vector<size_t> place;
-  // Set by a user slicer: the keys sent to server s are asked[s] (cut is
-  // then empty), and answers are assembled key by key.
-  bool by_key = false;
-  std::vector<SArray<Key>> asked;
-
-  Mutex mu;
-  bool abandoned GUARDED_BY(mu) = false;  // done; never touch the sink again
-  // An answer broke `place`: assemble at the end.
-  bool misplaced GUARDED_BY(mu) = false;
-  // By server rank (all kept, zero-copy).
-  std::map<int, RawKVPairs> answers GUARDED_BY(mu);
-  Status error GUARDED_BY(mu);
-};
-
-}  // namespace
 
 class KVWorkerCore::Impl {
  public:
@@ -114,6 +85,9 @@ class KVWorkerCore::Impl {
               PullSink sink, std::function<void()> callback);
   Status Wait(int ts);
   size_t num_pending() const { return tracker_.num_pending(); }
+  Status AddFilter(std::shared_ptr<Filter> filter) {
+    return filters_.Add(std::move(filter));
+  }
   Placement placement_;
   RawSlicer slicer_;  // null: slice by placement_
 
@@ -126,30 +100,21 @@ class KVWorkerCore::Impl {
                      std::vector<KVSlice>* slices) const;
   void SendSlices(int ts, bool push, bool pull, int cmd,
                   std::vector<KVSlice>* slices, const PullState* state);
-  // The message of request ts for server `slot`'s keys, to whoever serves
-  // them now (its replica, once it died).
-  Message SliceMessage(int ts, int slot, bool push, bool pull, int cmd,
-                       const RawKVPairs& kvs);
-  // Where each server's answer goes in a direct pull destination of `bytes`
-  // (PullState::place); empty when that is not known in advance.
-  std::vector<size_t> DirectPlaces(const std::vector<size_t>& cut,
-                                   size_t num_touched, size_t bytes) const;
-  // Server `rank`'s part of a direct pull destination, if in shared memory.
-  static bool ReplyInto(const PullState& state, size_t rank,
-                        pb::SharedRef* ref);
+  // The encode stage: the message of request ts for server `slot`'s keys,
+  // to whoever serves them now (its replica, once it died).
+  Message EncodeSlice(int ts, int slot, bool push, bool pull, int cmd,
+                      const RawKVPairs& kvs);
+  // The filters stage, then the send stage.
+  Status FilterAndSend(Message* msg);
+  // Server `rank`'s part of a direct pull destination, if in shared memory
+  // (and no filter may rewrite the answer).
+  bool ReplyInto(const PullState& state, size_t rank, pb::SharedRef* ref);
   void OnResponse(Message&& msg);
   // The error a server answered with instead of data (OK for data).
   Status RefusalOf(const Message& msg) const;
-  Status StorePullAnswer(PullState* state, int rank, RawKVPairs answer)
-      EXCLUDES(state->mu);
+  // The filters stage, then the decode stage, of a pull's answer.
+  StatusOr<RawKVPairs> DecodeAnswer(Message* msg) const;
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
-  Status AssemblePull(PullState* state) EXCLUDES(state->mu);
-  // The values of state->keys, in their order, from answers holding them
-  // in any order (the lowest rank's answer for a key sent to several).
-  Status AssembleByKey(PullState* state) REQUIRES(state->mu);
-  // Hands a lone answer's frames to the sink as they are (no copy); false
-  // when the sink or the answer does not allow it.
-  bool Adopt(PullState* state) REQUIRES(state->mu);
   void OnFailure(int id, const Status& why);
   // A slice of a request, kept until its server answers: enough to send
   // it again.
@@ -184,6 +149,7 @@ class KVWorkerCore::Impl {
   Answer Answered(int ts, int server) EXCLUDES(resend_mu_);
 
   Postoffice* const post_;
+  FilterChain filters_{"KVWorker"};
   const int app_id_;
   const int customer_id_;
   const int val_type_;
@@ -234,6 +200,7 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     state = std::make_shared<PullState>();
     state->sink = std::move(sink);
     state->keys = kvs.keys;
+    state->val_size = val_size_;
     if (slicer_) {
       state->by_key = true;
       for (const KVSlice& slice : slices)
@@ -243,8 +210,8 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
     }
     if (state->sink.direct != nullptr && !state->sink.alloc_lens &&
         !state->by_key) {
-      state->place =
-          DirectPlaces(state->cut, servers.size(), state->sink.direct_bytes);
+      state->place = PullState::DirectPlaces(
+          state->cut, servers.size(), state->sink.direct_bytes, val_size_);
     }
   }
   // The tracker entry and the pull state (its payload) exist before any
@@ -257,15 +224,12 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   // Nothing to wait for: the (empty) answer is assembled before the entry
   // is done at once.
   // (It cannot fail: no answers, no error.)
-  if (servers.empty() && state) AssemblePull(state.get()).IgnoreError();
+  if (servers.empty() && state) state->Assemble().IgnoreError();
   std::weak_ptr<PullState> weak_state = state;
   int ts = tracker_.Start(
       servers,
       [kvs, weak_state, callback = std::move(callback)] {
-        if (auto s = weak_state.lock()) {
-          MutexLock lock(&s->mu);  // waits out a late copy
-          s->abandoned = true;
-        }
+        if (auto s = weak_state.lock()) s->Abandon();  // after a late copy
         if (callback) callback();
       },
       forget, state);
@@ -328,26 +292,11 @@ Status KVWorkerCore::Impl::SliceByUser(const RawKVPairs& kvs, bool push,
   return Status::OK();
 }
 
-std::vector<size_t> KVWorkerCore::Impl::DirectPlaces(
-    const std::vector<size_t>& cut, size_t num_touched, size_t bytes) const {
-  const size_t n = cut.back();
-  std::vector<size_t> place(cut.size());
-  if (n > 0 && bytes % (n * val_size_) == 0) {
-    for (size_t s = 0; s < cut.size(); ++s) place[s] = cut[s] * (bytes / n);
-  } else if (num_touched == 1) {
-    for (size_t s = 0; s < cut.size(); ++s) place[s] = cut[s] == n ? bytes : 0;
-  } else {
-    place.clear();
-  }
-  return place;
-}
-
 bool KVWorkerCore::Impl::ReplyInto(const PullState& state, size_t rank,
                                    pb::SharedRef* ref) {
-  if (state.place.empty()) return false;
+  if (state.place.empty() || !filters_.empty()) return false;
   const size_t bytes = state.place[rank + 1] - state.place[rank];
-  if (!SharedMemory::Get().Find(state.sink.direct + state.place[rank], bytes,
-                                ref)) {
+  if (!post_->FindShared(state.sink.direct + state.place[rank], bytes, ref)) {
     return false;
   }
   ref->set_bytes(bytes);
@@ -365,7 +314,7 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     KVSlice& slice = (*slices)[s];
     if (!slice.touched) continue;
     const int slot = ServerRankToId(static_cast<int>(s));
-    Message msg = SliceMessage(ts, slot, push, pull, cmd, slice.kvs);
+    Message msg = EncodeSlice(ts, slot, push, pull, cmd, slice.kvs);
     pb::SharedRef into;
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       // The van drops it for remote servers; a resend goes without it.
@@ -374,13 +323,19 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (resend_ms_ > 0) {
       KeepForResend({ts, slot, push, pull, cmd, std::move(slice.kvs), due});
     }
-    Status st = post_->Send(&msg);
+    Status st = FilterAndSend(&msg);
     if (!st.ok()) tracker_.FailServer(slot, st);
   }
 }
 
-Message KVWorkerCore::Impl::SliceMessage(int ts, int slot, bool push, bool pull,
-                                         int cmd, const RawKVPairs& kvs) {
+Status KVWorkerCore::Impl::FilterAndSend(Message* msg) {
+  Status st = filters_.Encode(msg);
+  if (!st.ok()) return st;
+  return post_->Send(msg);
+}
+
+Message KVWorkerCore::Impl::EncodeSlice(int ts, int slot, bool push, bool pull,
+                                        int cmd, const RawKVPairs& kvs) {
   Message msg;
   pb::Meta& m = msg.meta;
   m.set_app_id(app_id_);
@@ -404,12 +359,12 @@ void KVWorkerCore::Impl::KeepForResend(Unanswered&& u) {
 
 void KVWorkerCore::Impl::SendAgain(const std::vector<Unanswered>& slices) {
   for (const Unanswered& u : slices) {
-    Message msg = SliceMessage(u.ts, u.slot, u.push, u.pull, u.cmd, u.kvs);
+    Message msg = EncodeSlice(u.ts, u.slot, u.push, u.pull, u.cmd, u.kvs);
     post_->CountResent();
     if (post_->config().verbose >= 1) {
       LOG(INFO) << "resending " << DebugString(msg);
     }
-    Status st = post_->Send(&msg);
+    Status st = FilterAndSend(&msg);
     if (!st.ok()) {
       LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
                    << " failed: " << st;
@@ -529,20 +484,15 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   }
   Status refused = RefusalOf(msg);
   if (state && !refused.ok()) {
-    MutexLock lock(&state->mu);
-    if (state->error.ok()) state->error = refused;
+    state->Fail(refused);
   } else if (state) {
-    StatusOr<RawKVPairs> kvs = DecodeKVPairs(msg, true, val_type_, val_size_);
-    Status st = kvs.ok() ? StorePullAnswer(state.get(), IdToRank(sender),
-                                           std::move(kvs).value())
+    StatusOr<RawKVPairs> kvs = DecodeAnswer(&msg);
+    Status st = kvs.ok() ? state->Store(IdToRank(sender), std::move(kvs).value())
                          : kvs.status();
     if (!st.ok()) {
       post_->CountDropped(sender, "bad pull answer: " + st.message());
-      MutexLock lock(&state->mu);
-      if (state->error.ok()) {
-        state->error = Status::Corruption(post_->DescribeNode(sender) +
-                                          " answered badly: " + st.message());
-      }
+      state->Fail(Status::Corruption(post_->DescribeNode(sender) +
+                                     " answered badly: " + st.message()));
     }
   }
   std::string why;
@@ -565,155 +515,23 @@ Status KVWorkerCore::Impl::RefusalOf(const Message& msg) const {
                     " refused the request: " + ctrl.error());
 }
 
-Status KVWorkerCore::Impl::StorePullAnswer(PullState* state, int rank,
-                                           RawKVPairs answer) {
-  SArray<Key> asked;
-  if (state->by_key) {
-    if (rank < 0 || static_cast<size_t>(rank) >= state->asked.size()) {
-      return Status::Corruption("no such server rank " + std::to_string(rank));
-    }
-    asked = state->asked[rank];
-  } else {
-    if (rank < 0 || static_cast<size_t>(rank) + 1 >= state->cut.size()) {
-      return Status::Corruption("no such server rank " + std::to_string(rank));
-    }
-    asked = state->keys.segment(state->cut[rank], state->cut[rank + 1]);
-  }
-  if (answer.keys.size() != asked.size() ||
-      std::memcmp(answer.keys.data(), asked.data(),
-                  asked.size() * sizeof(Key)) != 0) {
-    return Status::Corruption("answered " + std::to_string(answer.keys.size()) +
-                              " keys that differ from the " +
-                              std::to_string(asked.size()) + " asked");
-  }
-  MutexLock lock(&state->mu);
-  if (state->abandoned) return Status::OK();
-  if (!state->place.empty() && !state->misplaced) {
-    size_t want = state->place[rank + 1] - state->place[rank];
-    char* dst = state->sink.direct + state->place[rank];
-    if (answer.vals.size() == want) {
-      // A co-located server may have written it in place (ReplyInto).
-      if (answer.vals.data() != dst) {
-        std::memcpy(dst, answer.vals.data(), want);
-      }
-    } else {
-      state->misplaced = true;  // e.g. lens that happen to divide evenly
-    }
-  }
-  state->answers[rank] = std::move(answer);
-  return Status::OK();
+StatusOr<RawKVPairs> KVWorkerCore::Impl::DecodeAnswer(Message* msg) const {
+  Status st = filters_.Decode(msg);
+  if (!st.ok()) return st;
+  return DecodeKVPairs(*msg, true, val_type_, val_size_);
 }
 
 void KVWorkerCore::Impl::FinishRequest(
     int ts, const std::shared_ptr<PullState>& state) {
   Status st;
-  if (state) st = AssemblePull(state.get());
+  if (state) st = state->Assemble();
   tracker_.Finish(ts, st);
-}
-
-Status KVWorkerCore::Impl::AssemblePull(PullState* state) {
-  MutexLock lock(&state->mu);
-  if (state->abandoned || !state->error.ok()) return state->error;
-  if (!state->place.empty() && !state->misplaced) {
-    state->answers.clear();
-    return Status::OK();
-  }
-  if (state->by_key) return AssembleByKey(state);
-  if (Adopt(state)) return Status::OK();
-  // A co-located server may have written its answer into the destination at
-  // a place guessed from the sizes (ReplyInto), where another answer
-  // belongs: take such answers out of the way first.
-  const char* begin = state->sink.direct;
-  const char* end = begin + state->sink.direct_bytes;
-  for (auto& [rank, a] : state->answers) {
-    if (begin != nullptr && a.vals.data() < end &&
-        a.vals.data() + a.vals.size() > begin) {
-      SArray<char> copy;
-      copy.CopyFrom(a.vals);
-      a.vals = copy;
-    }
-  }
-  size_t total = 0, keys = 0;
-  for (const auto& [rank, a] : state->answers) {
-    total += a.vals.size();
-    keys += a.keys.size();
-  }
-  char* dst = state->sink.alloc_vals(total);
-  int* lens = state->sink.alloc_lens ? state->sink.alloc_lens(keys) : nullptr;
-  for (const auto& [rank, a] : state->answers) {
-    if (!a.vals.empty()) std::memcpy(dst, a.vals.data(), a.vals.size());
-    dst += a.vals.size();
-    if (lens == nullptr) continue;
-    size_t n = a.keys.size();
-    for (size_t i = 0; i < n; ++i) {
-      *lens++ = !a.lens.empty()
-                    ? a.lens[i]
-                    : static_cast<int>(a.vals.size() / val_size_ / n);
-    }
-  }
-  state->answers.clear();
-  return Status::OK();
-}
-
-Status KVWorkerCore::Impl::AssembleByKey(PullState* state) {
-  struct Part {
-    const char* vals;
-    size_t bytes;
-  };
-  std::unordered_map<Key, Part> parts;
-  for (const auto& [rank, a] : state->answers) {  // ascending rank
-    size_t n = a.keys.size();
-    size_t uniform = n == 0 ? 0 : a.vals.size() / n;
-    const char* at = a.vals.data();
-    for (size_t i = 0; i < n; ++i) {
-      size_t bytes =
-          a.lens.empty() ? uniform : static_cast<size_t>(a.lens[i]) * val_size_;
-      parts.emplace(a.keys[i], Part{at, bytes});
-      at += bytes;
-    }
-  }
-  size_t total = 0;
-  for (Key key : state->keys) {
-    auto it = parts.find(key);
-    if (it == parts.end()) {
-      return Status::Corruption("no server answered pulled key " +
-                                std::to_string(key));
-    }
-    total += it->second.bytes;
-  }
-  // The destination may be presized: `parts` points into the answers only.
-  char* dst = state->sink.alloc_vals(total);
-  int* lens = state->sink.alloc_lens
-                  ? state->sink.alloc_lens(state->keys.size())
-                  : nullptr;
-  for (Key key : state->keys) {
-    const Part& part = parts[key];
-    if (part.bytes > 0) std::memcpy(dst, part.vals, part.bytes);
-    dst += part.bytes;
-    if (lens != nullptr) *lens++ = static_cast<int>(part.bytes / val_size_);
-  }
-  state->answers.clear();
-  return Status::OK();
-}
-
-bool KVWorkerCore::Impl::Adopt(PullState* state) {
-  if (!state->sink.adopt || state->answers.size() != 1) return false;
-  const RawKVPairs& a = state->answers.begin()->second;
-  // Frames arrive aligned for their element type (the codec realigns the
-  // rare one ZeroMQ left at an odd offset), so they can be handed over.
-  if (state->sink.alloc_lens && a.lens.empty()) return false;
-  state->sink.adopt(a.vals, a.lens);
-  state->answers.clear();
-  return true;
 }
 
 Status KVWorkerCore::Impl::Wait(int ts) {
   auto state = std::static_pointer_cast<PullState>(tracker_.Payload(ts));
   Status st = tracker_.Wait(ts, post_->config().request_timeout_ms);
-  if (state) {
-    MutexLock lock(&state->mu);  // waits out a running copy
-    state->abandoned = true;
-  }
+  if (state) state->Abandon();  // after a running copy
   return st;
 }
 
@@ -756,6 +574,9 @@ void KVWorkerCore::SetPlacement(Placement placement) {
 const Placement& KVWorkerCore::placement() const { return impl_->placement_; }
 void KVWorkerCore::SetSlicer(RawSlicer slicer) {
   impl_->slicer_ = std::move(slicer);
+}
+Status KVWorkerCore::AddFilter(std::shared_ptr<Filter> filter) {
+  return impl_->AddFilter(std::move(filter));
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "postoffice/logging.h"
+#include "van/shm.h"
 
 namespace ps {
 
@@ -165,6 +166,16 @@ Message Postoffice::ControlMessage(pb::Command cmd, int recver,
   msg.meta.set_recver(recver);
   msg.meta.set_request(request);
   return msg;
+}
+
+bool Postoffice::FindShared(const void* p, size_t bytes,
+                            pb::SharedRef* ref) const {
+  return SharedMemory::Get().Find(p, bytes, ref);
+}
+
+StatusOr<SArray<char>> Postoffice::ResolveShared(const pb::SharedRef& ref,
+                                                 size_t bytes) const {
+  return SharedMemory::Get().Resolve(ref, bytes);
 }
 
 Status Postoffice::Send(Message* msg) {

@@ -91,6 +91,12 @@ class Postoffice {
   uint64_t num_dropped() const { return van_.num_dropped(); }
   uint64_t num_refused() const { return van_.num_refused(); }
   const Van& van() const { return van_; }
+  // Shared memory, through the transport (van/shm.h): where `bytes` at `p`
+  // lie in this process's shared memory, if they do; and the bytes a
+  // reference of a peer's (checked by the van on receipt) names.
+  bool FindShared(const void* p, size_t bytes, pb::SharedRef* ref) const;
+  StatusOr<SArray<char>> ResolveShared(const pb::SharedRef& ref,
+                                       size_t bytes) const;
   Status peer_failure() const;
   // Replication: whether dead server `id`'s keys were taken over by its
   // replica (the job goes on without it).

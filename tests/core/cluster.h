@@ -105,6 +105,7 @@ struct DefaultJob : Cluster {
     for (size_t i = 0; i < servers.size(); ++i) {
       kv_servers.push_back(
           std::make_unique<KVServer<float>>(servers[i].get(), 0));
+      if (before_handle) before_handle(kv_servers.back().get());
       auto* handle = &handles[i];
       kv_servers.back()->set_request_handle(
           [handle](const KVMeta& m, const KVPairs<float>& d,
@@ -121,6 +122,8 @@ struct DefaultJob : Cluster {
     return handles[0].store;
   }
 
+  // Runs on each KVServer before its handle is set (e.g. AddFilter).
+  std::function<void(KVServer<float>*)> before_handle;
   std::vector<KVServerDefaultHandle<float>> handles;  // by server index
   std::vector<std::unique_ptr<KVServer<float>>> kv_servers;
 };
