@@ -253,7 +253,10 @@ class DenseShard {
   int workers_rejoined() const;
 
  private:
-  class Impl;  // src/kv/dense_server.cc: the state and its locks
+  // src/kv/dense_server.cc: the protocol and its locks, composed of the
+  // parts in src/kv (aggregator.h, dense_slice.h, replicator.h,
+  // checkpointer.h).
+  class Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -2,8 +2,9 @@
 // tracker/launch.py on 127.0.0.1 with real processes: a job killed after a
 // checkpoint and relaunched with --restore ends with the very bytes of the
 // job that was never killed (checkpoints every N steps, or at steps worker
-// 0 picks by the clock); --restore refuses another job shape, and a new
-// job a used folder, in every role; a worker killed (SIGKILL) under
+// 0 picks by the clock; a torn server file of the newest set makes it
+// resume from the set before); --restore refuses another job shape, and a
+// new job a used folder, in every role; a worker killed (SIGKILL) under
 // --on_worker_failure continue leaves a job that ends with exit 0, the same
 // bytes every time. Every job runs under a timeout; every exit code and
 // number printed is checked.
@@ -204,6 +205,32 @@ TEST_F(Checkpoint, KilledJobRestoresToTheSameBytes) {
               std::string::npos)
         << role << ": " << r.out;
   }
+  Shell("rm -rf " + dir);
+}
+
+// What whole sets are kept for: the job killed as above (the sets of steps
+// 20 and 25 complete on disk), then one server's file of the newest step
+// torn (cut short, as a crash during a copy leaves it). --restore names
+// the file in every role, skips step 25 and resumes from 20, and the job
+// ends with the bytes of the job never stopped.
+TEST_F(Checkpoint, TornServerFileRestoresThePreviousSet) {
+  const std::string dir = TempDir("torn"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_steps 5 --checkpoint_dir " + dir;
+  Result killed =
+      Launch("", flags + " --die_node worker:1 --die_after_steps 27");
+  ASSERT_EQ(killed.rc, 1) << killed.out;
+  const std::string server1 = dir + "/step-00000025.server-1.ckpt";
+  const size_t size = ReadBytes(server1).size();
+  ASSERT_GT(size, 1000u) << killed.out;
+  ASSERT_EQ(truncate(server1.c_str(), static_cast<off_t>(size / 2)), 0);
+  Result restored = Launch("", flags + " --restore --dump_weights " + bin);
+  EXPECT_EQ(Count(restored.out,
+                  "restore: skipping unusable checkpoints: step 25: '" +
+                      server1 + "' is torn: "),
+            4)
+      << restored.out;
+  ExpectSameEnd(restored, bin, dir, 20);
   Shell("rm -rf " + dir);
 }
 
