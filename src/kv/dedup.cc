@@ -36,6 +36,16 @@ void RequestDedup::MarkAnswered(const KVMeta& req, const Status& error) {
                               : error;
 }
 
+void RequestDedup::Unsee(const KVMeta& req) {
+  MutexLock lock(&mu_);
+  auto r = recent_.find(KeyOf(req));
+  if (r == recent_.end()) return;
+  Recent::Slot& slot = SlotOf(r->second, req.timestamp);
+  if (slot.ts == req.timestamp && slot.done == Done::kPending) {
+    slot.done = Done::kNew;
+  }
+}
+
 void RequestDedup::Forget(int worker) {
   MutexLock lock(&mu_);
   for (auto it = recent_.begin(); it != recent_.end();) {

@@ -36,6 +36,9 @@ class RequestDedup {
   Done Seen(const KVMeta& req, Status* refusal) EXCLUDES(mu_);
   // req was answered (error: refused).
   void MarkAnswered(const KVMeta& req, const Status& error) EXCLUDES(mu_);
+  // Forgets req, seen as new (a malformed request: not remembered, as if
+  // it never came; a copy of it is refused again on its own).
+  void Unsee(const KVMeta& req) EXCLUDES(mu_);
   // Worker `id` was restarted: its old process's requests are forgotten.
   void Forget(int worker) EXCLUDES(mu_);
 

@@ -190,6 +190,7 @@ class KVServerCore::Impl {
     StatusOr<RawKVPairs> kvs = Unpack(&msg);
     if (!kvs.ok()) {
       post_->CountDropped(m.sender(), "bad request: " + kvs.status().message());
+      if (done == Done::kNew && dedup_on_) dedup_.Unsee(meta);
       return ResponseError(meta, kvs.status());
     }
     if (done != Done::kNew) return Repeat(meta, done, forward, for_replica, &*kvs);

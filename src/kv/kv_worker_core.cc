@@ -16,7 +16,7 @@
 // answers (KeepForResend, before it is sent); Resend (on the monitor
 // thread's tick) builds its message again and sends it when due, and
 // OnResponse lets go of a second answer (Answered). The server
-// applies a request once (KVServerCore's Seen). Replication (PS_REPLICAS):
+// applies a request once (RequestDedup::Seen). Replication (PS_REPLICAS):
 // when a server dies and its replica takes over (FailOver), its slices go
 // to the replica naming the dead server's rank (Meta.shard), what it left
 // unanswered among them.
@@ -134,7 +134,7 @@ class KVWorkerCore::Impl {
   // caller's arrays, not copies: unchanged until the slice is answered
   // (the caller waits). A resend ZeroMQ still sends once the answer came
   // may carry bytes written since; the server, which applied the request,
-  // lets it go without reading its values (KVServerCore's Seen).
+  // lets it go without reading its values (RequestDedup::Seen).
   void SendAgain(const std::vector<Unanswered>& slices);
   // Replication: the node that serves server `slot`'s keys (its replica,
   // once it died), and the switch to the replica.
