@@ -39,6 +39,10 @@
 // a connection that closes and cannot be made again within a grace period
 // (the peer's process is gone: its port refuses) is reported at once,
 // instead of after the heartbeat timeout.
+//
+// Sources: van.cc (bind, start, stop, routes, send, receive), van_watch.cc
+// (watching), van_auth.cc (CurveZMQ admission), van_internal.h (the peer
+// record and ZeroMQ helpers they share).
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
