@@ -162,14 +162,13 @@ void Van::Start(Handler handler) {
 void Van::Stop(int linger_ms) {
   if (stopped_) return;
   stopped_ = true;
-  {
-    MutexLock lock(&peers_mu_);
-    for (auto& [id, peer] : peers_) {
+  routes_.Update([linger_ms](Routes& routes) {
+    for (auto& [id, peer] : routes.peers) {
       MutexLock peer_lock(&peer->mu);
       SetIntOption(peer->socket, ZMQ_LINGER, linger_ms);
     }
-    peers_.clear();  // sockets close once in-flight sends drop their refs
-  }
+    routes.peers.clear();  // sockets close once in-flight sends drop theirs
+  });
   zmq_ctx_shutdown(context_);  // wakes the receive thread with ETERM
   if (auth_.joinable()) auth_.join();
   stopped_watch_.store(true);
@@ -231,57 +230,57 @@ Status Van::Connect(int id, const std::string& host, int port) {
     Watch(peer, socket);
   }
   peer_lock.Unlock();
-  MutexLock lock(&peers_mu_);
-  peers_[id] = std::move(peer);
+  routes_.Update([id, &peer](Routes& routes) { routes.peers[id] = peer; });
   return Status::OK();
 }
 
 void Van::Rekey(int old_id, int new_id) {
-  MutexLock lock(&peers_mu_);
-  auto it = peers_.find(old_id);
-  if (it == peers_.end()) return;
-  peers_[new_id] = std::move(it->second);
-  peers_.erase(old_id);
+  routes_.Update([old_id, new_id](Routes& routes) {
+    auto it = routes.peers.find(old_id);
+    if (it == routes.peers.end()) return;
+    std::shared_ptr<Peer> peer = std::move(it->second);
+    routes.peers.erase(it);
+    routes.peers[new_id] = std::move(peer);
+  });
 }
 
 void Van::Disconnect(int id) {
-  MutexLock lock(&peers_mu_);
-  peers_.erase(id);
-  send_references_.erase(id);
-  auto identity = accept_identity_.find(id);
-  if (identity != accept_identity_.end()) {
-    accept_pid_.erase(identity->second);
-    accept_identity_.erase(identity);
-  }
+  routes_.Update([id](Routes& routes) {
+    routes.peers.erase(id);
+    routes.send_references.erase(id);
+    auto identity = routes.accept_identity.find(id);
+    if (identity != routes.accept_identity.end()) {
+      routes.accept_pid.erase(identity->second);
+      routes.accept_identity.erase(identity);
+    }
+  });
 }
 
 void Van::SendReferencesTo(int id) {
-  MutexLock lock(&peers_mu_);
-  send_references_.insert(id);
+  routes_.Update([id](Routes& routes) { routes.send_references.insert(id); });
 }
 
 void Van::AcceptReferencesFrom(int id, const std::string& identity, int pid) {
-  MutexLock lock(&peers_mu_);
-  accept_pid_[identity] = pid;
-  accept_identity_[id] = identity;
+  routes_.Update([&](Routes& routes) {
+    routes.accept_pid[identity] = pid;
+    routes.accept_identity[id] = identity;
+  });
 }
 
-bool Van::IsConnected(int id) const { return FindPeer(id) != nullptr; }
-
-std::shared_ptr<Van::Peer> Van::FindPeer(int id) const {
-  MutexLock lock(&peers_mu_);
-  auto it = peers_.find(id);
-  return it == peers_.end() ? nullptr : it->second;
+bool Van::IsConnected(int id) const {
+  std::shared_ptr<const Routes> routes = routes_.Load();
+  return routes->peers.count(id) > 0;
 }
 
 Status Van::Send(Message* msg) {
   std::shared_ptr<Peer> peer;
   bool references = false;
   {
-    MutexLock lock(&peers_mu_);
-    auto it = peers_.find(msg->meta.recver());
-    if (it != peers_.end()) peer = it->second;
-    references = send_references_.count(msg->meta.recver()) > 0;
+    // Lock-free: the routing table as it is now (see Routes).
+    std::shared_ptr<const Routes> routes = routes_.Load();
+    auto it = routes->peers.find(msg->meta.recver());
+    if (it != routes->peers.end()) peer = it->second;
+    references = routes->send_references.count(msg->meta.recver()) > 0;
   }
   if (peer == nullptr) {
     return Status::Unavailable("no connection to node id " +
@@ -450,10 +449,10 @@ bool Van::ReceiveOne() {
   StatusOr<Message> msg =
       Decode(static_cast<const char*>(zmq_msg_data(header)),
              zmq_msg_size(header), std::move(frames), [this, &from](int) {
-               MutexLock lock(&peers_mu_);
                // By the connection, not by the sender the header claims.
-               auto it = accept_pid_.find(from);
-               return it == accept_pid_.end() ? 0 : it->second;
+               std::shared_ptr<const Routes> routes = routes_.Load();
+               auto it = routes->accept_pid.find(from);
+               return it == routes->accept_pid.end() ? 0 : it->second;
              });
   if (!msg.ok()) {
     CountDropped(DescribeConnection(from, address), msg.status().message());

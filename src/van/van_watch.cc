@@ -115,8 +115,8 @@ void Van::WatchLoop() {
       watched.erase(watched.begin() + static_cast<long>(i));
     }
     auto id_of = [this](const std::shared_ptr<Peer>& peer) {
-      MutexLock lock(&peers_mu_);
-      for (const auto& [peer_id, p] : peers_) {
+      std::shared_ptr<const Routes> routes = routes_.Load();
+      for (const auto& [peer_id, p] : routes->peers) {
         if (p == peer) return peer_id;
       }
       return -1;  // no longer a peer
