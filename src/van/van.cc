@@ -60,7 +60,9 @@ void ReleaseFrame(void* /*data*/, void* hint) {
 }  // namespace
 
 Van::Van(const VanOptions& options)
-    : options_(options), context_(zmq_ctx_new()) {
+    : options_(options),
+      shared_memory_(&SharedMemory::Get()),
+      context_(zmq_ctx_new()) {
   CHECK(context_ != nullptr);
   if (!options_.secret_key.empty()) {
     char pub[41];
@@ -272,6 +274,16 @@ bool Van::IsConnected(int id) const {
   return routes->peers.count(id) > 0;
 }
 
+bool Van::FindShared(const void* data, size_t bytes,
+                     pb::SharedRef* ref) const {
+  return shared_memory_->Find(data, bytes, ref);
+}
+
+StatusOr<SArray<char>> Van::ResolveShared(const pb::SharedRef& ref,
+                                          size_t bytes) const {
+  return shared_memory_->Resolve(ref, bytes);
+}
+
 Status Van::Send(Message* msg) {
   std::shared_ptr<Peer> peer;
   bool references = false;
@@ -294,7 +306,7 @@ Status Van::Send(Message* msg) {
       const SArray<char>& frame = msg->data[i];
       pb::SharedRef ref;
       if (frame.size() <= kInlineFrameBytes ||
-          !SharedMemory::Get().Find(frame.data(), frame.size(), &ref)) {
+          !FindShared(frame.data(), frame.size(), &ref)) {
         continue;
       }
       ref.set_frame(static_cast<int>(i));

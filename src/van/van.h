@@ -63,12 +63,16 @@
 #include <unordered_set>
 #include <vector>
 
+#include "meta.pb.h"
+#include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/message.h"
 #include "van/snapshot.h"
 #include "van/sync.h"
 
 namespace ps {
+
+class SharedMemory;
 
 struct VanOptions {
   std::string secret_key;  // Z85 CurveZMQ secret key; empty: plain TCP
@@ -139,6 +143,18 @@ class Van {
   // Sends msg to msg->meta.recver(); fills the header's data sizes.
   Status Send(Message* msg);
 
+  // Shared memory (van/shm.h), for the layers above the van, so that they
+  // name no process-wide registry themselves. Any thread.
+  // Whether [data, data + bytes) lies within one shared region of this
+  // process or one it mapped; if so fills every field of `ref` but `frame`
+  // and `bytes` (SharedMemory::Find).
+  bool FindShared(const void* data, size_t bytes, pb::SharedRef* ref) const;
+  // The `bytes` bytes that `ref` names, mapping another process's region on
+  // first use; errors name the region, the process and why
+  // (SharedMemory::Resolve).
+  StatusOr<SArray<char>> ResolveShared(const pb::SharedRef& ref,
+                                       size_t bytes) const;
+
   // Counts and reports (WARNING, on stderr, at most a few lines every
   // 10 s) a dropped message from `from`.
   void CountDropped(const std::string& from, const std::string& why);
@@ -186,6 +202,7 @@ class Van {
   };
 
   const VanOptions options_;
+  SharedMemory* const shared_memory_;  // the process's; outlives every Van
   std::string public_key_;  // Z85, derived from options_.secret_key
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
