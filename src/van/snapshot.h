@@ -6,9 +6,10 @@
 // value, changes the copy and installs it whole. A reader sees the value
 // before a change or after it, never a mix. Internal.
 //
-// Cost: Load() is std::atomic_load of a shared_ptr (C++17), one reference
-// count increment; no lock of the owner is taken (libstdc++ guards the
-// pointer's copy with a spin of its own, held for those few instructions).
+// Cost: Load() is std::atomic_load of a shared_ptr (C++17): a copy of the
+// pointer and one reference count increment. No lock of the owner is taken;
+// libstdc++ makes the copy atomic with one of a small pool of mutexes of its
+// own (chosen by the address), held for those few instructions only.
 // Update() copies the whole T: meant for values changed far less often
 // than they are read.
 //
