@@ -1,4 +1,6 @@
-// Van: ZeroMQ ROUTER/DEALER transport with zero-copy frames.
+// Van: binding, starting and stopping, the routing table, sending and
+// receiving (see van.h). The watch thread is in van_watch.cc, CurveZMQ
+// admission in van_auth.cc.
 #include "van/van.h"
 
 #include <arpa/inet.h>
@@ -14,15 +16,27 @@
 
 #include "van/codec.h"
 #include "van/shm.h"
+#include "van/van_internal.h"
 
 namespace ps {
 
 namespace {
 
+using van_internal::FrameString;
+using van_internal::kZapDomain;
+using van_internal::SetIntOption;
+using van_internal::SetStringOption;
+using van_internal::ZmqError;
+
 // ZeroMQ's "very small message" capacity (ZMQ_MAX_VSM_SIZE, 33 on 64-bit).
 constexpr size_t kInlineFrameBytes = 32;
-
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+// Drop reports: at most this many lines per window; the rest are counted.
+constexpr int kReportsPerWindow = 5;
+constexpr auto kReportWindow = std::chrono::seconds(10);
+// A message has a header and at most a few data frames (keys, values,
+// lens); anything with more parts is malformed, and its extra parts are
+// read and discarded rather than kept.
+constexpr size_t kMaxParts = 16;
 
 bool IsNumericIPv4(const std::string& host) {
   in_addr addr;
@@ -43,48 +57,12 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   std::unique_ptr<SArray<char>> owner(static_cast<SArray<char>*>(hint));
 }
 
-void SetIntOption(void* socket, int option, int value) {
-  CHECK_EQ(zmq_setsockopt(socket, option, &value, sizeof(value)), 0)
-      << ZmqError();
-}
-
-void SetStringOption(void* socket, int option, const std::string& value) {
-  CHECK_EQ(zmq_setsockopt(socket, option, value.data(), value.size()), 0)
-      << ZmqError();
-}
-
-// ZeroMQ's ZAP endpoint (RFC 27): one per context, so one per Van.
-constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
-constexpr char kZapDomain[] = "ps";
-constexpr int kHandshakeFailures = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-// Drop reports: at most this many lines per window; the rest are counted.
-constexpr int kReportsPerWindow = 5;
-constexpr auto kReportWindow = std::chrono::seconds(10);
-// A message has a header and at most a few data frames (keys, values,
-// lens); anything with more parts is malformed, and its extra parts are
-// read and discarded rather than kept.
-constexpr size_t kMaxParts = 16;
-
-std::string FrameString(zmq_msg_t* msg) {
-  return std::string(static_cast<const char*>(zmq_msg_data(msg)),
-                     zmq_msg_size(msg));
-}
-
 }  // namespace
 
-struct Van::Peer {
-  Mutex mu;  // serialises use of `socket` across threads
-  void* socket GUARDED_BY(mu) = nullptr;
-  std::string address;
-  ~Peer() {
-    if (socket != nullptr) zmq_close(socket);
-  }
-};
-
 Van::Van(const VanOptions& options)
-    : options_(options), context_(zmq_ctx_new()) {
+    : options_(options),
+      shared_memory_(&SharedMemory::Get()),
+      context_(zmq_ctx_new()) {
   CHECK(context_ != nullptr);
   if (!options_.secret_key.empty()) {
     char pub[41];
@@ -186,14 +164,13 @@ void Van::Start(Handler handler) {
 void Van::Stop(int linger_ms) {
   if (stopped_) return;
   stopped_ = true;
-  {
-    MutexLock lock(&peers_mu_);
-    for (auto& [id, peer] : peers_) {
+  routes_.Update([linger_ms](Routes& routes) {
+    for (auto& [id, peer] : routes.peers) {
       MutexLock peer_lock(&peer->mu);
       SetIntOption(peer->socket, ZMQ_LINGER, linger_ms);
     }
-    peers_.clear();  // sockets close once in-flight sends drop their refs
-  }
+    routes.peers.clear();  // sockets close once in-flight sends drop theirs
+  });
   zmq_ctx_shutdown(context_);  // wakes the receive thread with ETERM
   if (auth_.joinable()) auth_.join();
   stopped_watch_.store(true);
@@ -255,180 +232,67 @@ Status Van::Connect(int id, const std::string& host, int port) {
     Watch(peer, socket);
   }
   peer_lock.Unlock();
-  MutexLock lock(&peers_mu_);
-  peers_[id] = std::move(peer);
+  routes_.Update([id, &peer](Routes& routes) { routes.peers[id] = peer; });
   return Status::OK();
 }
 
-void Van::WatchConnections(int grace_ms, LostHandler lost, int only_id,
-                           RegainedHandler regained) {
-  CHECK(!watcher_.joinable()) << "WatchConnections() twice";
-  CHECK_GT(grace_ms, 0);
-  watch_grace_ms_ = grace_ms;
-  watch_only_id_ = only_id;
-  lost_ = std::move(lost);
-  regained_ = std::move(regained);
-  watcher_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ps-van-watch");
-    WatchLoop();
+void Van::Rekey(int old_id, int new_id) {
+  routes_.Update([old_id, new_id](Routes& routes) {
+    auto it = routes.peers.find(old_id);
+    if (it == routes.peers.end()) return;
+    std::shared_ptr<Peer> peer = std::move(it->second);
+    routes.peers.erase(it);
+    routes.peers[new_id] = std::move(peer);
   });
 }
 
-void Van::Watch(const std::shared_ptr<Peer>& peer, void* socket) {
-  MutexLock lock(&watch_mu_);
-  std::string endpoint = "inproc://ps-watch-" +
-                         std::to_string(reinterpret_cast<uintptr_t>(this)) +
-                         "-" + std::to_string(num_watches_++);
-  CHECK_EQ(zmq_socket_monitor(socket, endpoint.c_str(),
-                              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED),
-           0)
-      << ZmqError();
-  void* monitor = zmq_socket(context_, ZMQ_PAIR);
-  CHECK(monitor != nullptr) << ZmqError();
-  CHECK_EQ(zmq_connect(monitor, endpoint.c_str()), 0) << ZmqError();
-  Watched w;
-  w.peer = peer;
-  w.monitor = monitor;
-  new_watches_.push_back(w);
-}
-
-void Van::WatchLoop() {
-  constexpr int kPollMs = 50;
-  std::vector<Watched> watched;
-  std::vector<zmq_pollitem_t> items;
-  while (true) {
-    {
-      MutexLock lock(&watch_mu_);
-      for (Watched& w : new_watches_) watched.push_back(w);
-      new_watches_.clear();
-    }
-    items.clear();
-    for (const Watched& w : watched) {
-      items.push_back({w.monitor, 0, ZMQ_POLLIN, 0});
-    }
-    // Without connections to watch, the poll only waits out kPollMs.
-    if (zmq_poll(items.data(), static_cast<int>(items.size()), kPollMs) < 0) {
-      if (zmq_errno() == EINTR) continue;
-      CHECK_EQ(zmq_errno(), ETERM) << "watch thread: " << ZmqError();
-      break;
-    }
-    if (stopped_watch_.load()) break;
-    auto now = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::shared_ptr<Peer>, std::string>> lost;
-    std::vector<std::shared_ptr<Peer>> regained;
-    for (size_t i = 0; i < watched.size(); ++i) {
-      Watched& w = watched[i];
-      if (items[i].revents & ZMQ_POLLIN) {
-        // Frame 1: (uint16 event, uint32 value); frame 2: the endpoint.
-        zmq_msg_t part;
-        zmq_msg_init(&part);
-        uint16_t event = 0;
-        if (zmq_msg_recv(&part, w.monitor, ZMQ_DONTWAIT) >= 6) {
-          std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
-        }
-        while (zmq_msg_more(&part)) {
-          if (zmq_msg_recv(&part, w.monitor, 0) < 0) break;
-        }
-        zmq_msg_close(&part);
-        if (event == ZMQ_EVENT_DISCONNECTED && !w.down) {
-          w.down = true;
-          w.down_since = now;
-        } else if (event == ZMQ_EVENT_CONNECTED) {
-          // Made again (a restarted peer at the same address): a later
-          // loss is a new one.
-          if (w.down || w.reported) {
-            if (std::shared_ptr<Peer> p = w.peer.lock()) regained.push_back(p);
-          }
-          w.down = false;
-          w.reported = false;
-        }
-      }
-      std::shared_ptr<Peer> peer = w.peer.lock();
-      if (peer && w.down && !w.reported &&
-          now - w.down_since > std::chrono::milliseconds(watch_grace_ms_)) {
-        w.reported = true;
-        lost.emplace_back(peer, peer->address);
-      }
-    }
-    // Forget the monitors of closed DEALERs (replaced or disconnected).
-    for (size_t i = watched.size(); i-- > 0;) {
-      if (!watched[i].peer.expired()) continue;
-      zmq_close(watched[i].monitor);
-      watched.erase(watched.begin() + static_cast<long>(i));
-    }
-    auto id_of = [this](const std::shared_ptr<Peer>& peer) {
-      MutexLock lock(&peers_mu_);
-      for (const auto& [peer_id, p] : peers_) {
-        if (p == peer) return peer_id;
-      }
-      return -1;  // no longer a peer
-    };
-    for (const auto& peer : regained) {
-      const int id = id_of(peer);
-      if (id >= 0 && regained_) regained_(id);
-    }
-    for (const auto& [peer, address] : lost) {
-      const int id = id_of(peer);
-      if (id < 0) continue;  // no longer a peer
-      lost_(id, "its connection (" + address +
-                    ") closed and could not be "
-                    "made again within " +
-                    std::to_string(watch_grace_ms_) +
-                    " ms: its process is gone");
-    }
-  }
-  for (Watched& w : watched) zmq_close(w.monitor);
-  MutexLock lock(&watch_mu_);
-  for (Watched& w : new_watches_) zmq_close(w.monitor);
-  new_watches_.clear();
-}
-
-void Van::Rekey(int old_id, int new_id) {
-  MutexLock lock(&peers_mu_);
-  auto it = peers_.find(old_id);
-  if (it == peers_.end()) return;
-  peers_[new_id] = std::move(it->second);
-  peers_.erase(old_id);
-}
-
 void Van::Disconnect(int id) {
-  MutexLock lock(&peers_mu_);
-  peers_.erase(id);
-  send_references_.erase(id);
-  auto identity = accept_identity_.find(id);
-  if (identity != accept_identity_.end()) {
-    accept_pid_.erase(identity->second);
-    accept_identity_.erase(identity);
-  }
+  routes_.Update([id](Routes& routes) {
+    routes.peers.erase(id);
+    routes.send_references.erase(id);
+    auto identity = routes.accept_identity.find(id);
+    if (identity != routes.accept_identity.end()) {
+      routes.accept_pid.erase(identity->second);
+      routes.accept_identity.erase(identity);
+    }
+  });
 }
 
 void Van::SendReferencesTo(int id) {
-  MutexLock lock(&peers_mu_);
-  send_references_.insert(id);
+  routes_.Update([id](Routes& routes) { routes.send_references.insert(id); });
 }
 
 void Van::AcceptReferencesFrom(int id, const std::string& identity, int pid) {
-  MutexLock lock(&peers_mu_);
-  accept_pid_[identity] = pid;
-  accept_identity_[id] = identity;
+  routes_.Update([&](Routes& routes) {
+    routes.accept_pid[identity] = pid;
+    routes.accept_identity[id] = identity;
+  });
 }
 
-bool Van::IsConnected(int id) const { return FindPeer(id) != nullptr; }
+bool Van::IsConnected(int id) const {
+  std::shared_ptr<const Routes> routes = routes_.Load();
+  return routes->peers.count(id) > 0;
+}
 
-std::shared_ptr<Van::Peer> Van::FindPeer(int id) const {
-  MutexLock lock(&peers_mu_);
-  auto it = peers_.find(id);
-  return it == peers_.end() ? nullptr : it->second;
+bool Van::FindShared(const void* data, size_t bytes,
+                     pb::SharedRef* ref) const {
+  return shared_memory_->Find(data, bytes, ref);
+}
+
+StatusOr<SArray<char>> Van::ResolveShared(const pb::SharedRef& ref,
+                                          size_t bytes) const {
+  return shared_memory_->Resolve(ref, bytes);
 }
 
 Status Van::Send(Message* msg) {
   std::shared_ptr<Peer> peer;
   bool references = false;
   {
-    MutexLock lock(&peers_mu_);
-    auto it = peers_.find(msg->meta.recver());
-    if (it != peers_.end()) peer = it->second;
-    references = send_references_.count(msg->meta.recver()) > 0;
+    // Lock-free: the routing table as it is now (see Routes).
+    std::shared_ptr<const Routes> routes = routes_.Load();
+    auto it = routes->peers.find(msg->meta.recver());
+    if (it != routes->peers.end()) peer = it->second;
+    references = routes->send_references.count(msg->meta.recver()) > 0;
   }
   if (peer == nullptr) {
     return Status::Unavailable("no connection to node id " +
@@ -442,7 +306,7 @@ Status Van::Send(Message* msg) {
       const SArray<char>& frame = msg->data[i];
       pb::SharedRef ref;
       if (frame.size() <= kInlineFrameBytes ||
-          !SharedMemory::Get().Find(frame.data(), frame.size(), &ref)) {
+          !FindShared(frame.data(), frame.size(), &ref)) {
         continue;
       }
       ref.set_frame(static_cast<int>(i));
@@ -537,99 +401,6 @@ void Van::Report(const std::string& line) {
   }
 }
 
-void Van::StartAuth() {
-  void* zap = zmq_socket(context_, ZMQ_REP);
-  CHECK(zap != nullptr) << ZmqError();
-  CHECK_EQ(zmq_bind(zap, kZapEndpoint), 0) << ZmqError();
-  std::string monitor_endpoint =
-      "inproc://ps-monitor-" +
-      std::to_string(reinterpret_cast<uintptr_t>(this));
-  CHECK_EQ(
-      zmq_socket_monitor(router_, monitor_endpoint.c_str(), kHandshakeFailures),
-      0)
-      << ZmqError();
-  void* monitor = zmq_socket(context_, ZMQ_PAIR);
-  CHECK(monitor != nullptr) << ZmqError();
-  CHECK_EQ(zmq_connect(monitor, monitor_endpoint.c_str()), 0) << ZmqError();
-  auth_ = std::thread([this, zap, monitor] {
-    pthread_setname_np(pthread_self(), "ps-van-auth");
-    AuthLoop(zap, monitor);
-  });
-}
-
-void Van::AuthLoop(void* zap, void* monitor) {
-  zmq_pollitem_t items[] = {{zap, 0, ZMQ_POLLIN, 0},
-                            {monitor, 0, ZMQ_POLLIN, 0}};
-  while (true) {
-    if (zmq_poll(items, 2, -1) < 0) {
-      if (zmq_errno() == EINTR) continue;
-      // Without this thread CURVE would admit any client: only the van's
-      // own shutdown may end it.
-      CHECK_EQ(zmq_errno(), ETERM) << "auth thread: " << ZmqError();
-      break;
-    }
-    if (items[0].revents & ZMQ_POLLIN) AnswerZap(zap);
-    if (items[1].revents & ZMQ_POLLIN) {
-      // A monitor event: frame 1 is (uint16 event, uint32 value), frame 2
-      // the endpoint.
-      zmq_msg_t part;
-      zmq_msg_init(&part);
-      bool failed = false;
-      if (zmq_msg_recv(&part, monitor, 0) >= 6) {
-        uint16_t event;
-        std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
-        failed = (event & kHandshakeFailures) != 0;
-      }
-      while (zmq_msg_more(&part)) {
-        if (zmq_msg_recv(&part, monitor, 0) < 0) break;
-      }
-      zmq_msg_close(&part);
-      if (failed) num_refused_.fetch_add(1);
-    }
-  }
-  zmq_close(zap);
-  zmq_close(monitor);
-}
-
-void Van::AnswerZap(void* zap) {
-  // Request (RFC 27): version, request id, domain, address, routing id,
-  // mechanism, credentials...
-  std::vector<std::string> req;
-  zmq_msg_t part;
-  zmq_msg_init(&part);
-  do {
-    if (zmq_msg_recv(&part, zap, 0) < 0) {
-      zmq_msg_close(&part);
-      return;
-    }
-    if (req.size() < 8) req.push_back(FrameString(&part));
-  } while (zmq_msg_more(&part));
-  zmq_msg_close(&part);
-  bool ok = req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE" &&
-            req[6].size() == 32;
-  if (ok) {
-    char key[41];
-    zmq_z85_encode(key, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
-    ok = public_key_ == key;
-  }
-  if (!ok) {
-    Report("refused a " +
-           DescribeConnection(req.size() > 4 ? req[4] : "",
-                              req.size() > 3 ? req[3] : "") +
-           ": it does not hold this job's key (PS_KEY_FILE)");
-  }
-  const std::string reply[] = {"1.0",
-                               req.size() > 1 ? req[1] : "",
-                               ok ? "200" : "400",
-                               ok ? "OK" : "not this job's key",
-                               "",
-                               ""};
-  for (size_t i = 0; i < 6; ++i) {
-    zmq_send(zap, reply[i].data(), reply[i].size(),
-             i + 1 < 6 ? ZMQ_SNDMORE : 0);
-  }
-}
-
 void Van::ReceiveLoop() {
   // router_ is gone when a handler stopped the van from this thread.
   while (router_ != nullptr && ReceiveOne()) {
@@ -690,10 +461,10 @@ bool Van::ReceiveOne() {
   StatusOr<Message> msg =
       Decode(static_cast<const char*>(zmq_msg_data(header)),
              zmq_msg_size(header), std::move(frames), [this, &from](int) {
-               MutexLock lock(&peers_mu_);
                // By the connection, not by the sender the header claims.
-               auto it = accept_pid_.find(from);
-               return it == accept_pid_.end() ? 0 : it->second;
+               std::shared_ptr<const Routes> routes = routes_.Load();
+               auto it = routes->accept_pid.find(from);
+               return it == routes->accept_pid.end() ? 0 : it->second;
              });
   if (!msg.ok()) {
     CountDropped(DescribeConnection(from, address), msg.status().message());

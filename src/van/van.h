@@ -5,8 +5,14 @@
 // Threading: Send() may be called from any thread. Each DEALER is guarded by
 // its own mutex; ZeroMQ allows a socket to be used from several threads as
 // long as each hand-over passes a full memory barrier, which the mutex
-// provides. The receive handler runs on the receive thread, never under a
-// lock of the Van. Connect/Rekey/Disconnect may be called from any thread.
+// provides. No lock of the whole Van is taken on a send or a receive: the
+// routing table (peers, and who may send or receive shared-memory
+// references) is a copy-on-write snapshot (van/snapshot.h) that Send and the
+// receive thread read without a lock, and that Connect, Rekey, Disconnect,
+// SendReferencesTo and AcceptReferencesFrom (any thread) replace whole. A
+// send that read the table just before a Disconnect may still go out on the
+// old DEALER, which closes when that send lets go of it. The receive
+// handler runs on the receive thread, never under a lock of the Van.
 //
 // Zero copy: data frames are sent with zmq_msg_init_data and a free function
 // that drops one reference of the SArray's buffer (frames of at most 32
@@ -39,6 +45,10 @@
 // a connection that closes and cannot be made again within a grace period
 // (the peer's process is gone: its port refuses) is reported at once,
 // instead of after the heartbeat timeout.
+//
+// Sources: van.cc (bind, start, stop, routes, send, receive), van_watch.cc
+// (watching), van_auth.cc (CurveZMQ admission), van_internal.h (the peer
+// record and ZeroMQ helpers they share).
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
@@ -53,11 +63,16 @@
 #include <unordered_set>
 #include <vector>
 
+#include "meta.pb.h"
+#include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/message.h"
+#include "van/snapshot.h"
 #include "van/sync.h"
 
 namespace ps {
+
+class SharedMemory;
 
 struct VanOptions {
   std::string secret_key;  // Z85 CurveZMQ secret key; empty: plain TCP
@@ -128,6 +143,18 @@ class Van {
   // Sends msg to msg->meta.recver(); fills the header's data sizes.
   Status Send(Message* msg);
 
+  // Shared memory (van/shm.h), for the layers above the van, so that they
+  // name no process-wide registry themselves. Any thread.
+  // Whether [data, data + bytes) lies within one shared region of this
+  // process or one it mapped; if so fills every field of `ref` but `frame`
+  // and `bytes` (SharedMemory::Find).
+  bool FindShared(const void* data, size_t bytes, pb::SharedRef* ref) const;
+  // The `bytes` bytes that `ref` names, mapping another process's region on
+  // first use; errors name the region, the process and why
+  // (SharedMemory::Resolve).
+  StatusOr<SArray<char>> ResolveShared(const pb::SharedRef& ref,
+                                       size_t bytes) const;
+
   // Counts and reports (WARNING, on stderr, at most a few lines every
   // 10 s) a dropped message from `from`.
   void CountDropped(const std::string& from, const std::string& why);
@@ -162,9 +189,20 @@ class Van {
   void SetHeartbeats(void* socket) const;
   // Prints `line` unless the rate limit says no (it then counts it).
   void Report(const std::string& line);
-  std::shared_ptr<Peer> FindPeer(int id) const EXCLUDES(peers_mu_);
+
+  // Where messages go and which references are allowed: read whole, without
+  // a lock, on every send and every received reference; replaced whole by
+  // Connect, Rekey, Disconnect, SendReferencesTo and AcceptReferencesFrom.
+  struct Routes {
+    std::unordered_map<int, std::shared_ptr<Peer>> peers;  // by node id
+    std::unordered_set<int> send_references;               // node ids
+    // Routing id -> pid, and node id -> routing id (to forget it).
+    std::unordered_map<std::string, int> accept_pid;
+    std::unordered_map<int, std::string> accept_identity;
+  };
 
   const VanOptions options_;
+  SharedMemory* const shared_memory_;  // the process's; outlives every Van
   std::string public_key_;  // Z85, derived from options_.secret_key
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
@@ -175,12 +213,7 @@ class Van {
   std::thread receiver_;
   bool stopped_ = false;
 
-  mutable Mutex peers_mu_;  // guards the three below (not the sockets)
-  std::unordered_map<int, std::shared_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
-  std::unordered_set<int> send_references_ GUARDED_BY(peers_mu_);  // node ids
-  // Routing id -> pid, and node id -> routing id (to forget it).
-  std::unordered_map<std::string, int> accept_pid_ GUARDED_BY(peers_mu_);
-  std::unordered_map<int, std::string> accept_identity_ GUARDED_BY(peers_mu_);
+  Snapshot<Routes> routes_;
 
   // One watched connection: its monitor's PAIR socket (the watch thread's
   // alone once handed over) and its state.

@@ -1,0 +1,124 @@
+// Van: CurveZMQ admission (thread "ps-van-auth"): the ZAP handler that
+// admits only peers holding the job's key, and the count of handshakes
+// refused; see van.h, "Trust".
+#include <pthread.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "van/van.h"
+#include "van/van_internal.h"
+
+namespace ps {
+
+namespace {
+
+using van_internal::FrameString;
+using van_internal::ZmqError;
+
+// ZeroMQ's ZAP endpoint (RFC 27): one per context, so one per Van.
+constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
+constexpr int kHandshakeFailures = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+
+}  // namespace
+
+void Van::StartAuth() {
+  void* zap = zmq_socket(context_, ZMQ_REP);
+  CHECK(zap != nullptr) << ZmqError();
+  CHECK_EQ(zmq_bind(zap, kZapEndpoint), 0) << ZmqError();
+  std::string monitor_endpoint =
+      "inproc://ps-monitor-" +
+      std::to_string(reinterpret_cast<uintptr_t>(this));
+  CHECK_EQ(
+      zmq_socket_monitor(router_, monitor_endpoint.c_str(), kHandshakeFailures),
+      0)
+      << ZmqError();
+  void* monitor = zmq_socket(context_, ZMQ_PAIR);
+  CHECK(monitor != nullptr) << ZmqError();
+  CHECK_EQ(zmq_connect(monitor, monitor_endpoint.c_str()), 0) << ZmqError();
+  auth_ = std::thread([this, zap, monitor] {
+    pthread_setname_np(pthread_self(), "ps-van-auth");
+    AuthLoop(zap, monitor);
+  });
+}
+
+void Van::AuthLoop(void* zap, void* monitor) {
+  zmq_pollitem_t items[] = {{zap, 0, ZMQ_POLLIN, 0},
+                            {monitor, 0, ZMQ_POLLIN, 0}};
+  while (true) {
+    if (zmq_poll(items, 2, -1) < 0) {
+      if (zmq_errno() == EINTR) continue;
+      // Without this thread CURVE would admit any client: only the van's
+      // own shutdown may end it.
+      CHECK_EQ(zmq_errno(), ETERM) << "auth thread: " << ZmqError();
+      break;
+    }
+    if (items[0].revents & ZMQ_POLLIN) AnswerZap(zap);
+    if (items[1].revents & ZMQ_POLLIN) {
+      // A monitor event: frame 1 is (uint16 event, uint32 value), frame 2
+      // the endpoint.
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      bool failed = false;
+      if (zmq_msg_recv(&part, monitor, 0) >= 6) {
+        uint16_t event;
+        std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
+        failed = (event & kHandshakeFailures) != 0;
+      }
+      while (zmq_msg_more(&part)) {
+        if (zmq_msg_recv(&part, monitor, 0) < 0) break;
+      }
+      zmq_msg_close(&part);
+      if (failed) num_refused_.fetch_add(1);
+    }
+  }
+  zmq_close(zap);
+  zmq_close(monitor);
+}
+
+void Van::AnswerZap(void* zap) {
+  // Request (RFC 27): version, request id, domain, address, routing id,
+  // mechanism, credentials...
+  std::vector<std::string> req;
+  zmq_msg_t part;
+  zmq_msg_init(&part);
+  do {
+    if (zmq_msg_recv(&part, zap, 0) < 0) {
+      zmq_msg_close(&part);
+      return;
+    }
+    if (req.size() < 8) req.push_back(FrameString(&part));
+  } while (zmq_msg_more(&part));
+  zmq_msg_close(&part);
+  bool ok = req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE" &&
+            req[6].size() == 32;
+  if (ok) {
+    char key[41];
+    zmq_z85_encode(key, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
+    ok = public_key_ == key;
+  }
+  if (!ok) {
+    Report("refused a " +
+           DescribeConnection(req.size() > 4 ? req[4] : "",
+                              req.size() > 3 ? req[3] : "") +
+           ": it does not hold this job's key (PS_KEY_FILE)");
+  }
+  const std::string reply[] = {"1.0",
+                               req.size() > 1 ? req[1] : "",
+                               ok ? "200" : "400",
+                               ok ? "OK" : "not this job's key",
+                               "",
+                               ""};
+  for (size_t i = 0; i < 6; ++i) {
+    zmq_send(zap, reply[i].data(), reply[i].size(),
+             i + 1 < 6 ? ZMQ_SNDMORE : 0);
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,195 @@
+// The transport on its own: Vans in one process, over loopback TCP. Sends
+// from several threads while the routing table changes under them (peers
+// connected, renamed and disconnected; references allowed and forgotten),
+// which the van reads without a lock (van/snapshot.h).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ps/sarray.h"
+#include "van/shm.h"
+#include "van/snapshot.h"
+#include "van/van.h"
+
+namespace ps {
+namespace {
+
+constexpr int kThreads = 4;
+constexpr int kPerThread = 200;
+constexpr size_t kMaxBody = 400;
+constexpr size_t kSlot = 512;  // of a thread's shared region, per message
+
+// Message (thread t, number i): a tag frame (t, i) and a body whose length
+// (0 to kMaxBody - 1 bytes: inline, zero-copy and shared-memory frames all
+// occur) and bytes follow from (t, i).
+size_t BodySize(int t, int i) {
+  return (static_cast<size_t>(t) * 131 + static_cast<size_t>(i) * 37) %
+         kMaxBody;
+}
+char BodyByte(int t, int i, size_t k) {
+  return static_cast<char>((t * 31 + i * 7 + static_cast<int>(k) * 13) & 0xff);
+}
+
+// What a receiver saw: each (t, i) counted, and every mismatch described.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable arrived;
+  std::map<std::pair<int, int>, int> count;
+  std::vector<std::string> errors;
+  int total = 0;
+
+  void Take(Message&& msg) {
+    std::string error;
+    std::pair<int, int> tag(-1, -1);
+    if (msg.data.size() != 2 || msg.data[0].size() != 2 * sizeof(int32_t)) {
+      error = "unexpected frames";
+    } else {
+      int32_t ti[2];
+      std::memcpy(ti, msg.data[0].data(), sizeof(ti));
+      tag = {ti[0], ti[1]};
+      const SArray<char>& body = msg.data[1];
+      if (body.size() != BodySize(ti[0], ti[1])) {
+        error = "body of " + std::to_string(body.size()) + " bytes";
+      }
+      for (size_t k = 0; error.empty() && k < body.size(); ++k) {
+        if (body[k] != BodyByte(ti[0], ti[1], k)) {
+          error = "byte " + std::to_string(k) + " differs";
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error.empty()) {
+      errors.push_back("message (" + std::to_string(tag.first) + ", " +
+                       std::to_string(tag.second) + "): " + error);
+    }
+    ++count[tag];
+    ++total;
+    arrived.notify_all();
+  }
+};
+
+TEST(Snapshot, ReadersKeepTheValueTheyLoaded) {
+  Snapshot<std::map<int, int>> table;
+  std::shared_ptr<const std::map<int, int>> before = table.Load();
+  table.Update([](std::map<int, int>& m) { m[1] = 10; });
+  EXPECT_TRUE(before->empty());
+  EXPECT_EQ(table.Load()->at(1), 10);
+  EXPECT_EQ(table.Update([](std::map<int, int>& m) { return m.erase(1); }),
+            1u);
+  EXPECT_TRUE(table.Load()->empty());
+}
+
+// Two receivers (node ids 1 and 2 to the sender; references allowed to and
+// from node 1 only), kThreads sending threads, and one thread that churns
+// the routing tables of the sender and of receiver 1 (connects to a third
+// van, renames, disconnects; allows and forgets references) until the
+// senders are done. Every message arrives once, with its bytes.
+TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
+  Inbox inbox1, inbox2;  // outlive the vans that fill them
+  const std::string kSenderIdentity = "van-test-sender";
+  Van receiver1, receiver2, sink;
+  ASSERT_TRUE(receiver1.Bind("127.0.0.1", 0, 0, 0).ok());
+  ASSERT_TRUE(receiver2.Bind("127.0.0.1", 0, 0, 0).ok());
+  ASSERT_TRUE(sink.Bind("127.0.0.1", 0, 0, 0).ok());  // never started
+  receiver1.AcceptReferencesFrom(0, kSenderIdentity, getpid());
+  receiver1.Start([&inbox1](Message&& msg) { inbox1.Take(std::move(msg)); });
+  receiver2.Start([&inbox2](Message&& msg) { inbox2.Take(std::move(msg)); });
+
+  Van sender;
+  sender.set_identity(kSenderIdentity);
+  ASSERT_TRUE(sender.Connect(1, "127.0.0.1", receiver1.port()).ok());
+  ASSERT_TRUE(sender.Connect(2, "127.0.0.1", receiver2.port()).ok());
+  sender.SendReferencesTo(1);
+
+  std::atomic<bool> senders_done{false};
+  std::atomic<int> churns{0};
+  std::thread churn([&] {
+    for (int k = 0; k < 100000 && !senders_done.load(); ++k) {
+      const int id = 100 + k % 8;
+      EXPECT_TRUE(sender.Connect(id, "127.0.0.1", sink.port()).ok());
+      sender.SendReferencesTo(id);
+      sender.Rekey(id, id + 50);
+      EXPECT_TRUE(sender.IsConnected(id + 50));
+      sender.Disconnect(id + 50);
+      receiver1.AcceptReferencesFrom(id, "other-" + std::to_string(k), 1);
+      receiver1.Disconnect(id);
+      churns.fetch_add(1);
+    }
+  });
+
+  // Kept until the end: a reference is resolved on arrival.
+  std::vector<SArray<char>> shared(kThreads);
+  for (auto& region : shared) {
+    region = SharedMemory::Get().Allocate(kPerThread * kSlot).value();
+  }
+  std::vector<std::thread> senders;
+  std::vector<int> send_errors(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const size_t n = BodySize(t, i);
+        SArray<char> body;
+        if (i % 3 == 0) {
+          body = shared[t].segment(i * kSlot, i * kSlot + n);
+        } else {
+          body = SArray<char>(n);
+        }
+        for (size_t k = 0; k < n; ++k) body[k] = BodyByte(t, i, k);
+        const int32_t ti[2] = {t, i};
+        SArray<char> tag(sizeof(ti));
+        std::memcpy(tag.data(), ti, sizeof(ti));
+        Message msg;
+        msg.meta.set_recver(1 + (t + i) % 2);
+        msg.AddData(tag, pb::CHAR);
+        msg.AddData(body, pb::CHAR);
+        if (!sender.Send(&msg).ok()) ++send_errors[t];
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  senders_done.store(true);
+  churn.join();
+
+  const int want = kThreads * kPerThread;
+  for (Inbox* inbox : {&inbox1, &inbox2}) {
+    std::unique_lock<std::mutex> lock(inbox->mu);
+    inbox->arrived.wait_for(lock, std::chrono::seconds(20),
+                            [&] { return inbox->total >= want / 2; });
+  }
+  // Room for a duplicate to show up.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(send_errors[t], 0) << t;
+  std::map<std::pair<int, int>, int> all;
+  for (Inbox* inbox : {&inbox1, &inbox2}) {
+    std::lock_guard<std::mutex> lock(inbox->mu);
+    EXPECT_TRUE(inbox->errors.empty()) << inbox->errors.front();
+    for (const auto& [tag, n] : inbox->count) all[tag] += n;
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(want));
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      EXPECT_EQ(all[std::make_pair(t, i)], 1) << "message (" << t << ", " << i << ")";
+    }
+  }
+  EXPECT_GT(churns.load(), 0);
+  // Bodies in shared memory, over the inline size, sent to node 1 go as
+  // references; to node 2 as bytes.
+  EXPECT_GT(sender.num_shared_sent(), 0u);
+  EXPECT_EQ(receiver1.num_shared_received(), sender.num_shared_sent());
+  EXPECT_EQ(receiver2.num_shared_received(), 0u);
+  EXPECT_EQ(receiver1.num_dropped() + receiver2.num_dropped(), 0u);
+}
+
+}  // namespace
+}  // namespace ps
