@@ -10,10 +10,10 @@ namespace ps {
 
 bool Postoffice::FastDispatch(Message* msg) {
   if (msg->meta.control().cmd() != pb::EMPTY) return false;
-  const std::shared_ptr<const Routes> routes = std::atomic_load(&routes_);
+  const std::shared_ptr<const Routes> routes = routes_.Load();
   const int sender = msg->meta.sender();
   // The scheduler's messages go the slow way: they are its heartbeats too.
-  if (routes == nullptr || sender == kSchedulerId || sender == routes->my_id) {
+  if (!routes->ready || sender == kSchedulerId || sender == routes->my_id) {
     return false;
   }
   const NodeInfo* claimed = routes->table.Find(sender);
@@ -211,14 +211,17 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-    auto customers = std::make_shared<CustomerMap>(*LoadCustomers());
-    CHECK(customers->count(key) == 0)
-        << "app " << app_id << " customer " << customer_id
-        << " is registered twice on one node";
-    (*customers)[key] = customer;
+    // Held until the held requests are in its mailbox: a message that
+    // finds it in the new snapshot meanwhile queues behind them.
+    MutexLock customer_lock(&customer->mu);
+    customers_.Update([&](CustomerMap& customers) {
+      CHECK(customers.count(key) == 0)
+          << "app " << app_id << " customer " << customer_id
+          << " is registered twice on one node";
+      customers[key] = customer;
+    });
     auto held = held_.find(key);
     if (held != held_.end()) {
-      MutexLock customer_lock(&customer->mu);
       for (HeldRequest& h : held->second) {
         held_bytes_ -= MessageBytes(h.msg);
         customer->mailbox.push_back(std::move(h.msg));
@@ -227,8 +230,6 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
       held_.erase(held);
       customer->delivering = drain = true;
     }
-    std::atomic_store(&customers_,
-                      std::shared_ptr<const CustomerMap>(std::move(customers)));
   }
   if (drain) Deliver(customer);  // the held requests, on this thread, in order
 }
@@ -246,14 +247,16 @@ void Postoffice::UnregisterCustomer(bool requests, int app_id,
   {
     MutexLock lock(&customers_mu_);
     CustomerKey key{requests, app_id, requests ? -1 : customer_id};
-    auto customers = std::make_shared<CustomerMap>(*LoadCustomers());
-    auto it = customers->find(key);
-    if (it == customers->end()) return;
-    customer = it->second;
-    customers->erase(it);
-    std::atomic_store(&customers_,
-                      std::shared_ptr<const CustomerMap>(std::move(customers)));
+    customer = customers_.Update([&](CustomerMap& customers) {
+      std::shared_ptr<Customer> found;
+      auto it = customers.find(key);
+      if (it == customers.end()) return found;
+      found = it->second;
+      customers.erase(it);
+      return found;
+    });
   }
+  if (customer == nullptr) return;
   MutexLock lock(&customer->mu);
   customer->closed = true;  // to a sender that found it in an older snapshot
   if (customer->deliverer == std::this_thread::get_id()) return;

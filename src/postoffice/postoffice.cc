@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "postoffice/logging.h"
-#include "van/shm.h"
 
 namespace ps {
 
@@ -170,12 +169,12 @@ Message Postoffice::ControlMessage(pb::Command cmd, int recver,
 
 bool Postoffice::FindShared(const void* p, size_t bytes,
                             pb::SharedRef* ref) const {
-  return SharedMemory::Get().Find(p, bytes, ref);
+  return van_.FindShared(p, bytes, ref);
 }
 
 StatusOr<SArray<char>> Postoffice::ResolveShared(const pb::SharedRef& ref,
                                                  size_t bytes) const {
-  return SharedMemory::Get().Resolve(ref, bytes);
+  return van_.ResolveShared(ref, bytes);
 }
 
 Status Postoffice::Send(Message* msg) {
@@ -264,11 +263,11 @@ bool Postoffice::DropForTest(const Message& msg) {
 }
 
 void Postoffice::PublishRoutesLocked() {
-  auto routes = std::make_shared<Routes>();
-  routes->table = table_;
-  routes->my_id = my_id_.load();
-  std::atomic_store(&routes_,
-                    std::shared_ptr<const Routes>(std::move(routes)));
+  routes_.Update([&](Routes& routes) {
+    routes.table = table_;
+    routes.my_id = my_id_.load();
+    routes.ready = true;
+  });
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {

@@ -38,6 +38,7 @@
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
+#include "van/snapshot.h"
 #include "van/sync.h"
 #include "van/van.h"
 
@@ -166,6 +167,7 @@ class Postoffice {
   struct Routes {
     NodeTable table;
     int my_id = 0;
+    bool ready = false;  // a member with its node table
   };
 
   // Receive thread.
@@ -203,7 +205,7 @@ class Postoffice {
       EXCLUDES(customer->mu);
   // The registry as of its last change.
   std::shared_ptr<const CustomerMap> LoadCustomers() const {
-    return std::atomic_load(&customers_);
+    return customers_.Load();
   }
   // Publishes table_ and my_id_ for the data path (after each change).
   void PublishRoutesLocked() REQUIRES(mu_);
@@ -340,8 +342,9 @@ class Postoffice {
   // Written under mu_, read by anyone (Send stamps my_id_ without a lock).
   std::atomic<int> my_id_{0};
   std::atomic<int> my_rank_{-1};
-  // Members, once ready: the node table for the receive path (null before).
-  std::shared_ptr<const Routes> routes_;  // std::atomic_load / atomic_store
+  // Members, once ready: the node table for the receive path (published
+  // under mu_ by PublishRoutesLocked).
+  Snapshot<Routes> routes_;
   bool acked_ GUARDED_BY(mu_) = false;
   bool ready_ GUARDED_BY(mu_) = false;
   Status start_error_ GUARDED_BY(mu_);
@@ -388,12 +391,11 @@ class Postoffice {
   std::vector<Message> early_;  // receive thread only: data before ready
   uint64_t early_bytes_ = 0;    // receive thread only: their data bytes
 
-  // Serializes registry changes and the holding of early requests; the
-  // registry itself is a snapshot read with LoadCustomers() (a new one is
-  // published under customers_mu_ on each change).
+  // Orders registry changes with the holding of early requests; the
+  // registry itself is a snapshot read with LoadCustomers() (changed under
+  // customers_mu_).
   Mutex customers_mu_;
-  std::shared_ptr<const CustomerMap> customers_ =
-      std::make_shared<const CustomerMap>();
+  Snapshot<CustomerMap> customers_;
   struct HeldRequest {
     Message msg;
     Clock::time_point since;
