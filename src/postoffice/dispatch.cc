@@ -179,7 +179,9 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
 
 std::vector<std::shared_ptr<Postoffice::Customer>> Postoffice::Customers() {
   std::vector<std::shared_ptr<Customer>> customers;
-  for (const auto& [key, c] : *LoadCustomers()) customers.push_back(c);
+  // Held in a local: a range-for over *LoadCustomers() would outlive it.
+  const std::shared_ptr<const CustomerMap> registry = LoadCustomers();
+  for (const auto& [key, c] : *registry) customers.push_back(c);
   return customers;
 }
 
@@ -236,7 +238,8 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
 
 void Postoffice::TickCustomers(Clock::time_point now) {
   // A customer unregistered meanwhile is kept off by its own gate.
-  for (const auto& [key, customer] : *LoadCustomers()) {
+  const std::shared_ptr<const CustomerMap> registry = LoadCustomers();
+  for (const auto& [key, customer] : *registry) {
     if (customer->on_tick) customer->on_tick(now);
   }
 }
