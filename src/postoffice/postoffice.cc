@@ -263,11 +263,11 @@ bool Postoffice::DropForTest(const Message& msg) {
 }
 
 void Postoffice::PublishRoutesLocked() {
-  routes_.Update([&](Routes& routes) {
-    routes.table = table_;
-    routes.my_id = my_id_.load();
-    routes.ready = true;
-  });
+  Routes next;
+  next.table = table_;
+  next.my_id = my_id_.load();
+  next.ready = true;
+  routes_.Update([&](Routes& routes) { routes = std::move(next); });
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {
