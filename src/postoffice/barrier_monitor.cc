@@ -148,14 +148,17 @@ void Postoffice::MonitorLoop() {
     }
     if (stop_monitor_) break;
     auto now = Clock::now();
-    if (interval > 0 &&
-        MsSince(last_tick, now) > config_.heartbeat_timeout_ms) {
+    const int64_t gap = MsSince(last_tick, now);
+    if (interval > 0 && gap > config_.heartbeat_timeout_ms) {
       // This node itself was stopped (SIGSTOP, a debugger) or starved of
       // CPU: the silence it sees is its own, so it blames nobody for it.
-      LOG(WARNING) << table_.Describe(my_id_) << " was stalled for "
-                   << MsSince(last_tick, now)
+      LOG(WARNING) << table_.Describe(my_id_) << " was stalled for " << gap
                    << " ms; not counting that silence against its peers";
       membership_.ForgiveSilence(now);
+    } else if (interval > 0 && gap > 2 * tick) {
+      // A shorter stall (stopped and resumed within the timeout): the part
+      // past the tick is this node's silence too, not its peers'.
+      membership_.ExcuseStall(std::chrono::milliseconds(gap - tick), now);
     }
     last_tick = now;
     std::vector<Message> outbox;

@@ -235,6 +235,11 @@ void Membership::ForgiveSilence(Clock::time_point now) {
   for (auto& [id, r] : nodes_) r.last_heard = now;
 }
 
+void Membership::ExcuseStall(Clock::duration stalled, Clock::time_point now) {
+  MutexLock lock(&mu_);
+  for (auto& [id, r] : nodes_) r.last_heard = std::min(now, r.last_heard + stalled);
+}
+
 std::vector<int> Membership::Tick(Clock::time_point now,
                                   Clock::duration suspect_after,
                                   Clock::duration dead_after) {

@@ -170,6 +170,10 @@ class Membership {
   void Watch(int id, Clock::time_point now) EXCLUDES(mu_);
   void Heard(int id, Clock::time_point now) EXCLUDES(mu_);
   void ForgiveSilence(Clock::time_point now) EXCLUDES(mu_);
+  // This node was stalled for `stalled` (its timer fired that late): that
+  // much of everyone's silence is its own, not theirs (not past `now`).
+  void ExcuseStall(Clock::duration stalled, Clock::time_point now)
+      EXCLUDES(mu_);
   // Timer tick: a watched node (live, suspected or rejoining) silent for
   // longer than `suspect_after` becomes suspected; returns those silent for
   // longer than `dead_after` (the caller declares them dead).

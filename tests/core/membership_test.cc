@@ -291,6 +291,11 @@ TEST(Membership, TicksSuspectThenNameTheSilent) {
   // This node itself stalled: nobody's silence until now counts.
   m.ForgiveSilence(t0 + ms(500));
   EXPECT_TRUE(m.Tick(t0 + ms(520), ms(50), ms(100)).empty());
+  // A shorter stall excuses its own length of silence only.
+  m.ExcuseStall(ms(60), t0 + ms(590));  // heard at 500: counts from 560
+  EXPECT_TRUE(m.Tick(t0 + ms(650), ms(50), ms(100)).empty());
+  EXPECT_EQ(m.Tick(t0 + ms(661), ms(50), ms(100)),
+            (std::vector<int>{kServer0, kWorker0}));
   // The dead are not watched.
   std::vector<PeerEvent> events;
   ASSERT_TRUE(m.Apply(kWorker0, PeerInput::kLose, "", &events).ok());
