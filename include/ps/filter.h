@@ -47,9 +47,9 @@ struct FilterContext {
   bool request = true;  // a worker's request, or a server's answer
   bool push = false;
   bool pull = false;
-  int cmd = 0;     // the user command (KVMeta::cmd)
+  int cmd = 0;  // the user command (KVMeta::cmd)
   int app_id = 0;
-  int peer = 0;    // the node id it goes to (Encode) or came from (Decode)
+  int peer = 0;  // the node id it goes to (Encode) or came from (Decode)
 };
 
 class Filter {

@@ -349,8 +349,8 @@ void DenseShard::Impl::OnJoin(const KVMeta& meta, const KVPairs<float>& data) {
   for (Key k : data.keys) {
     size_t offset, length;
     if (!slice_.Locate(k, &offset, &length)) {
-      return Reject(meta, "key " + std::to_string(k) + " is not in " +
-                              slice_.Describe());
+      return Reject(
+          meta, "key " + std::to_string(k) + " is not in " + slice_.Describe());
     }
   }
   KVPairs<float> res;

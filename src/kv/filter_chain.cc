@@ -1,11 +1,11 @@
 // FilterChain: the filters stage on messages (filter_chain.h).
 #include "kv/filter_chain.h"
 
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
-#include "ps/kv_core.h"
+#include "van/codec.h"
 
 namespace ps {
 namespace detail {
@@ -38,21 +38,6 @@ FilterContext ContextOf(const pb::Meta& m, int peer) {
   return ctx;
 }
 
-// `frame`, at an address aligned for `align`-byte elements (a copy if a
-// filter left it elsewhere).
-SArray<char> Aligned(const SArray<char>& frame, size_t align) {
-  if (reinterpret_cast<uintptr_t>(frame.data()) % align == 0) return frame;
-  SArray<uint64_t> words((frame.size() + 7) / 8);
-  SArray<char> out = SArray<char>(words).segment(0, frame.size());
-  std::memcpy(out.data(), frame.data(), frame.size());
-  return out;
-}
-
-size_t ElementSize(int type) {
-  static const size_t kSizes[] = {1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
-  return type >= 0 && type <= kTypeDouble ? kSizes[type] : 1;
-}
-
 }  // namespace
 
 Status FilterChain::Add(std::shared_ptr<Filter> filter) {
@@ -80,8 +65,7 @@ Status FilterChain::Encode(Message* msg) const {
     std::string note;
     StatusOr<bool> applied = f->Encode(ctx, &frames, &note);
     if (!applied.ok()) {
-      return Status(applied.status().code(), "filter '" + f->name() +
-                                                 "': " +
+      return Status(applied.status().code(), "filter '" + f->name() + "': " +
                                                  applied.status().message());
     }
     if (!*applied) continue;
@@ -104,17 +88,16 @@ Status FilterChain::Decode(Message* msg) const {
   if (m.filters_size() == 0) return Status::OK();
   for (const pb::FilterNote& n : m.filters()) {
     if (Find(n.name()) == nullptr) {
-      return Status::InvalidArgument(
-          "the message was rewritten by filter '" + n.name() +
-          "', which this " + owner_ + " does not have (AddFilter)");
+      return Status::InvalidArgument("the message was rewritten by filter '" +
+                                     n.name() + "', which this " + owner_ +
+                                     " does not have (AddFilter)");
     }
   }
   // Each filter runs once a message (a stranger's list could be long).
   if (static_cast<size_t>(m.filters_size()) > filters_.size()) {
     return Status::InvalidArgument(
         "the message names " + std::to_string(m.filters_size()) +
-        " filters; this " + owner_ + " has " +
-        std::to_string(filters_.size()));
+        " filters; this " + owner_ + " has " + std::to_string(filters_.size()));
   }
   KVFrames frames;
   if (!ToFrames(*msg, &frames)) {
@@ -136,13 +119,14 @@ Status FilterChain::Decode(Message* msg) const {
   msg->data.clear();
   msg->meta.clear_data_type();
   msg->meta.clear_filters();
-  msg->AddData(Aligned(frames.keys, sizeof(uint64_t)), pb::UINT64);
+  msg->AddData(Realign(frames.keys, sizeof(uint64_t)), pb::UINT64);
   if (frames.has_vals) {
-    msg->AddData(Aligned(frames.vals, ElementSize(val_type)),
-                 static_cast<pb::DataType>(val_type));
+    msg->AddData(
+        Realign(frames.vals, std::max<size_t>(1, DataTypeSize(val_type))),
+        static_cast<pb::DataType>(val_type));
   }
   if (frames.has_lens) {
-    msg->AddData(Aligned(frames.lens, sizeof(int32_t)), pb::INT32);
+    msg->AddData(Realign(frames.lens, sizeof(int32_t)), pb::INT32);
   }
   return Status::OK();
 }

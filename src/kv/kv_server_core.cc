@@ -154,9 +154,10 @@ class KVServerCore::Impl {
   void OnRequest(Message&& msg) {
     const pb::Meta& m = msg.meta;
     if (!MayAsk(m)) {
-      post_->CountDropped(m.sender(), "a server takes requests from workers "
-                                      "and its replica chain only: " +
-                                          DebugString(msg));
+      post_->CountDropped(m.sender(),
+                          "a server takes requests from workers "
+                          "and its replica chain only: " +
+                              DebugString(msg));
       return;
     }
     // The only answers a server gets: its replica's.
@@ -193,7 +194,8 @@ class KVServerCore::Impl {
       if (done == Done::kNew && dedup_on_) dedup_.Unsee(meta);
       return ResponseError(meta, kvs.status());
     }
-    if (done != Done::kNew) return Repeat(meta, done, forward, for_replica, &*kvs);
+    if (done != Done::kNew)
+      return Repeat(meta, done, forward, for_replica, &*kvs);
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
@@ -285,8 +287,7 @@ class KVServerCore::Impl {
   // server's primary, forwarding a push, or its replica, answering one.
   bool MayAsk(const pb::Meta& m) const {
     if (!m.has_origin()) return m.request() && IsWorkerId(m.sender());
-    return replicas_ > 0 && IsServerId(m.sender()) &&
-           IsWorkerId(m.origin()) &&
+    return replicas_ > 0 && IsServerId(m.sender()) && IsWorkerId(m.origin()) &&
            IsReplicaTraffic(m.request(), IdToRank(m.sender()), post_->rank(),
                             post_->config().num_servers);
   }

@@ -487,8 +487,9 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
     state->Fail(refused);
   } else if (state) {
     StatusOr<RawKVPairs> kvs = DecodeAnswer(&msg);
-    Status st = kvs.ok() ? state->Store(IdToRank(sender), std::move(kvs).value())
-                         : kvs.status();
+    Status st = kvs.ok()
+                    ? state->Store(IdToRank(sender), std::move(kvs).value())
+                    : kvs.status();
     if (!st.ok()) {
       post_->CountDropped(sender, "bad pull answer: " + st.message());
       state->Fail(Status::Corruption(post_->DescribeNode(sender) +

@@ -51,7 +51,8 @@ Status PullState::Store(int rank, RawKVPairs answer) {
     char* dst = sink.direct + place[rank];
     if (answer.vals.size() == bytes) {
       // A co-located server may have written it in place (reply_into).
-      if (answer.vals.data() != dst) std::memcpy(dst, answer.vals.data(), bytes);
+      if (answer.vals.data() != dst)
+        std::memcpy(dst, answer.vals.data(), bytes);
     } else {
       misplaced = true;  // e.g. lens that happen to divide evenly
     }

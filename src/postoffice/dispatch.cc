@@ -42,8 +42,7 @@ void Postoffice::DispatchData(Message&& msg) {
   // Which peer may ask or answer what is the KV layer's to check.
   if (!msg.meta.simple_app() &&
       std::get<0>(key) != (config_.role == Role::kServer)) {
-    CountDropped(msg.meta.sender(), std::string("a ") +
-                                        RoleName(config_.role) +
+    CountDropped(msg.meta.sender(), std::string("a ") + RoleName(config_.role) +
                                         " does not take " + DebugString(msg));
     return;
   }
@@ -53,8 +52,7 @@ void Postoffice::DispatchData(Message&& msg) {
   HoldOrDrop(key, std::move(msg));
 }
 
-bool Postoffice::Post(const std::shared_ptr<Customer>& customer,
-                      Message* msg) {
+bool Postoffice::Post(const std::shared_ptr<Customer>& customer, Message* msg) {
   {
     MutexLock lock(&customer->mu);
     if (customer->closed) return false;
@@ -117,11 +115,11 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
                       std::to_string(msg.meta.app_id()) + ")");
     return;
   }
-  CountDropped(msg.meta.sender(),
-               std::string(msg.meta.simple_app() ? "no SimpleApp"
-                                                 : "no customer") +
-                   " for app " + std::to_string(msg.meta.app_id()) +
-                   " customer " + std::to_string(msg.meta.customer_id()));
+  CountDropped(
+      msg.meta.sender(),
+      std::string(msg.meta.simple_app() ? "no SimpleApp" : "no customer") +
+          " for app " + std::to_string(msg.meta.app_id()) + " customer " +
+          std::to_string(msg.meta.customer_id()));
 }
 
 void Postoffice::ExpireHeldRequests(Clock::time_point now) {

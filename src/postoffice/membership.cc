@@ -237,7 +237,8 @@ void Membership::ForgiveSilence(Clock::time_point now) {
 
 void Membership::ExcuseStall(Clock::duration stalled, Clock::time_point now) {
   MutexLock lock(&mu_);
-  for (auto& [id, r] : nodes_) r.last_heard = std::min(now, r.last_heard + stalled);
+  for (auto& [id, r] : nodes_)
+    r.last_heard = std::min(now, r.last_heard + stalled);
 }
 
 std::vector<int> Membership::Tick(Clock::time_point now,

@@ -194,7 +194,8 @@ class Postoffice {
   // No customer (registered) for msg: a request waits for its KVServer
   // (held_), within budgets, else is refused; anything else is dropped.
   void HoldOrDrop(const CustomerKey& key, Message&& msg)
-      EXCLUDES(customers_mu_);  // Refuses (NotFound) the requests held for a KVServer that has not
+      EXCLUDES(customers_mu_);  // Refuses (NotFound) the requests held for a
+                                // KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
   void ExpireHeldRequests(Clock::time_point now) EXCLUDES(mu_, customers_mu_);
@@ -401,7 +402,7 @@ class Postoffice {
     Clock::time_point since;
   };
   std::map<CustomerKey, std::vector<HeldRequest>> held_
-      GUARDED_BY(customers_mu_);  // no customer yet
+      GUARDED_BY(customers_mu_);       // no customer yet
   std::atomic<size_t> held_count_{0};  // changed under customers_mu_
   uint64_t held_bytes_ GUARDED_BY(customers_mu_) = 0;  // their data bytes
 };

@@ -43,9 +43,6 @@ std::string EncodeHeader(Message* msg) {
   return header;
 }
 
-namespace {
-
-// A copy of `frame` in a buffer aligned for `align`-byte elements.
 SArray<char> Realign(const SArray<char>& frame, size_t align) {
   if (reinterpret_cast<uintptr_t>(frame.data()) % align == 0) return frame;
   SArray<uint64_t> aligned((frame.size() + 7) / 8);
@@ -53,6 +50,8 @@ SArray<char> Realign(const SArray<char>& frame, size_t align) {
   std::memcpy(out.data(), frame.data(), frame.size());
   return out;
 }
+
+namespace {
 
 Status CheckFrames(const pb::Meta& meta, std::vector<SArray<char>>* frames) {
   if (meta.data_type_size() != meta.data_size_size()) {

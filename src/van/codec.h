@@ -18,6 +18,10 @@ namespace ps {
 // Bytes per element of a pb::DataType; 0 for an unknown type.
 size_t DataTypeSize(int type);
 
+// `frame`, or a copy of it in a buffer aligned for `align`-byte elements
+// when it is not.
+SArray<char> Realign(const SArray<char>& frame, size_t align);
+
 // Serialises msg->meta after filling data_size from msg->data. The frames
 // themselves are sent as they are (no copy). A data_type count that differs
 // from the frame count is a bug (CHECK).

@@ -274,8 +274,7 @@ bool Van::IsConnected(int id) const {
   return routes->peers.count(id) > 0;
 }
 
-bool Van::FindShared(const void* data, size_t bytes,
-                     pb::SharedRef* ref) const {
+bool Van::FindShared(const void* data, size_t bytes, pb::SharedRef* ref) const {
   return shared_memory_->Find(data, bytes, ref);
 }
 

@@ -203,7 +203,7 @@ class Van {
 
   const VanOptions options_;
   SharedMemory* const shared_memory_;  // the process's; outlives every Van
-  std::string public_key_;  // Z85, derived from options_.secret_key
+  std::string public_key_;             // Z85, derived from options_.secret_key
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth", with a key only

@@ -3,6 +3,8 @@
 // in the right order, also for resent requests; a receiver without the
 // filter, or a note it cannot read, refuses the message naming the filter;
 // a filter that declines costs nothing.
+#include "ps/filter.h"
+
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -10,7 +12,6 @@
 
 #include "cluster.h"
 #include "gtest/gtest.h"
-#include "ps/filter.h"
 
 namespace ps {
 namespace {
@@ -105,9 +106,8 @@ Status PushAndPullSums(Node* n, KVWorker<float>* kv, int rounds, int workers) {
                                    float(rounds * workers * (workers + 1) / 2)};
   if (out != want) {
     return Status::Internal("pulled " + std::to_string(out.size()) +
-                            " values, not the sums " +
-                            std::to_string(want[0]) + ", " +
-                            std::to_string(want[1]));
+                            " values, not the sums " + std::to_string(want[0]) +
+                            ", " + std::to_string(want[1]));
   }
   return Status::OK();
 }
@@ -211,8 +211,10 @@ TEST(Filters, AnUnreadableNoteIsRefusedAndADecliningFilterCostsNothing) {
     Status pulled = kv.Wait(kv.Pull(kKeys, &out));
     if (pulled.ok() ||
         pulled.message().find("filter 'prefix'") == std::string::npos) {
-      return Status::Internal("want an answer refused for filter 'prefix', "
-                              "got " + pulled.ToString());
+      return Status::Internal(
+          "want an answer refused for filter 'prefix', "
+          "got " +
+          pulled.ToString());
     }
     return n->Barrier(kAllGroups);
   });

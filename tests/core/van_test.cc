@@ -2,6 +2,8 @@
 // from several threads while the routing table changes under them (peers
 // connected, renamed and disconnected; references allowed and forgotten),
 // which the van reads without a lock (van/snapshot.h).
+#include "van/van.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,7 +22,6 @@
 #include "ps/sarray.h"
 #include "van/shm.h"
 #include "van/snapshot.h"
-#include "van/van.h"
 
 namespace ps {
 namespace {
@@ -85,8 +86,7 @@ TEST(Snapshot, ReadersKeepTheValueTheyLoaded) {
   table.Update([](std::map<int, int>& m) { m[1] = 10; });
   EXPECT_TRUE(before->empty());
   EXPECT_EQ(table.Load()->at(1), 10);
-  EXPECT_EQ(table.Update([](std::map<int, int>& m) { return m.erase(1); }),
-            1u);
+  EXPECT_EQ(table.Update([](std::map<int, int>& m) { return m.erase(1); }), 1u);
   EXPECT_TRUE(table.Load()->empty());
 }
 
@@ -179,7 +179,8 @@ TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   EXPECT_EQ(all.size(), static_cast<size_t>(want));
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      EXPECT_EQ(all[std::make_pair(t, i)], 1) << "message (" << t << ", " << i << ")";
+      EXPECT_EQ(all[std::make_pair(t, i)], 1)
+          << "message (" << t << ", " << i << ")";
     }
   }
   EXPECT_GT(churns.load(), 0);

@@ -225,10 +225,10 @@ TEST_F(Checkpoint, TornServerFileRestoresThePreviousSet) {
   ASSERT_GT(size, 1000u) << killed.out;
   ASSERT_EQ(truncate(server1.c_str(), static_cast<off_t>(size / 2)), 0);
   Result restored = Launch("", flags + " --restore --dump_weights " + bin);
-  EXPECT_EQ(Count(restored.out,
-                  "restore: skipping unusable checkpoints: step 25: '" +
-                      server1 + "' is torn: "),
-            4)
+  EXPECT_EQ(
+      Count(restored.out, "restore: skipping unusable checkpoints: step 25: '" +
+                              server1 + "' is torn: "),
+      4)
       << restored.out;
   ExpectSameEnd(restored, bin, dir, 20);
   Shell("rm -rf " + dir);
