@@ -28,13 +28,11 @@ Status Postoffice::Barrier(int group) {
   CHECK(ready_) << "Barrier() before a successful Start()";
   CHECK(GroupContains(group, my_id_))
       << DescribeId(my_id_) << " is not in barrier group " << GroupName(group);
-  uint64_t seen = barrier_released_[group];
-  std::multimap<int, uint64_t>::iterator waiting;  // members: our entry
+  const BarrierWaits::Ticket ticket = barrier_waits_.Enter(group);
   if (IsScheduler()) {
     outbox =
         AnswerBarriersLocked(barriers_.Arrive(group, my_id_, Clock::now()));
   } else {
-    waiting = waiting_barriers_.emplace(group, seen);
     // Sent when the scheduler comes back if it is awaited (restarts).
     if (membership_.state(kSchedulerId) != PeerState::kAwaited) {
       Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
@@ -52,11 +50,11 @@ Status Postoffice::Barrier(int group) {
       int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
   auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
   // A scheduler awaited back (restarts) is waited for, within the deadline.
-  while (barrier_released_[group] <= seen && !SchedulerGoneLocked() &&
+  while (!barrier_waits_.Released(ticket) && !SchedulerGoneLocked() &&
          cv_.WaitUntil(deadline)) {
   }
-  if (!IsScheduler()) waiting_barriers_.erase(waiting);
-  if (barrier_released_[group] > seen) return barrier_status_[group];
+  barrier_waits_.Leave(ticket);
+  if (barrier_waits_.Released(ticket)) return barrier_waits_.StatusOf(ticket);
   if (!SchedulerGoneLocked()) {
     return Status::Timeout("barrier of " + GroupName(group) +
                            " got no answer from the scheduler at " +
@@ -94,8 +92,7 @@ void Postoffice::OnBarrier(const Message& msg) {
 }
 
 void Postoffice::SignalOwnBarrierLocked(int group, const Status& error) {
-  ++barrier_released_[group];
-  barrier_status_[group] = error;
+  barrier_waits_.Release(group, error);
   cv_.SignalAll();
 }
 
@@ -219,38 +216,31 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
   }
   // A rejoin whose members did not all answer within the connect timeout
   // goes ahead without them (their requests from the successor are
-  // dropped until they learn its address; resends make that good).
-  std::vector<int> overdue;
-  for (const auto& [id, r] : rejoins_) {
-    if (r.started && MsSince(r.started_at, now) > config_.connect_timeout_ms) {
-      std::string silent;
-      for (int m : r.pending) silent += " " + table_.Describe(m);
-      LOG(WARNING) << "the rejoin of " << table_.Describe(id)
-                   << " goes ahead without an answer from" << silent;
-      overdue.push_back(id);
-    }
-  }
-  for (int id : overdue) FinishRejoinLocked(id, &outbox, events);
-  // A restart whose predecessor is never declared dead (it still answers
+  // dropped until they learn its address; resends make that good). A
+  // restart whose predecessor is never declared dead (it still answers
   // heartbeats) is refused, naming the one still alive.
   const int64_t wait_ms = std::max<int64_t>(
       config_.connect_timeout_ms, int64_t{config_.heartbeat_timeout_ms} + 1000);
-  for (auto it = rejoins_.begin(); it != rejoins_.end();) {
-    const Rejoin& r = it->second;
-    if (r.started || MsSince(r.since, now) <= wait_ms) {
-      ++it;
-      continue;
-    }
+  std::vector<RejoinCoordinator::Overdue> overdue;
+  std::vector<RejoinCoordinator::Refused> refused;
+  rejoins_.Tick(now, config_.connect_timeout_ms, wait_ms, &overdue, &refused);
+  for (const RejoinCoordinator::Overdue& o : overdue) {
+    std::string silent;
+    for (int m : o.silent) silent += " " + table_.Describe(m);
+    LOG(WARNING) << "the rejoin of " << table_.Describe(o.id)
+                 << " goes ahead without an answer from" << silent;
+    FinishRejoinLocked(o.id, &outbox, events);
+  }
+  for (const RejoinCoordinator::Refused& r : refused) {
     Status st = Status::InvalidArgument(
         "the worker at " + r.node.Address() + " registered as a restart of " +
-        table_.Describe(it->first) + ", which is still alive after " +
+        table_.Describe(r.id) + ", which is still alive after " +
         std::to_string(wait_ms) + " ms: refused");
     LOG(WARNING) << st.message();
     Message reject = ControlMessage(pb::ADD_NODE, r.temp_id, false);
     reject.meta.mutable_control()->set_error(st.message());
     reject.meta.mutable_control()->set_error_code(st.code());
     outbox.push_back(std::move(reject));
-    it = rejoins_.erase(it);
   }
   for (Message& m : AnswerBarriersLocked(barriers_.Tick(now))) {
     outbox.push_back(std::move(m));

@@ -111,23 +111,14 @@ void Postoffice::OnPeerEventForRejoins(const PeerEvent& e) {
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    // The restarts under way wait no more for this node's answer.
+    // The restarts under way wait no more for this node's answer; its own
+    // successor may have registered before this death was known.
     std::vector<int> answered;
-    for (auto& [rid, r] : rejoins_) {
-      if (r.started && r.pending.erase(e.id) > 0 && r.pending.empty()) {
-        answered.push_back(rid);
-      }
-    }
+    const bool start_own = rejoins_.OnLost(
+        e.id, e.from == PeerState::kRejoining,
+        membership_.state(e.id) == PeerState::kAwaited, &answered);
     for (int rid : answered) FinishRejoinLocked(rid, &outbox, &events);
-    auto own = rejoins_.find(e.id);
-    if (own != rejoins_.end() && own->second.started &&
-        e.from == PeerState::kRejoining) {
-      rejoins_.erase(own);  // the successor died while rejoining
-    } else if (own != rejoins_.end() && !own->second.started &&
-               membership_.state(e.id) == PeerState::kAwaited) {
-      // Its successor registered before this death was known.
-      StartRejoinLocked(e.id, &outbox, &events);
-    }
+    if (start_own) StartRejoinLocked(e.id, &outbox, &events);
   }
   SendAll(&outbox);
   membership_.Publish(events);

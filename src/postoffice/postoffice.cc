@@ -43,6 +43,8 @@ Postoffice::Postoffice(const Config& config)
     : config_(config),
       van_(VanOptionsOf(config)),
       rendezvous_(config.num_servers, config.num_workers),
+      rejoins_(config.num_workers, config.max_restarts),
+      takeover_(config.num_servers, config.num_workers, config.max_restarts),
       barriers_({[this](int group) {
                    mu_.AssertHeld();  // called by barriers_, under mu_
                    return table_.Ids(group);
@@ -401,15 +403,14 @@ void Postoffice::OnConnectionLost(int id, const std::string& why) {
     MutexLock lock(&mu_);
     // A restart that died while its registration waited: forget it, so
     // that the next one is not refused as a second.
-    for (auto it = rejoins_.begin(); it != rejoins_.end(); ++it) {
-      if (!it->second.started && it->second.temp_id == id) {
-        LOG(WARNING) << "the restart of " << table_.Describe(it->first)
-                     << " registered from " << it->second.node.Address()
-                     << " is gone: " << why;
-        van_.Disconnect(id);
-        rejoins_.erase(it);
-        return;
-      }
+    NodeInfo gone;
+    const int restarted = rejoins_.OnConnectionLost(id, &gone);
+    if (restarted >= 0) {
+      LOG(WARNING) << "the restart of " << table_.Describe(restarted)
+                   << " registered from " << gone.Address()
+                   << " is gone: " << why;
+      van_.Disconnect(id);
+      return;
     }
     // Before the node table a member's absence is rendezvous' business; a
     // member that said goodbye (TERMINATE) leaves without blame, and so

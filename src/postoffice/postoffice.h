@@ -32,9 +32,12 @@
 #include <vector>
 
 #include "postoffice/barrier_coordinator.h"
+#include "postoffice/barrier_waits.h"
 #include "postoffice/membership.h"
 #include "postoffice/node_table.h"
+#include "postoffice/rejoin_coordinator.h"
 #include "postoffice/rendezvous_coordinator.h"
+#include "postoffice/takeover_coordinator.h"
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
@@ -221,9 +224,6 @@ class Postoffice {
   // (logged). The caller tells the peer (SHM_READY with that error).
   std::string ProbeSharedMemory(const NodeInfo& peer);
   void SchedulerOnAddNode(const Message& msg);
-  // Restarts (PS_MAX_RESTARTS): why `node`, registering while the job
-  // runs, may not rejoin it (OK if it may: a restarted worker).
-  Status CheckRejoinLocked(const NodeInfo& node) const REQUIRES(mu_);
   // Worker `id` is dead and its successor registered: the table takes its
   // new address and every member is told (NODE_JOINED); once all answered,
   // FinishRejoinLocked sends the successor the node table. The events of
@@ -355,28 +355,15 @@ class Postoffice {
   // cv_ see each change). The scheduler watches every member's heartbeats,
   // a member the scheduler's.
   Membership membership_;
-  // Scheduler: restarted workers registering, by their id. Until the old
-  // process is declared dead (awaited) the registration waits (started
-  // false); then (rejoining) the members still to answer NODE_JOINED.
-  struct Rejoin {
-    NodeInfo node;
-    int temp_id = 0;  // its connection's id until it takes the worker's
-    bool started = false;
-    std::set<int> pending;
-    Clock::time_point since;       // it registered
-    Clock::time_point started_at;  // the members were told
-  };
-  std::map<int, Rejoin> rejoins_ GUARDED_BY(mu_);
+  // Scheduler: restarted workers rejoining (rejoin_coordinator.h).
+  RejoinCoordinator rejoins_ GUARDED_BY(mu_);
+  // Scheduler, restarted: the members' reports (takeover_coordinator.h).
+  TakeoverCoordinator takeover_ GUARDED_BY(mu_);
   bool rejoined_ GUARDED_BY(mu_) = false;  // a restart of a running job's node
-  // Member: the barriers this node waits in, with barrier_released_ of
-  // their group at entry (sent again to a restarted scheduler unless
-  // released since).
-  std::multimap<int, uint64_t> waiting_barriers_ GUARDED_BY(mu_);
   // Scheduler: the barriers waiting (barrier_coordinator.h).
   BarrierCoordinator barriers_ GUARDED_BY(mu_);
-  // By group: releases seen, and the last one's status.
-  std::map<int, uint64_t> barrier_released_ GUARDED_BY(mu_);
-  std::map<int, Status> barrier_status_ GUARDED_BY(mu_);
+  // This node's own waits in barriers, and their releases (barrier_waits.h).
+  BarrierWaits barrier_waits_ GUARDED_BY(mu_);
   Status peer_failure_ GUARDED_BY(mu_);
   // Peers of our domain yet to send SHM_READY.
   std::set<int> shm_pending_ GUARDED_BY(mu_);

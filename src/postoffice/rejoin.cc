@@ -20,7 +20,6 @@
 // again the barriers they were waiting in.
 #include <chrono>
 #include <cstdio>
-#include <set>
 #include <utility>
 
 #include "postoffice/logging.h"
@@ -33,52 +32,41 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
   const pb::Control& ctrl = msg.meta.control();
   const std::string connection =
       Van::DescribeConnection(msg.from, msg.peer_address);
-  const int count =
-      node.role == Role::kServer ? config_.num_servers : config_.num_workers;
-  const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
-                                            : WorkerRankToId(node.rank);
   std::vector<Message> outbox;
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    if (ctrl.num_servers() != config_.num_servers ||
-        ctrl.num_workers() != config_.num_workers || node.rank < 0 ||
-        node.rank >= count || node.id != id || config_.max_restarts == 0) {
-      van_.CountDropped(connection,
-                        "a member's report (" + node.Describe() +
-                            ") that does not fit this job" +
-                            (config_.max_restarts == 0
-                                 ? " (a scheduler takes a running job over "
-                                   "only with PS_MAX_RESTARTS > 0)"
-                                 : ""));
+    Status st = takeover_.Check(node, ctrl.num_servers(), ctrl.num_workers());
+    if (!st.ok()) {
+      van_.CountDropped(connection, st.message());
       return;
     }
-    const NodeInfo* known = table_.Find(id);
-    if (ready_ || !rendezvous_.arrivals().empty()) {
-      // Copies sent while we were not up yet are answered again; anything
-      // else (a job that registers anew) is no report of ours.
-      if (known != nullptr && known->HasIdentity(msg.from)) {
-        Message back = ControlMessage(pb::ADD_NODE, id, false);
-        back.meta.mutable_control()->set_rejoin(true);
-        outbox.push_back(std::move(back));
-      } else {
+    const bool running = ready_ || !rendezvous_.arrivals().empty();
+    switch (takeover_.Classify(node, running, table_.Find(node.id))) {
+      case TakeoverCoordinator::Outcome::kRefused:
         van_.CountDropped(connection,
                           "a member's report, but this scheduler "
                           "did not restart a running job");
         return;
-      }
-    } else if (known == nullptr) {
-      Status st = van_.Connect(id, node.host, node.port);
-      if (!st.ok()) {
-        LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
+      case TakeoverCoordinator::Outcome::kCopy:
         return;
+      case TakeoverCoordinator::Outcome::kAnswerAgain: {
+        Message back = ControlMessage(pb::ADD_NODE, node.id, false);
+        back.meta.mutable_control()->set_rejoin(true);
+        outbox.push_back(std::move(back));
+        break;
       }
-      table_.Add(node);
-      TransitionLocked(id, PeerInput::kRegister,
-                       "it reported to the restarted scheduler", &events);
-      LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
-      if (static_cast<int>(table_.nodes().size()) ==
-          1 + config_.num_servers + config_.num_workers) {
+      case TakeoverCoordinator::Outcome::kNew: {
+        st = van_.Connect(node.id, node.host, node.port);
+        if (!st.ok()) {
+          LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
+          return;
+        }
+        table_.Add(node);
+        TransitionLocked(node.id, PeerInput::kRegister,
+                         "it reported to the restarted scheduler", &events);
+        LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
+        if (!takeover_.Take(node)) break;
         rejoined_ = true;
         ready_ = true;
         for (const auto& [other, info] : table_.nodes()) {
@@ -91,10 +79,10 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
           outbox.push_back(std::move(back));
         }
         cv_.SignalAll();
-        const std::string line =
-            "the restarted scheduler took the running job over from its " +
-            std::to_string(table_.nodes().size() - 1) + " members";
-        Tell(google::GLOG_INFO, line);
+        Tell(google::GLOG_INFO,
+             "the restarted scheduler took the running job over from its " +
+                 std::to_string(takeover_.reported()) + " members");
+        break;
       }
     }
   }
@@ -124,9 +112,7 @@ void Postoffice::MemberOnSchedulerBack() {
            TransitionLocked(kSchedulerId, PeerInput::kRejoined,
                             "it answered this node's report", &events);
     membership_.Heard(kSchedulerId, Clock::now());
-    for (const auto& [group, seen] : waiting_barriers_) {
-      // Released meanwhile: its waiter just has not woken yet.
-      if (barrier_released_[group] > seen) continue;
+    for (int group : barrier_waits_.ToResend()) {
       Message msg = ControlMessage(pb::BARRIER, kSchedulerId, true);
       msg.meta.mutable_control()->set_barrier_group(group);
       outbox.push_back(std::move(msg));
@@ -138,67 +124,33 @@ void Postoffice::MemberOnSchedulerBack() {
   membership_.Publish(events);
 }
 
-Status Postoffice::CheckRejoinLocked(const NodeInfo& node) const {
-  const std::string who =
-      std::string(RoleName(node.role)) + " at " + node.Address();
-  if (config_.max_restarts == 0) {
-    return Status::InvalidArgument(
-        "one " + std::string(RoleName(node.role)) + " too many: " +
-        node.Address() + " registered after all expected had arrived (a " +
-        "restarted worker rejoins only with PS_MAX_RESTARTS > 0)");
-  }
-  if (node.role != Role::kWorker) {
-    return Status::InvalidArgument("the " + who +
-                                   " registered while the job runs: only "
-                                   "restarted workers rejoin a running job");
-  }
-  if (node.requested_rank < 0 || node.requested_rank >= config_.num_workers) {
-    return Status::InvalidArgument(
-        "the " + who +
-        " registered while the job runs without a worker rank (PS_RANK in "
-        "[0, " +
-        std::to_string(config_.num_workers) +
-        ")): a restarted worker rejoins under its rank");
-  }
-  const int id = WorkerRankToId(node.requested_rank);
-  auto it = rejoins_.find(id);
-  if (it != rejoins_.end()) {
-    return Status::InvalidArgument(
-        "a restart of " + table_.Describe(id) + " is rejoining already (from " +
-        it->second.node.Address() + "); " + who + " refused");
-  }
-  return Status::OK();
-}
-
 void Postoffice::StartRejoinLocked(int id, std::vector<Message>* outbox,
                                    std::vector<PeerEvent>* events) {
-  Rejoin& r = rejoins_.at(id);
-  r.started = true;
-  NodeInfo node = r.node;
-  node.id = id;
-  node.rank = IdToRank(id);
-  r.node = node;
+  // Only the live are told: a successor still rejoining gets the new
+  // address in its table.
+  std::vector<int> tell;
+  for (const auto& [other, info] : table_.nodes()) {
+    const PeerState state = membership_.state(other);
+    if (other != id && other != my_id_ &&
+        (state == PeerState::kLive || state == PeerState::kSuspected)) {
+      tell.push_back(other);
+    }
+  }
+  const RejoinCoordinator::Started started =
+      rejoins_.Start(id, tell, Clock::now());
+  const NodeInfo& node = started.node;
   table_.Add(node);
   van_.Disconnect(id);  // the dead process's
-  van_.Rekey(r.temp_id, id);
+  van_.Rekey(started.temp_id, id);
   TransitionLocked(id, PeerInput::kRejoin,
                    "its successor registered from " + node.Address(), events);
   membership_.Watch(id, Clock::now());
-  r.started_at = Clock::now();
-  for (const auto& [other, info] : table_.nodes()) {
-    // Only the live are told: a successor still rejoining gets the new
-    // address in its table.
-    const PeerState state = membership_.state(other);
-    if (other == id || other == my_id_ ||
-        (state != PeerState::kLive && state != PeerState::kSuspected)) {
-      continue;
-    }
+  for (int other : tell) {
     Message msg = ControlMessage(pb::NODE_JOINED, other, true);
     ToProto(node, msg.meta.mutable_control()->add_node());
     outbox->push_back(std::move(msg));
-    r.pending.insert(other);
   }
-  if (r.pending.empty()) FinishRejoinLocked(id, outbox, events);
+  if (started.complete) FinishRejoinLocked(id, outbox, events);
 }
 
 void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox,
@@ -215,15 +167,12 @@ void Postoffice::FinishRejoinLocked(int id, std::vector<Message>* outbox,
     }
   }
   outbox->push_back(std::move(msg));
-  const Rejoin& r = rejoins_.at(id);
-  const double s =
-      std::chrono::duration<double>(Clock::now() - r.since).count();
+  const double s = rejoins_.Finish(id, Clock::now());
   char line[256];
   std::snprintf(line, sizeof(line),
                 "%s rejoined the job (%.3f s after it registered)",
                 table_.Describe(id).c_str(), s);
   Tell(google::GLOG_INFO, line);
-  rejoins_.erase(id);
   TransitionLocked(id, PeerInput::kRejoined, "every live member knows it",
                    events);
 }
@@ -234,18 +183,17 @@ void Postoffice::SchedulerOnJoined(const Message& msg) {
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    auto it = ctrl.node_size() == 1 ? rejoins_.find(ctrl.node(0).id())
-                                    : rejoins_.end();
-    // About this successor (a late answer may be about one that died).
-    if (it == rejoins_.end() || !it->second.started ||
-        FromProto(ctrl.node(0)).Identity() != it->second.node.Identity() ||
-        it->second.pending.erase(msg.meta.sender()) == 0) {
+    const RejoinCoordinator::Answer answer =
+        ctrl.node_size() == 1
+            ? rejoins_.Answered(msg.meta.sender(), FromProto(ctrl.node(0)))
+            : RejoinCoordinator::Answer::kUnexpected;
+    if (answer == RejoinCoordinator::Answer::kUnexpected) {
       van_.CountDropped(table_.Describe(msg.meta.sender()),
                         "unexpected " + DebugString(msg));
       return;
     }
-    if (it->second.pending.empty()) {
-      FinishRejoinLocked(it->first, &outbox, &events);
+    if (answer == RejoinCoordinator::Answer::kComplete) {
+      FinishRejoinLocked(ctrl.node(0).id(), &outbox, &events);
     }
   }
   SendAll(&outbox);

@@ -29,27 +29,15 @@ Status Postoffice::StartScheduler() {
   while (!ready_ && cv_.WaitUntil(deadline)) {
   }
   if (ready_) return Status::OK();
-  if (table_.nodes().size() > 1) {
+  if (takeover_.reported() > 0) {
     // A restarted scheduler that heard from some members of a running job.
-    std::string missing;
-    for (int group : {kServerGroup, kWorkerGroup}) {
-      const int n =
-          group == kServerGroup ? config_.num_servers : config_.num_workers;
-      for (int r = 0; r < n; ++r) {
-        const int id =
-            group == kServerGroup ? ServerRankToId(r) : WorkerRankToId(r);
-        if (table_.Find(id) == nullptr) {
-          missing += (missing.empty() ? "" : ", ") + DescribeId(id);
-        }
-      }
-    }
     return Status::Timeout(
         "the restarted scheduler at " + config_.SchedulerAddress() +
-        " heard from " + std::to_string(table_.nodes().size() - 1) + " of " +
+        " heard from " + std::to_string(takeover_.reported()) + " of " +
         std::to_string(config_.num_servers + config_.num_workers) +
         " members of the running job within " +
         std::to_string(config_.rendezvous_timeout_ms) +
-        " ms (PS_RENDEZVOUS_TIMEOUT_MS); missing: " + missing);
+        " ms (PS_RENDEZVOUS_TIMEOUT_MS); missing: " + takeover_.Missing());
   }
   Status st = Status::Timeout(
       "rendezvous at the scheduler " + config_.SchedulerAddress() +
@@ -162,7 +150,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
     Status st =
         rendezvous_.CheckShape(node, ctrl.num_servers(), ctrl.num_workers());
     if (st.ok()) {
-      st = ready_ ? CheckRejoinLocked(node) : rendezvous_.CheckArrival(node);
+      st = ready_ ? rejoins_.Check(node,
+                                   [this](int id) {
+                                     mu_.AssertHeld();  // called right here
+                                     return table_.Describe(id);
+                                   })
+                  : rendezvous_.CheckArrival(node);
     }
     const std::string connection =
         Van::DescribeConnection(msg.from, msg.peer_address);
@@ -189,11 +182,7 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       reject.meta.mutable_control()->set_error_code(st.code());
       outbox.push_back(std::move(reject));
     } else if (ready_) {
-      const int id = WorkerRankToId(node.requested_rank);
-      Rejoin& r = rejoins_[id];
-      r.node = node;
-      r.temp_id = node.id;
-      r.since = Clock::now();
+      const int id = rejoins_.Register(node, node.id, Clock::now());
       const bool awaited = membership_.state(id) == PeerState::kAwaited;
       LOG(INFO) << "a restart of " << table_.Describe(id) << " registered from "
                 << node.Address()

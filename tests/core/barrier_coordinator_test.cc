@@ -1,11 +1,13 @@
 // BarrierCoordinator (src/postoffice/barrier_coordinator.h) fed arrivals,
-// membership events and ticks, without sockets.
+// membership events and ticks, and a node's own BarrierWaits
+// (barrier_waits.h), without sockets.
 #include "postoffice/barrier_coordinator.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "postoffice/barrier_waits.h"
 #include "postoffice/node_table.h"
 
 namespace ps {
@@ -123,6 +125,34 @@ TEST_F(BarrierCoordinatorTest, TimeoutNamesWhoIsMissing) {
       << r[0].status;
   EXPECT_EQ(r[0].arrived, (std::vector<int>{kServer0, kWorker0}));
   EXPECT_FALSE(coordinator_.waiting(kAllGroups));
+}
+
+// A member's waits: a release counts for those who entered before it; a
+// restarted scheduler gets again only the barriers not released since.
+TEST(BarrierWaits, ReleasesCountForEarlierEntriesAndResendTheRest) {
+  BarrierWaits waits;
+  const BarrierWaits::Ticket a = waits.Enter(kWorkerGroup);
+  const BarrierWaits::Ticket b = waits.Enter(kAllGroups);
+  EXPECT_FALSE(waits.Released(a));
+  EXPECT_EQ(waits.ToResend(), (std::vector<int>{kWorkerGroup, kAllGroups}));
+  waits.Release(kWorkerGroup, Status::OK());
+  EXPECT_TRUE(waits.Released(a));
+  EXPECT_TRUE(waits.StatusOf(a).ok());
+  EXPECT_FALSE(waits.Released(b));
+  // a's waiter has not woken yet: released, so not sent again.
+  EXPECT_EQ(waits.ToResend(), std::vector<int>{kAllGroups});
+  waits.Leave(a);
+  // A later entry of the same group waits for the next release, which
+  // carries its own status.
+  const BarrierWaits::Ticket c = waits.Enter(kWorkerGroup);
+  EXPECT_FALSE(waits.Released(c));
+  EXPECT_EQ(waits.ToResend(), (std::vector<int>{kWorkerGroup, kAllGroups}));
+  waits.Release(kWorkerGroup, Status::PeerFailed("worker 1 died"));
+  EXPECT_TRUE(waits.Released(c));
+  EXPECT_EQ(waits.StatusOf(c).code(), Status::kPeerFailed);
+  waits.Leave(c);
+  waits.Leave(b);
+  EXPECT_TRUE(waits.ToResend().empty());
 }
 
 }  // namespace

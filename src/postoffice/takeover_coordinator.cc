@@ -1,0 +1,73 @@
+// TakeoverCoordinator: a restarted scheduler taking a running job over
+// (takeover_coordinator.h).
+#include "postoffice/takeover_coordinator.h"
+
+namespace ps {
+namespace core {
+
+Status TakeoverCoordinator::Check(const NodeInfo& node, int servers,
+                                  int workers) const {
+  const int count = node.role == Role::kServer ? num_servers_ : num_workers_;
+  const std::string report =
+      "a member's report (" + node.Describe() + ") that does not fit this job";
+  if (max_restarts_ == 0) {
+    return Status::InvalidArgument(report +
+                                   " (a scheduler takes a running job over "
+                                   "only with PS_MAX_RESTARTS > 0)");
+  }
+  if (servers != num_servers_ || workers != num_workers_) {
+    return Status::InvalidArgument(
+        report +
+        ": it was started for DMLC_NUM_SERVER=" + std::to_string(servers) +
+        " DMLC_NUM_WORKER=" + std::to_string(workers) +
+        ", this scheduler for DMLC_NUM_SERVER=" + std::to_string(num_servers_) +
+        " DMLC_NUM_WORKER=" + std::to_string(num_workers_));
+  }
+  if (node.role == Role::kScheduler || node.rank < 0 || node.rank >= count) {
+    return Status::InvalidArgument(report + ": no such rank");
+  }
+  const int id = node.role == Role::kServer ? ServerRankToId(node.rank)
+                                            : WorkerRankToId(node.rank);
+  if (node.id != id) {
+    return Status::InvalidArgument(report + ": its id is " +
+                                   std::to_string(node.id) + ", not " +
+                                   std::to_string(id));
+  }
+  return Status::OK();
+}
+
+TakeoverCoordinator::Outcome TakeoverCoordinator::Classify(
+    const NodeInfo& node, bool running, const NodeInfo* known) const {
+  if (running) {
+    // Copies sent while we were not up yet are answered again; anything
+    // else (a job that registers anew) is no report of ours.
+    return known != nullptr && known->Identity() == node.Identity()
+               ? Outcome::kAnswerAgain
+               : Outcome::kRefused;
+  }
+  return reported_.count(node.id) > 0 ? Outcome::kCopy : Outcome::kNew;
+}
+
+bool TakeoverCoordinator::Take(const NodeInfo& node) {
+  reported_[node.id] = node;
+  complete_ = reported() == num_servers_ + num_workers_;
+  return complete_;
+}
+
+std::string TakeoverCoordinator::Missing() const {
+  std::string missing;
+  for (int r = 0; r < num_servers_; ++r) {
+    if (reported_.count(ServerRankToId(r)) == 0) {
+      missing += (missing.empty() ? "" : ", ") + DescribeId(ServerRankToId(r));
+    }
+  }
+  for (int r = 0; r < num_workers_; ++r) {
+    if (reported_.count(WorkerRankToId(r)) == 0) {
+      missing += (missing.empty() ? "" : ", ") + DescribeId(WorkerRankToId(r));
+    }
+  }
+  return missing;
+}
+
+}  // namespace core
+}  // namespace ps

@@ -1,0 +1,76 @@
+// TakeoverCoordinator: a restarted scheduler taking a running job over
+// (PS_MAX_RESTARTS), as a state machine. The restarted scheduler binds the
+// old one's address and knows nothing of the job; the members, which
+// awaited it, report themselves every heartbeat interval (ADD_NODE with
+// rejoin, their id and rank). Once every member reported, it holds the
+// node table again and answers each; the members then send again the
+// barriers they were waiting in.
+//
+//   report ─(Check)─> refused (another job's shape, rank, id)
+//          ─(Classify)─> new: Take (connect, table) ─ the last ─> complete
+//                        copy: nothing (its answer comes with the others')
+//                        answer again (its answer was lost)
+//                        refused (this scheduler runs a job of its own)
+//
+// No I/O and no node table: the Postoffice connects, keeps the table,
+// applies the membership's transitions and answers (rejoin.cc); tests
+// feed it reports.
+//
+// Thread-compatible: its owner serializes the calls (the Postoffice holds
+// its mu_).
+#ifndef PS_SRC_POSTOFFICE_TAKEOVER_COORDINATOR_H_
+#define PS_SRC_POSTOFFICE_TAKEOVER_COORDINATOR_H_
+
+#include <map>
+#include <string>
+
+#include "postoffice/node_table.h"
+#include "ps/status.h"
+
+namespace ps {
+namespace core {
+
+class TakeoverCoordinator {
+ public:
+  TakeoverCoordinator(int num_servers, int num_workers, int max_restarts)
+      : num_servers_(num_servers),
+        num_workers_(num_workers),
+        max_restarts_(max_restarts) {}
+
+  // Why a member's report of `node`, sent by a node started for
+  // DMLC_NUM_SERVER=servers DMLC_NUM_WORKER=workers, does not fit this job
+  // (its shape, the node's rank or id); OK if it does.
+  Status Check(const NodeInfo& node, int servers, int workers) const;
+
+  enum class Outcome {
+    kNew,          // the first report of this member: Take it
+    kCopy,         // reported already; answered once all have
+    kAnswerAgain,  // this scheduler holds the job and knows the member at
+                   // this address: its answer was lost, answer again
+    kRefused,      // this scheduler began a job of its own: no takeover
+  };
+  // What a checked report of `node` is. `running`: this scheduler holds a
+  // job (registrations arrived, or the job is ready); `known`: the node
+  // table's entry of node.id (null if none).
+  Outcome Classify(const NodeInfo& node, bool running,
+                   const NodeInfo* known) const;
+  // Takes a new report; true when it is the last one: every member
+  // reported, the job goes on (the caller answers them all).
+  bool Take(const NodeInfo& node);
+  bool complete() const { return complete_; }
+  // Who has not reported, for the timeout: "server 1, worker 0".
+  std::string Missing() const;
+  int reported() const { return static_cast<int>(reported_.size()); }
+
+ private:
+  const int num_servers_;
+  const int num_workers_;
+  const int max_restarts_;
+  std::map<int, NodeInfo> reported_;  // by id
+  bool complete_ = false;
+};
+
+}  // namespace core
+}  // namespace ps
+
+#endif  // PS_SRC_POSTOFFICE_TAKEOVER_COORDINATOR_H_
