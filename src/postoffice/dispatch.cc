@@ -107,12 +107,17 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
   }
   if (customer != nullptr && Post(customer, &msg)) return;
   if (request) {
-    // Too many early requests held already: refused now, not lost.
+    // Unregistered in the instant since the look-up (its KVServer is being
+    // destroyed), or too many early requests held already: refused now,
+    // not lost.
+    const std::string app = " (app " + std::to_string(msg.meta.app_id()) + ")";
     RefuseRequest(msg, Status::kUnavailable,
                   "server " + std::to_string(rank()) +
-                      " holds too many requests for apps without a KVServer "
-                      "yet (app " +
-                      std::to_string(msg.meta.app_id()) + ")");
+                      (customer != nullptr
+                           ? " is closing its KVServer" + app
+                           : " holds too many requests for apps without a "
+                             "KVServer yet" +
+                                 app));
     return;
   }
   CountDropped(
