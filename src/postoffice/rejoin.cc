@@ -36,7 +36,11 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
-    Status st = takeover_.Check(node, ctrl.num_servers(), ctrl.num_workers());
+    std::vector<NodeInfo> covered;
+    for (const pb::NodeInfo& c : ctrl.covered())
+      covered.push_back(FromProto(c));
+    Status st =
+        takeover_.Check(node, covered, ctrl.num_servers(), ctrl.num_workers());
     if (!st.ok()) {
       van_.CountDropped(connection, st.message());
       return;
@@ -66,7 +70,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         TransitionLocked(node.id, PeerInput::kRegister,
                          "it reported to the restarted scheduler", &events);
         LOG(INFO) << node.Describe() << " reported to the restarted scheduler";
-        if (!takeover_.Take(node)) break;
+        if (!takeover_.Take(node, covered)) break;
         rejoined_ = true;
         ready_ = true;
         for (const auto& [other, info] : table_.nodes()) {
@@ -78,10 +82,32 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
           back.meta.mutable_control()->set_rejoin(true);
           outbox.push_back(std::move(back));
         }
+        // The servers taken over before: in the table (a restarted worker
+        // learns of them), covered by their replica (barriers do not wait
+        // for them; a later death is judged with them down).
+        for (const NodeInfo& dead : takeover_.Covered()) {
+          table_.Add(dead);
+          const int by =
+              ServerRankToId(ReplicaOf(IdToRank(dead.id), config_.num_servers));
+          TransitionLocked(dead.id, PeerInput::kRegister,
+                           "a member reported it taken over", &events);
+          TransitionLocked(
+              dead.id, PeerInput::kCover,
+              "taken over by " + table_.Describe(by) +
+                  " before the scheduler's restart, as its members report",
+              &events, by,
+              Status::PeerFailed(table_.Describe(dead.id) +
+                                 " was taken over before the scheduler's "
+                                 "restart"));
+        }
         cv_.SignalAll();
         Tell(google::GLOG_INFO,
              "the restarted scheduler took the running job over from its " +
-                 std::to_string(takeover_.reported()) + " members");
+                 std::to_string(takeover_.reported()) + " members" +
+                 (takeover_.Covered().empty()
+                      ? std::string()
+                      : " (" + std::to_string(takeover_.Covered().size()) +
+                            " server(s) taken over by their replica)"));
         break;
       }
     }
@@ -96,6 +122,11 @@ Message Postoffice::ReportToSchedulerLocked() const {
   msg.meta.mutable_control()->set_rejoin(true);
   msg.meta.mutable_control()->set_num_servers(config_.num_servers);
   msg.meta.mutable_control()->set_num_workers(config_.num_workers);
+  for (int id : membership_.InState(PeerState::kCovered)) {
+    if (const NodeInfo* node = table_.Find(id)) {
+      ToProto(*node, msg.meta.mutable_control()->add_covered());
+    }
+  }
   return msg;
 }
 

@@ -5,8 +5,9 @@
 namespace ps {
 namespace core {
 
-Status TakeoverCoordinator::Check(const NodeInfo& node, int servers,
-                                  int workers) const {
+Status TakeoverCoordinator::Check(const NodeInfo& node,
+                                  const std::vector<NodeInfo>& covered,
+                                  int servers, int workers) const {
   const int count = node.role == Role::kServer ? num_servers_ : num_workers_;
   const std::string report =
       "a member's report (" + node.Describe() + ") that does not fit this job";
@@ -33,6 +34,14 @@ Status TakeoverCoordinator::Check(const NodeInfo& node, int servers,
                                    std::to_string(node.id) + ", not " +
                                    std::to_string(id));
   }
+  for (const NodeInfo& c : covered) {
+    if (c.role != Role::kServer || c.rank < 0 || c.rank >= num_servers_ ||
+        c.id != ServerRankToId(c.rank) || c.id == node.id) {
+      return Status::InvalidArgument(report + ": it names " + c.Describe() +
+                                     " (id " + std::to_string(c.id) +
+                                     ") taken over, no server of this job");
+    }
+  }
   return Status::OK();
 }
 
@@ -48,16 +57,29 @@ TakeoverCoordinator::Outcome TakeoverCoordinator::Classify(
   return reported_.count(node.id) > 0 ? Outcome::kCopy : Outcome::kNew;
 }
 
-bool TakeoverCoordinator::Take(const NodeInfo& node) {
+bool TakeoverCoordinator::Take(const NodeInfo& node,
+                               const std::vector<NodeInfo>& covered) {
   reported_[node.id] = node;
-  complete_ = reported() == num_servers_ + num_workers_;
+  covered_.erase(node.id);  // it lives: whoever said otherwise
+  for (const NodeInfo& c : covered) {
+    if (reported_.count(c.id) == 0) covered_.emplace(c.id, c);
+  }
+  complete_ = reported() + static_cast<int>(covered_.size()) ==
+              num_servers_ + num_workers_;
   return complete_;
+}
+
+std::vector<NodeInfo> TakeoverCoordinator::Covered() const {
+  std::vector<NodeInfo> nodes;
+  for (const auto& [id, node] : covered_) nodes.push_back(node);
+  return nodes;
 }
 
 std::string TakeoverCoordinator::Missing() const {
   std::string missing;
   for (int r = 0; r < num_servers_; ++r) {
-    if (reported_.count(ServerRankToId(r)) == 0) {
+    if (reported_.count(ServerRankToId(r)) == 0 &&
+        covered_.count(ServerRankToId(r)) == 0) {
       missing += (missing.empty() ? "" : ", ") + DescribeId(ServerRankToId(r));
     }
   }

@@ -2,9 +2,11 @@
 // (PS_MAX_RESTARTS), as a state machine. The restarted scheduler binds the
 // old one's address and knows nothing of the job; the members, which
 // awaited it, report themselves every heartbeat interval (ADD_NODE with
-// rejoin, their id and rank). Once every member reported, it holds the
-// node table again and answers each; the members then send again the
-// barriers they were waiting in.
+// rejoin, their id and rank, and the servers they know taken over by their
+// replica). Once every member reported (but the servers taken over, which
+// are dead), it holds the node table again, with the membership's
+// coverings, and answers each; the members then send again the barriers
+// they were waiting in.
 //
 //   report ─(Check)─> refused (another job's shape, rank, id)
 //          ─(Classify)─> new: Take (connect, table) ─ the last ─> complete
@@ -23,6 +25,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "postoffice/node_table.h"
 #include "ps/status.h"
@@ -38,9 +41,11 @@ class TakeoverCoordinator {
         max_restarts_(max_restarts) {}
 
   // Why a member's report of `node`, sent by a node started for
-  // DMLC_NUM_SERVER=servers DMLC_NUM_WORKER=workers, does not fit this job
-  // (its shape, the node's rank or id); OK if it does.
-  Status Check(const NodeInfo& node, int servers, int workers) const;
+  // DMLC_NUM_SERVER=servers DMLC_NUM_WORKER=workers and naming `covered`
+  // as servers taken over by their replica, does not fit this job (its
+  // shape, a node's role, rank or id); OK if it does.
+  Status Check(const NodeInfo& node, const std::vector<NodeInfo>& covered,
+               int servers, int workers) const;
 
   enum class Outcome {
     kNew,          // the first report of this member: Take it
@@ -54,19 +59,25 @@ class TakeoverCoordinator {
   // table's entry of node.id (null if none).
   Outcome Classify(const NodeInfo& node, bool running,
                    const NodeInfo* known) const;
-  // Takes a new report; true when it is the last one: every member
-  // reported, the job goes on (the caller answers them all).
-  bool Take(const NodeInfo& node);
+  // Takes a new report, and the servers it names taken over (a server that
+  // reports itself is not); true when it completes the job: every node
+  // either reported or is a server taken over. The job goes on (the caller
+  // answers every member, and enters Covered() as such).
+  bool Take(const NodeInfo& node, const std::vector<NodeInfo>& covered);
   bool complete() const { return complete_; }
-  // Who has not reported, for the timeout: "server 1, worker 0".
+  // Who has neither reported nor been named taken over, for the timeout:
+  // "server 1, worker 0".
   std::string Missing() const;
   int reported() const { return static_cast<int>(reported_.size()); }
+  // The servers named taken over that did not report themselves.
+  std::vector<NodeInfo> Covered() const;
 
  private:
   const int num_servers_;
   const int num_workers_;
   const int max_restarts_;
   std::map<int, NodeInfo> reported_;  // by id
+  std::map<int, NodeInfo> covered_;   // by id: named taken over
   bool complete_ = false;
 };
 

@@ -183,17 +183,18 @@ TEST(TakeoverCoordinator, TakesTheJobOverOnceEveryMemberReported) {
   const NodeInfo s0 = Member(Role::kServer, 0, 6001);
   const NodeInfo w0 = Member(Role::kWorker, 0, 6002);
   const NodeInfo w1 = Member(Role::kWorker, 1, 6003);
-  for (const NodeInfo& n : {s0, w0, w1}) ASSERT_TRUE(desk.Check(n, 1, 2).ok());
+  for (const NodeInfo& n : {s0, w0, w1})
+    ASSERT_TRUE(desk.Check(n, {}, 1, 2).ok());
   EXPECT_EQ(desk.Missing(), "server 0, worker 0, worker 1");
   EXPECT_EQ(desk.Classify(s0, false, nullptr),
             TakeoverCoordinator::Outcome::kNew);
-  EXPECT_FALSE(desk.Take(s0));
+  EXPECT_FALSE(desk.Take(s0, {}));
   // A copy of its report (every heartbeat interval) waits with the rest.
   EXPECT_EQ(desk.Classify(s0, false, &s0), TakeoverCoordinator::Outcome::kCopy);
-  EXPECT_FALSE(desk.Take(w1));
+  EXPECT_FALSE(desk.Take(w1, {}));
   EXPECT_EQ(desk.Missing(), "worker 0");
   EXPECT_EQ(desk.reported(), 2);
-  EXPECT_TRUE(desk.Take(w0));
+  EXPECT_TRUE(desk.Take(w0, {}));
   EXPECT_TRUE(desk.complete());
   EXPECT_EQ(desk.Missing(), "");
   // The job runs: a copy sent before the answer arrived is answered again;
@@ -214,28 +215,69 @@ TEST(TakeoverCoordinator, ASchedulerWithAJobOfItsOwnTakesNoReports) {
 
 TEST(TakeoverCoordinator, RefusesReportsThatDoNotFitTheJob) {
   const NodeInfo w1 = Member(Role::kWorker, 1, 6001);
-  Status st = TakeoverCoordinator(1, 2, 0).Check(w1, 1, 2);
+  Status st = TakeoverCoordinator(1, 2, 0).Check(w1, {}, 1, 2);
   EXPECT_NE(st.message().find("only with PS_MAX_RESTARTS > 0"),
             std::string::npos)
       << st;
   TakeoverCoordinator desk(1, 2, 1);
-  st = desk.Check(w1, 2, 2);
+  st = desk.Check(w1, {}, 2, 2);
   EXPECT_NE(st.message().find("it was started for DMLC_NUM_SERVER=2 "
                               "DMLC_NUM_WORKER=2, this scheduler for "
                               "DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2"),
             std::string::npos)
       << st;
-  EXPECT_NE(desk.Check(Member(Role::kWorker, 2, 6001), 1, 2)
+  EXPECT_NE(desk.Check(Member(Role::kWorker, 2, 6001), {}, 1, 2)
                 .message()
                 .find("no such rank"),
             std::string::npos);
   NodeInfo wrong_id = w1;
   wrong_id.id = ServerRankToId(1);
-  st = desk.Check(wrong_id, 1, 2);
+  st = desk.Check(wrong_id, {}, 1, 2);
   EXPECT_NE(st.message().find("its id is " + std::to_string(wrong_id.id) +
                               ", not " + std::to_string(w1.id)),
             std::string::npos)
       << st;
+}
+
+// Server 1 was taken over by server 0 before the scheduler died: the
+// members name it, and the takeover completes without its report.
+TEST(TakeoverCoordinator, ServersTakenOverAreNotWaitedFor) {
+  TakeoverCoordinator desk(3, 1, 1);
+  const NodeInfo s0 = Member(Role::kServer, 0, 6001);
+  const NodeInfo s1 = Member(Role::kServer, 1, 6002);
+  const NodeInfo s2 = Member(Role::kServer, 2, 6003);
+  const NodeInfo w0 = Member(Role::kWorker, 0, 6004);
+  ASSERT_TRUE(desk.Check(w0, {s1}, 3, 1).ok());
+  EXPECT_FALSE(desk.Take(w0, {s1}));
+  EXPECT_EQ(desk.Missing(), "server 0, server 2");
+  // One that lives reports itself: whoever named it is wrong.
+  EXPECT_FALSE(desk.Take(s2, {s1, s2}));
+  EXPECT_EQ(desk.Missing(), "server 0");
+  EXPECT_TRUE(desk.Take(s0, {}));
+  EXPECT_EQ(desk.reported(), 3);
+  const std::vector<NodeInfo> covered = desk.Covered();
+  ASSERT_EQ(covered.size(), 1u);
+  EXPECT_EQ(covered[0].id, s1.id);
+  EXPECT_EQ(covered[0].port, 6002);
+}
+
+TEST(TakeoverCoordinator, RefusesCoveredNodesThatAreNoServerOfTheJob) {
+  TakeoverCoordinator desk(2, 1, 1);
+  const NodeInfo w0 = Member(Role::kWorker, 0, 6001);
+  for (const NodeInfo& bad :
+       {Member(Role::kWorker, 0, 6001), Member(Role::kServer, 2, 6002)}) {
+    Status st = desk.Check(w0, {bad}, 2, 1);
+    EXPECT_NE(st.message().find("taken over, no server of this job"),
+              std::string::npos)
+        << st;
+  }
+  NodeInfo wrong_id = Member(Role::kServer, 1, 6003);
+  wrong_id.id = ServerRankToId(0);
+  EXPECT_FALSE(desk.Check(w0, {wrong_id}, 2, 1).ok());
+  // A server may not name itself taken over.
+  const NodeInfo s1 = Member(Role::kServer, 1, 6003);
+  EXPECT_FALSE(desk.Check(s1, {s1}, 2, 1).ok());
+  EXPECT_TRUE(desk.Check(s1, {Member(Role::kServer, 0, 6004)}, 2, 1).ok());
 }
 
 }  // namespace
