@@ -9,20 +9,20 @@
 // applied once: dropped while its answer is pending; once answered,
 // answered again without applying its values (Repeat).
 // With replicas (PS_REPLICAS=1): a push to this server's keys is forwarded
-// to its replica (Forward) and answered once the replica answered
-// (HoldForReplica, OnReplicaAnswer); requests for the keys this server
-// holds for its primary go to the replica handle (Handle). Ownership: a
+// to its replica (Forward) and answered once the replica answered; the
+// answers waiting so are ReplicaHold's (src/kv/replica_takeover.h: Hold,
+// OnReplicaAnswer, released on the replica's death by OnFailure). Requests
+// for the keys this server holds for its primary go to the replica handle
+// (Handle). Ownership: a
 // request's received frames belong to its handle, which may write into
 // them (DenseShard sums into them); the copy for the replica owns its bytes.
 // With restarts (PS_MAX_RESTARTS): when a dead worker's successor rejoins
-// (OnJoin), the old process's requests are forgotten, and an answer to one
-// of them is dropped rather than sent to the successor (Incarnation).
-#include <atomic>
+// (OnJoin), the old process's requests are forgotten (its held answers
+// too), and an answer to one of them is dropped rather than sent to the
+// successor (Incarnation).
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +30,7 @@
 #include "kv/dedup.h"
 #include "kv/filter_chain.h"
 #include "kv/replica_chain.h"
+#include "kv/replica_takeover.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
@@ -59,7 +60,9 @@ class KVServerCore::Impl {
       : post_(node->postoffice()),
         app_id_(app_id),
         val_type_(val_type),
-        val_size_(val_size) {}
+        val_size_(val_size),
+        hold_(post_->config().replicas, post_->config().num_servers,
+              [post = post_] { return post->rank(); }) {}
   ~Impl() {
     ClearHandle(false);
     ClearHandle(true);
@@ -110,7 +113,8 @@ class KVServerCore::Impl {
   }
 
   void OnFailure(int id, const Status& why) {
-    if (replicas_ > 0 && id >= 0 && id == ReplicaId()) ReleaseHeld();
+    // The replica died: nothing more to wait for.
+    for (Message& answer : hold_.OnFailure(id)) Send(&answer);
     FailureHandle handle, replica_handle;
     {
       MutexLock lock(&failure_mu_);
@@ -125,12 +129,7 @@ class KVServerCore::Impl {
   // process's requests is no longer about the process behind that id.
   void OnJoin(int id) {
     dedup_.Forget(id);
-    {
-      MutexLock lock(&hold_mu_);
-      for (auto it = held_.begin(); it != held_.end();) {
-        it = std::get<0>(it->first) == id ? held_.erase(it) : std::next(it);
-      }
-    }
+    hold_.ForgetWorker(id);
     MutexLock lock(&incarnation_mu_);
     ++incarnation_[id];
   }
@@ -175,14 +174,14 @@ class KVServerCore::Impl {
                                             std::to_string(meta.shard)));
       return;
     }
-    const bool forward = !for_replica && m.push() && ForwardsPushes();
+    const bool forward = !for_replica && m.push() && hold_.Forwards();
     Status refusal;
     const Done done = dedup_on_ ? dedup_.Seen(meta, &refusal) : Done::kNew;
     if (done != Done::kNew) {
       post_->CountDuplicate();
       if (done == Done::kRefused) return ResponseError(meta, refusal);
       // What is left to do without the request's frames.
-      const bool resend_copy = forward && AwaitsReplica(meta);
+      const bool resend_copy = forward && hold_.Awaits(meta);
       if (done == Done::kPending && !resend_copy) return;
       if (done == Done::kAnswered && !m.pull() && !resend_copy) {
         return Response(meta, RawKVPairs());
@@ -231,7 +230,7 @@ class KVServerCore::Impl {
   // them since). An answered pull is served again without its push.
   void Repeat(KVMeta meta, Done done, bool forward, bool for_replica,
               RawKVPairs* kvs) {
-    if (forward && AwaitsReplica(meta)) {
+    if (forward && hold_.Awaits(meta)) {
       post_->CountResent();
       Forward(meta, *kvs);
     }
@@ -255,7 +254,7 @@ class KVServerCore::Impl {
     if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
     Status st = filters_.Encode(&msg);
     if (!st.ok()) return ResponseError(req, st);
-    if (HoldForReplica(req, &msg)) return;
+    if (hold_.Hold(req, &msg)) return;
     st = post_->Send(&msg);
     if (st.code() == Status::kInvalidArgument) {
       // Too large to send (PS_MAX_MESSAGE_BYTES): the worker learns why
@@ -271,10 +270,7 @@ class KVServerCore::Impl {
     CHECK(!error.ok()) << "ResponseError with OK";
     if (Outlived(req)) return;
     if (dedup_on_) dedup_.MarkAnswered(req, error);
-    if (replicas_ > 0) {
-      MutexLock lock(&hold_mu_);
-      held_.erase({req.sender, req.customer_id, req.timestamp});
-    }
+    hold_.Refused(req);
     Message msg = AnswerTo(req);
     msg.meta.mutable_control()->set_error(
         error.message().empty() ? "(no reason given)" : error.message());
@@ -347,94 +343,28 @@ class KVServerCore::Impl {
     replica_handle_(meta, kvs);
   }
 
-  // ---- Replication: the primary's side ----------------------------------
-  // A push to this server's own keys goes to its replica too, and the
-  // worker's answer waits until the replica answered the copy: a push a
-  // worker saw answered is on both servers, so the replica can take over
-  // without it.
-
-  int ReplicaId() const {
-    return ServerRankToId(
-        ReplicaOf(post_->rank(), post_->config().num_servers));
-  }
-
-  bool ForwardsPushes() const { return replicas_ > 0 && !replica_dead_.load(); }
+  // ---- Replication: the primary's side (ReplicaHold) --------------------
 
   // Sends the replica a copy of the push, as the worker's. The copy owns
   // its bytes (ReplicaCopy): the received frames go to the handle, which
   // may sum into them before ZeroMQ has sent the copy.
   void Forward(const KVMeta& meta, const RawKVPairs& kvs) {
-    Message copy =
-        ReplicaCopy(meta, kvs, val_type_, post_->rank(), ReplicaId());
-    {
-      MutexLock lock(&hold_mu_);
-      held_.emplace(HeldKey{meta.sender, meta.customer_id, meta.timestamp},
-                    Held());
-    }
+    const int replica = hold_.replica_id();
+    Message copy = ReplicaCopy(meta, kvs, val_type_, post_->rank(), replica);
+    hold_.Forwarded(meta);
     Status st = post_->Send(&copy);
     if (!st.ok()) {
-      LOG(WARNING) << "copy for " << post_->DescribeNode(ReplicaId())
+      LOG(WARNING) << "copy for " << post_->DescribeNode(replica)
                    << " not sent: " << st;
     }
   }
 
-  // Whether req's answer is still held for the replica's.
-  bool AwaitsReplica(const KVMeta& req) EXCLUDES(hold_mu_) {
-    MutexLock lock(&hold_mu_);
-    return held_.count({req.sender, req.customer_id, req.timestamp}) > 0;
-  }
-
-  // Keeps `msg`, the answer to req, until the replica answered req's copy;
-  // false: send it now.
-  bool HoldForReplica(const KVMeta& req, Message* msg) EXCLUDES(hold_mu_) {
-    if (replicas_ == 0 || req.reply_to >= 0 ||
-        (req.shard >= 0 && req.shard != post_->rank())) {
-      return false;
-    }
-    MutexLock lock(&hold_mu_);
-    auto it = held_.find({req.sender, req.customer_id, req.timestamp});
-    if (it == held_.end()) return false;
-    if (it->second.replica_answered) {
-      held_.erase(it);
-      return false;
-    }
-    it->second.answer = std::move(*msg);
-    it->second.answered = true;
-    return true;
-  }
-
   // The replica answered a copy: the worker's answer may go.
-  void OnReplicaAnswer(const pb::Meta& m) EXCLUDES(hold_mu_) {
-    Message answer;
-    {
-      MutexLock lock(&hold_mu_);
-      auto it = held_.find({m.origin(), m.customer_id(), m.timestamp()});
-      if (it == held_.end()) {
-        post_->CountDuplicate();
-        return;
-      }
-      if (!it->second.answered) {
-        it->second.replica_answered = true;
-        return;
-      }
-      answer = std::move(it->second.answer);
-      held_.erase(it);
-    }
-    Send(&answer);
-  }
-
-  // The replica died: nothing more to wait for.
-  void ReleaseHeld() EXCLUDES(hold_mu_) {
-    replica_dead_.store(true);
-    std::vector<Message> answers;
-    {
-      MutexLock lock(&hold_mu_);
-      for (auto& [key, h] : held_) {
-        if (h.answered) answers.push_back(std::move(h.answer));
-      }
-      held_.clear();
-    }
-    for (Message& answer : answers) Send(&answer);
+  void OnReplicaAnswer(const pb::Meta& m) {
+    ReplicaHold::ReplicaAnswer answer =
+        hold_.OnReplicaAnswer(m.origin(), m.customer_id(), m.timestamp());
+    if (answer.duplicate) post_->CountDuplicate();
+    if (answer.release) Send(&*answer.release);
   }
 
   // A co-located worker named where the pulled values go: copy them there
@@ -473,16 +403,8 @@ class KVServerCore::Impl {
   std::unordered_map<int, int> incarnation_ GUARDED_BY(incarnation_mu_);
   RequestDedup dedup_;
 
-  // A worker's answer waiting for the replica's answer to its copy.
-  struct Held {
-    bool answered = false;  // by the handle: `answer` is ready
-    bool replica_answered = false;
-    Message answer;
-  };
-  using HeldKey = std::tuple<int, int, int>;  // worker, customer, timestamp
-  Mutex hold_mu_;
-  std::map<HeldKey, Held> held_ GUARDED_BY(hold_mu_);
-  std::atomic<bool> replica_dead_{false};
+  // The answers to forwarded pushes, waiting for the replica's.
+  ReplicaHold hold_;
 
   RawHandle handle_;
   bool registered_ = false;

@@ -17,20 +17,23 @@
 // thread's tick) builds its message again and sends it when due, and
 // OnResponse lets go of a second answer (Answered). The server
 // applies a request once (RequestDedup::Seen). Replication (PS_REPLICAS):
-// when a server dies and its replica takes over (FailOver), its slices go
-// to the replica naming the dead server's rank (Meta.shard), what it left
-// unanswered among them.
+// ReplicaRoutes (src/kv/replica_takeover.h) says who serves each server's
+// keys. When a server dies and its replica takes over (OnFailure:
+// ReplicaRoutes::Cover, then FailOver), its slices go to the replica naming
+// the dead server's rank (Meta.shard), what it left unanswered among them
+// at once; when it dies for good (ReplicaRoutes::Lose), its keys and those
+// it had taken over are lost, and requests touching them are refused.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kv/call_gate.h"
 #include "kv/filter_chain.h"
 #include "kv/pull_state.h"
+#include "kv/replica_takeover.h"
 #include "kv/request_tracker.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
@@ -49,6 +52,7 @@ class KVWorkerCore::Impl {
         customer_id_(customer_id),
         val_type_(val_type),
         val_size_(val_size),
+        routes_(node->num_servers()),
         tracker_(node->config().wait_spin_us,
                  [post = post_](int id) { return post->DescribeNode(id); }) {
     placement_ =
@@ -68,11 +72,8 @@ class KVWorkerCore::Impl {
     // Servers whose replica took their keys over before this worker was
     // made (or before this node rejoined the job): their keys go there.
     if (node->config().replicas > 0) {
-      const int n = node->num_servers();
       for (int id : post_->GetNodeIds(kServerGroup)) {
-        if (!post_->TakenOver(id)) continue;
-        MutexLock lock(&mu_);
-        route_[id] = ServerRankToId(ReplicaOf(IdToRank(id), n));
+        if (post_->TakenOver(id)) routes_.Cover(id);
       }
     }
   }
@@ -92,8 +93,10 @@ class KVWorkerCore::Impl {
   RawSlicer slicer_;  // null: slice by placement_
 
  private:
+  // The ids of the servers whose keys `slices` touch; *lost: why one of
+  // them cannot be served (unchanged when all can).
   std::vector<int> TouchedServers(const std::vector<KVSlice>& slices,
-                                  Status* dead) EXCLUDES(mu_);
+                                  Status* lost) const;
   // Runs the user slicer on `kvs` and checks its slices: one per server,
   // each a valid KV list, and (for a pull) every key sent somewhere.
   Status SliceByUser(const RawKVPairs& kvs, bool push, bool pull,
@@ -136,10 +139,9 @@ class KVWorkerCore::Impl {
   // may carry bytes written since; the server, which applied the request,
   // lets it go without reading its values (RequestDedup::Seen).
   void SendAgain(const std::vector<Unanswered>& slices);
-  // Replication: the node that serves server `slot`'s keys (its replica,
-  // once it died), and the switch to the replica.
-  int RouteOf(int slot) EXCLUDES(mu_);
-  void FailOver(int id) EXCLUDES(mu_, resend_mu_);
+  // Replication: server `takeover.server` is covered; what it left
+  // unanswered goes to its replica now.
+  void FailOver(const Takeover& takeover) EXCLUDES(resend_mu_);
   // Sends again what is due and unanswered; forgets what needs no answer
   // any more (done, failed, timed out).
   void Resend(Postoffice::Clock::time_point now) EXCLUDES(resend_mu_);
@@ -155,11 +157,8 @@ class KVWorkerCore::Impl {
   const int val_type_;
   const size_t val_size_;
   const std::shared_ptr<CallGate> gate_ = std::make_shared<CallGate>();
+  ReplicaRoutes routes_;
   RequestTracker tracker_;
-  Mutex mu_;
-  std::map<int, Status> dead_ GUARDED_BY(mu_);  // node id -> why
-  // Dead servers taken over: server id -> its replica's id.
-  std::map<int, int> route_ GUARDED_BY(mu_);
 
   const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
   Mutex resend_mu_;
@@ -238,16 +237,14 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
 }
 
 std::vector<int> KVWorkerCore::Impl::TouchedServers(
-    const std::vector<KVSlice>& slices, Status* dead) {
+    const std::vector<KVSlice>& slices, Status* lost) const {
   std::vector<int> servers;
-  MutexLock lock(&mu_);
   for (size_t s = 0; s < slices.size(); ++s) {
     if (!slices[s].touched) continue;
-    int id = ServerRankToId(static_cast<int>(s));
-    auto it = dead_.find(id);
-    if (it != dead_.end()) *dead = it->second;
-    servers.push_back(id);
+    servers.push_back(ServerRankToId(static_cast<int>(s)));
   }
+  Status why = routes_.Unserved(servers);
+  if (!why.ok()) *lost = why;
   return servers;
 }
 
@@ -345,7 +342,7 @@ Message KVWorkerCore::Impl::EncodeSlice(int ts, int slot, bool push, bool pull,
   m.set_push(push);
   m.set_pull(pull);
   m.set_head(cmd);
-  const int to = RouteOf(slot);
+  const int to = routes_.RouteOf(slot);
   m.set_recver(to);
   if (to != slot) m.set_shard(IdToRank(slot));  // taken over
   AddKVFrames(kvs, push, val_type_, &msg);
@@ -372,30 +369,17 @@ void KVWorkerCore::Impl::SendAgain(const std::vector<Unanswered>& slices) {
   }
 }
 
-int KVWorkerCore::Impl::RouteOf(int slot) {
-  MutexLock lock(&mu_);
-  auto it = route_.find(slot);
-  return it == route_.end() ? slot : it->second;
-}
-
-void KVWorkerCore::Impl::FailOver(int id) {
-  const int rank = IdToRank(id);
-  const int to = ServerRankToId(ReplicaOf(rank, post_->config().num_servers));
-  {
-    MutexLock lock(&mu_);
-    route_[id] = to;
-  }
-  LOG(WARNING) << "requests for " << post_->DescribeNode(id) << " go to "
-               << post_->DescribeNode(to) << ", its replica";
-  // What the dead server left unanswered goes to the replica now.
+void KVWorkerCore::Impl::FailOver(const Takeover& takeover) {
+  LOG(WARNING) << "requests for " << post_->DescribeNode(takeover.server)
+               << " go to " << post_->DescribeNode(takeover.replica)
+               << ", its replica";
   std::vector<Unanswered> again;
   {
     MutexLock lock(&resend_mu_);
     auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
-    for (Unanswered& u : unanswered_) {
-      if (u.slot != id) continue;
-      u.due = due;
-      again.push_back(u);
+    for (Unanswered* u : takeover.Moved(&unanswered_)) {
+      u->due = due;
+      again.push_back(*u);
     }
   }
   SendAgain(again);
@@ -463,7 +447,7 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   }
   if (msg.meta.has_shard()) {
     const int slot = ServerRankToId(msg.meta.shard());
-    if (RouteOf(slot) != sender) {
+    if (routes_.RouteOf(slot) != sender) {
       post_->CountDropped(sender, "an answer for server " +
                                       std::to_string(msg.meta.shard()) +
                                       "'s keys, which it does not serve");
@@ -538,20 +522,11 @@ Status KVWorkerCore::Impl::Wait(int ts) {
 
 void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
   if (id >= 0 && post_->config().replicas > 0 && post_->TakenOver(id)) {
-    return FailOver(id);
+    return FailOver(routes_.Cover(id));
   }
-  std::vector<int> slots = {id};
-  if (id >= 0) {
-    MutexLock lock(&mu_);
-    dead_[id] = why;
-    // The keys it had taken over are lost with it.
-    for (const auto& [slot, to] : route_) {
-      if (to == id) {
-        dead_[slot] = why;
-        slots.push_back(slot);
-      }
-    }
-  }
+  // id < 0: no one server (the node stops): every request fails.
+  std::vector<int> slots =
+      id >= 0 ? routes_.Lose(id, why) : std::vector<int>{id};
   for (int slot : slots) tracker_.FailServer(slot, why);
 }
 

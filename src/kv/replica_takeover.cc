@@ -1,0 +1,128 @@
+// ReplicaRoutes and ReplicaHold: the replica takeover's two sides (see the
+// header).
+#include "kv/replica_takeover.h"
+
+#include <iterator>
+
+#include "ps/base.h"
+
+namespace ps {
+namespace detail {
+
+// ---- ReplicaRoutes ------------------------------------------------------
+
+int ReplicaRoutes::RouteOf(int slot) const {
+  MutexLock lock(&mu_);
+  auto it = route_.find(slot);
+  return it == route_.end() ? slot : it->second;
+}
+
+Takeover ReplicaRoutes::Cover(int id) {
+  const int replica = ServerRankToId(ReplicaOf(IdToRank(id), num_servers_));
+  MutexLock lock(&mu_);
+  route_[id] = replica;
+  return Takeover{id, replica};
+}
+
+std::vector<int> ReplicaRoutes::Lose(int id, const Status& why) {
+  std::vector<int> slots = {id};
+  MutexLock lock(&mu_);
+  lost_[id] = why;
+  for (const auto& [slot, to] : route_) {
+    if (to != id) continue;
+    lost_[slot] = why;
+    slots.push_back(slot);
+  }
+  return slots;
+}
+
+Status ReplicaRoutes::Unserved(const std::vector<int>& slots) const {
+  Status why;
+  MutexLock lock(&mu_);
+  for (int slot : slots) {
+    auto it = lost_.find(slot);
+    if (it != lost_.end()) why = it->second;
+  }
+  return why;
+}
+
+// ---- ReplicaHold --------------------------------------------------------
+
+int ReplicaHold::replica_id() const {
+  return ServerRankToId(ReplicaOf(my_rank_(), num_servers_));
+}
+
+void ReplicaHold::Forwarded(const KVMeta& req) {
+  MutexLock lock(&mu_);
+  held_.emplace(KeyOf(req), Held());
+}
+
+bool ReplicaHold::Awaits(const KVMeta& req) const {
+  MutexLock lock(&mu_);
+  return held_.count(KeyOf(req)) > 0;
+}
+
+bool ReplicaHold::Hold(const KVMeta& req, Message* msg) {
+  // Only a worker's request for this server's own keys was forwarded.
+  if (!on_ || req.reply_to >= 0 ||
+      (req.shard >= 0 && req.shard != my_rank_())) {
+    return false;
+  }
+  MutexLock lock(&mu_);
+  auto it = held_.find(KeyOf(req));
+  if (it == held_.end()) return false;
+  if (it->second.replica_answered) {
+    held_.erase(it);
+    return false;
+  }
+  it->second.answer = std::move(*msg);
+  it->second.answered = true;
+  return true;
+}
+
+ReplicaHold::ReplicaAnswer ReplicaHold::OnReplicaAnswer(int worker,
+                                                        int customer_id,
+                                                        int timestamp) {
+  ReplicaAnswer result;
+  MutexLock lock(&mu_);
+  auto it = held_.find({worker, customer_id, timestamp});
+  if (it == held_.end()) {
+    result.duplicate = true;
+    return result;
+  }
+  if (!it->second.answered) {
+    it->second.replica_answered = true;
+    return result;
+  }
+  result.release = std::move(it->second.answer);
+  held_.erase(it);
+  return result;
+}
+
+std::vector<Message> ReplicaHold::OnFailure(int id) {
+  std::vector<Message> answers;
+  if (!on_ || id < 0 || id != replica_id()) return answers;
+  replica_dead_.store(true);
+  MutexLock lock(&mu_);
+  for (auto& [key, held] : held_) {
+    if (held.answered) answers.push_back(std::move(held.answer));
+  }
+  held_.clear();
+  return answers;
+}
+
+void ReplicaHold::Refused(const KVMeta& req) {
+  if (!on_) return;
+  MutexLock lock(&mu_);
+  held_.erase(KeyOf(req));
+}
+
+void ReplicaHold::ForgetWorker(int id) {
+  MutexLock lock(&mu_);
+  for (auto it = held_.begin(); it != held_.end();) {
+    it = std::get<0>(it->first) == id ? held_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace detail
+}  // namespace ps

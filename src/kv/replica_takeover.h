@@ -1,0 +1,167 @@
+// The replica takeover (PS_REPLICAS=1, docs/architecture.md "Replicated
+// shards"), its two sides as small protocol objects fed inputs: they do no
+// I/O, they return what changed and what to send, and the KV cores
+// (kv_worker_core.cc, kv_server_core.cc) send it.
+//
+//   ReplicaRoutes  (worker)   who serves each server's keys now: the server
+//                  itself, its replica once the scheduler marked it covered
+//                  (Cover), or nobody, with why (Lose).
+//   ReplicaHold    (primary)  the answers to forwarded pushes, held until
+//                  the replica answered their copy; released when it did or
+//                  died, forgotten with the process of a rejoined worker.
+//
+// A "slot" is the id of the server whose keys a slice asks for (the one
+// placement gave it), whoever serves them now.
+//
+// Thread-safety: any thread; each object has one lock of its own, never held
+// while anything else runs. Internal.
+#ifndef PS_SRC_KV_REPLICA_TAKEOVER_H_
+#define PS_SRC_KV_REPLICA_TAKEOVER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ps/kv_core.h"
+#include "ps/status.h"
+#include "van/message.h"
+#include "van/sync.h"
+
+namespace ps {
+namespace detail {
+
+// A covered server's keys moved to its replica.
+struct Takeover {
+  int server;   // the dead server's id: the slot that moved
+  int replica;  // the id of the server that serves its keys now
+
+  bool Moves(int slot) const { return slot == server; }
+  // The entries of `slices` (anything with an int `slot`) that asked for
+  // the moved keys, in order: what the dead server left unanswered, to
+  // send again to the replica. Pointers into `slices`, valid while it is
+  // not changed.
+  template <typename Slice>
+  std::vector<Slice*> Moved(std::vector<Slice>* slices) const {
+    std::vector<Slice*> moved;
+    for (Slice& slice : *slices) {
+      if (Moves(slice.slot)) moved.push_back(&slice);
+    }
+    return moved;
+  }
+};
+
+// The worker's side: where a request for each server's keys goes.
+class ReplicaRoutes {
+ public:
+  explicit ReplicaRoutes(int num_servers) : num_servers_(num_servers) {}
+
+  // The node that serves server `slot`'s keys now: itself, or its replica
+  // once it was covered (also after that replica died: Unserved says so).
+  int RouteOf(int slot) const EXCLUDES(mu_);
+
+  // Server `id` died and its replica serves its keys (the scheduler marked
+  // it covered), also before this worker was made: its slot goes there.
+  Takeover Cover(int id) EXCLUDES(mu_);
+
+  // Server `id` died for good (`why`): its keys are lost, and those of the
+  // servers it had taken over with them. The slots whose requests fail: id,
+  // then the ones it served, in id order.
+  std::vector<int> Lose(int id, const Status& why) EXCLUDES(mu_);
+
+  // Why a request touching `slots` cannot be served: the reason of the last
+  // of them that is lost; OK when every one is served.
+  Status Unserved(const std::vector<int>& slots) const EXCLUDES(mu_);
+
+ private:
+  const int num_servers_;
+  mutable Mutex mu_;
+  std::map<int, Status> lost_ GUARDED_BY(mu_);  // slot -> why
+  // Covered servers: slot -> the id of its replica.
+  std::map<int, int> route_ GUARDED_BY(mu_);
+};
+
+// The primary's side: a push to this server's own keys is copied to its
+// replica, and the worker's answer waits until the replica answered the
+// copy, so that a push a worker saw answered is on both servers and the
+// replica can take over without it. Held answers are keyed by the worker's
+// request (worker, customer, timestamp).
+class ReplicaHold {
+ public:
+  // `replicas`: Config::replicas (0: no chain, nothing is held).
+  // `my_rank`: this server's rank, asked when needed (a server may be made
+  // before its node's rendezvous gave it one).
+  ReplicaHold(int replicas, int num_servers, std::function<int()> my_rank)
+      : on_(replicas > 0),
+        num_servers_(num_servers),
+        my_rank_(std::move(my_rank)) {}
+
+  // The id of this server's replica.
+  int replica_id() const;
+
+  // Whether a push to this server's own keys is copied to the replica: a
+  // chain, and its replica alive.
+  bool Forwards() const { return on_ && !replica_dead_.load(); }
+
+  // A copy of push req goes to the replica (before it is sent: the answer
+  // may come first): req's answer waits for the replica's. A copy sent
+  // again leaves what is held as it was.
+  void Forwarded(const KVMeta& req) EXCLUDES(mu_);
+
+  // Whether req's answer still waits for the replica's.
+  bool Awaits(const KVMeta& req) const EXCLUDES(mu_);
+
+  // The handle's answer `msg` to req: true when it is kept (moved from) until
+  // the replica answered; false: send it now (the replica answered already,
+  // or req was not forwarded: not a push to this server's own keys from its
+  // worker, or its replica is gone).
+  bool Hold(const KVMeta& req, Message* msg) EXCLUDES(mu_);
+
+  // What the replica's answer to the copy of (worker, customer, timestamp)
+  // does: nothing yet (the handle has not answered), releases the held
+  // answer, or nothing at all (no copy awaits one: a second answer).
+  struct ReplicaAnswer {
+    bool duplicate = false;
+    std::optional<Message> release;  // the worker's answer, to send now
+  };
+  ReplicaAnswer OnReplicaAnswer(int worker, int customer_id, int timestamp)
+      EXCLUDES(mu_);
+
+  // Node `id` failed. When it is the replica, nothing more is forwarded or
+  // held: the answers the handle gave are released (returned, in request
+  // order), the others will go as the handle gives them.
+  std::vector<Message> OnFailure(int id) EXCLUDES(mu_);
+
+  // req was refused (ResponseError): its answer is the error, sent now.
+  void Refused(const KVMeta& req) EXCLUDES(mu_);
+
+  // Worker `id` was restarted: the old process's held answers are dropped
+  // (its replica's answers to them are then duplicates).
+  void ForgetWorker(int id) EXCLUDES(mu_);
+
+ private:
+  using Key = std::tuple<int, int, int>;  // worker, customer, timestamp
+  struct Held {
+    bool answered = false;  // by the handle: `answer` is ready
+    bool replica_answered = false;
+    Message answer;
+  };
+  static Key KeyOf(const KVMeta& req) {
+    return {req.sender, req.customer_id, req.timestamp};
+  }
+
+  const bool on_;
+  const int num_servers_;
+  const std::function<int()> my_rank_;
+  std::atomic<bool> replica_dead_{false};
+  mutable Mutex mu_;
+  std::map<Key, Held> held_ GUARDED_BY(mu_);
+};
+
+}  // namespace detail
+}  // namespace ps
+
+#endif  // PS_SRC_KV_REPLICA_TAKEOVER_H_

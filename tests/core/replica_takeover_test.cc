@@ -1,0 +1,303 @@
+// The replica takeover's two sides (src/kv/replica_takeover.h) fed inputs,
+// without sockets: ReplicaRoutes (a worker's routes) and ReplicaHold (a
+// primary's held answers).
+#include "kv/replica_takeover.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ps {
+namespace detail {
+namespace {
+
+// Three servers: rank r's replica is rank (r + 1) % 3.
+constexpr int kServers = 3;
+constexpr int kServer0 = 8, kServer1 = 10, kServer2 = 12;
+constexpr int kWorker0 = 9, kWorker1 = 11;
+
+// For ReplicaHold: server 0 of three, whose replica is server 1.
+class ReplicaTakeover : public ::testing::Test {
+ protected:
+  static KVMeta Push(int worker, int ts, int customer = 0) {
+    KVMeta req;
+    req.push = true;
+    req.sender = worker;
+    req.timestamp = ts;
+    req.customer_id = customer;
+    return req;
+  }
+  // The handle's answer to req, told apart by its timestamp and receiver.
+  static Message AnswerTo(const KVMeta& req) {
+    Message msg;
+    msg.meta.set_timestamp(req.timestamp);
+    msg.meta.set_recver(req.sender);
+    msg.meta.set_customer_id(req.customer_id);
+    return msg;
+  }
+  ReplicaHold::ReplicaAnswer ReplicaAnswers(const KVMeta& req) {
+    return hold_.OnReplicaAnswer(req.sender, req.customer_id, req.timestamp);
+  }
+
+  int rank_ = 0;
+  ReplicaHold hold_{1, kServers, [this] { return rank_; }};
+};
+
+// ---- ReplicaRoutes (the worker's side) ----------------------------------
+
+TEST_F(ReplicaTakeover, RoutesEachServerServesItsOwnKeysUntilCovered) {
+  ReplicaRoutes routes(kServers);
+  for (int slot : {kServer0, kServer1, kServer2}) {
+    EXPECT_EQ(routes.RouteOf(slot), slot);
+  }
+  EXPECT_TRUE(routes.Unserved({kServer0, kServer1, kServer2}).ok());
+}
+
+TEST_F(ReplicaTakeover, RoutesACoverRoutesTheServersSlotToItsReplica) {
+  ReplicaRoutes routes(kServers);
+  Takeover t = routes.Cover(kServer1);
+  EXPECT_EQ(t.server, kServer1);
+  EXPECT_EQ(t.replica, kServer2);
+  EXPECT_EQ(routes.RouteOf(kServer0), kServer0);
+  EXPECT_EQ(routes.RouteOf(kServer1), kServer2);
+  EXPECT_EQ(routes.RouteOf(kServer2), kServer2);
+  // A covered server's keys are still served.
+  EXPECT_TRUE(routes.Unserved({kServer0, kServer1, kServer2}).ok());
+}
+
+TEST_F(ReplicaTakeover, RoutesTheLastServersReplicaIsTheFirst) {
+  ReplicaRoutes routes(kServers);
+  Takeover t = routes.Cover(kServer2);
+  EXPECT_EQ(t.server, kServer2);
+  EXPECT_EQ(t.replica, kServer0);
+  EXPECT_EQ(routes.RouteOf(kServer2), kServer0);
+}
+
+TEST_F(ReplicaTakeover, RoutesACoverMovesOnlyThatServersUnansweredSlices) {
+  struct Slice {
+    int ts;
+    int slot;
+  };
+  std::vector<Slice> unanswered = {{1, kServer0}, {1, kServer1}, {2, kServer2},
+                                   {2, kServer1}, {3, kServer1}, {4, kServer0}};
+  ReplicaRoutes routes(kServers);
+  Takeover t = routes.Cover(kServer1);
+  EXPECT_FALSE(t.Moves(kServer0));
+  EXPECT_TRUE(t.Moves(kServer1));
+  EXPECT_FALSE(t.Moves(kServer2));
+  std::vector<Slice*> moved = t.Moved(&unanswered);
+  ASSERT_EQ(moved.size(), 3u);
+  EXPECT_EQ(moved[0], &unanswered[1]);
+  EXPECT_EQ(moved[1], &unanswered[3]);
+  EXPECT_EQ(moved[2], &unanswered[4]);
+  for (const Slice* s : moved) EXPECT_EQ(s->slot, kServer1);
+
+  std::vector<Slice> none = {{5, kServer0}, {5, kServer2}};
+  EXPECT_TRUE(t.Moved(&none).empty());
+}
+
+TEST_F(ReplicaTakeover,
+       RoutesALostServerFailsItsSlotAndRefusesRequestsTouchingIt) {
+  ReplicaRoutes routes(kServers);
+  const Status why = Status::PeerFailed("server 1 is gone");
+  EXPECT_EQ(routes.Lose(kServer1, why), (std::vector<int>{kServer1}));
+  EXPECT_EQ(routes.RouteOf(kServer1), kServer1);  // not taken over
+  Status st = routes.Unserved({kServer0, kServer1, kServer2});
+  EXPECT_EQ(st.code(), Status::kPeerFailed);
+  EXPECT_EQ(st.message(), "server 1 is gone");
+  EXPECT_TRUE(routes.Unserved({kServer0, kServer2}).ok());
+  EXPECT_TRUE(routes.Unserved({}).ok());
+}
+
+TEST_F(ReplicaTakeover, RoutesAReplicaLostLosesTheKeysItHadTakenOver) {
+  ReplicaRoutes routes(kServers);
+  routes.Cover(kServer0);  // served by server 1 now
+  const Status why = Status::PeerFailed("server 1 is gone");
+  EXPECT_EQ(routes.Lose(kServer1, why), (std::vector<int>{kServer1, kServer0}));
+  // Still routed to the dead replica, but refused before anything is sent.
+  EXPECT_EQ(routes.RouteOf(kServer0), kServer1);
+  EXPECT_EQ(routes.Unserved({kServer0}).message(), "server 1 is gone");
+  EXPECT_EQ(routes.Unserved({kServer1}).message(), "server 1 is gone");
+  EXPECT_TRUE(routes.Unserved({kServer2}).ok());
+}
+
+TEST_F(ReplicaTakeover, RoutesUnservedNamesTheLastLostSlotAsked) {
+  ReplicaRoutes routes(kServers);
+  routes.Lose(kServer0, Status::PeerFailed("server 0 is gone"));
+  routes.Lose(kServer2, Status::Unavailable("server 2 is awaited back"));
+  EXPECT_EQ(routes.Unserved({kServer0, kServer1, kServer2}).message(),
+            "server 2 is awaited back");
+  EXPECT_EQ(routes.Unserved({kServer2, kServer0}).message(),
+            "server 0 is gone");
+  // A server lost again: the later reason.
+  routes.Lose(kServer0, Status::PeerFailed("server 0 is gone again"));
+  EXPECT_EQ(routes.Unserved({kServer0}).message(), "server 0 is gone again");
+}
+
+// ---- ReplicaHold (the primary's side) -----------------------------------
+
+TEST_F(ReplicaTakeover, HoldWithoutAChainNothingIsForwardedOrHeld) {
+  ReplicaHold off(0, kServers, [] { return 0; });
+  EXPECT_FALSE(off.Forwards());
+  KVMeta req = Push(kWorker0, 1);
+  Message msg = AnswerTo(req);
+  EXPECT_FALSE(off.Hold(req, &msg));
+  EXPECT_EQ(msg.meta.timestamp(), 1);  // not moved from
+  EXPECT_TRUE(off.OnFailure(kServer1).empty());
+}
+
+TEST_F(ReplicaTakeover, HoldTheReplicaIsTheNextRankAskedWhenNeeded) {
+  EXPECT_TRUE(hold_.Forwards());
+  EXPECT_EQ(hold_.replica_id(), kServer1);
+  rank_ = 2;  // the rank a later rendezvous gave
+  EXPECT_EQ(hold_.replica_id(), kServer0);
+}
+
+TEST_F(ReplicaTakeover, HoldTheAnswerWaitsUntilTheReplicaAnswered) {
+  KVMeta req = Push(kWorker0, 7, 3);
+  hold_.Forwarded(req);
+  EXPECT_TRUE(hold_.Awaits(req));
+  Message msg = AnswerTo(req);
+  EXPECT_TRUE(hold_.Hold(req, &msg));
+  EXPECT_TRUE(hold_.Awaits(req));
+  ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
+  EXPECT_FALSE(a.duplicate);
+  ASSERT_TRUE(a.release.has_value());
+  EXPECT_EQ(a.release->meta.timestamp(), 7);
+  EXPECT_EQ(a.release->meta.recver(), kWorker0);
+  EXPECT_EQ(a.release->meta.customer_id(), 3);
+  EXPECT_FALSE(hold_.Awaits(req));
+}
+
+TEST_F(ReplicaTakeover, HoldAReplicaAnswerFirstLetsTheHandlesAnswerGoAtOnce) {
+  KVMeta req = Push(kWorker0, 7);
+  hold_.Forwarded(req);
+  ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
+  EXPECT_FALSE(a.duplicate);
+  EXPECT_FALSE(a.release.has_value());
+  EXPECT_TRUE(hold_.Awaits(req));  // the handle's answer is still to come
+  Message msg = AnswerTo(req);
+  EXPECT_FALSE(hold_.Hold(req, &msg));
+  EXPECT_EQ(msg.meta.timestamp(), 7);  // the caller sends it
+  EXPECT_FALSE(hold_.Awaits(req));
+}
+
+TEST_F(ReplicaTakeover, HoldASecondReplicaAnswerIsADuplicate) {
+  KVMeta req = Push(kWorker0, 7);
+  hold_.Forwarded(req);
+  Message msg = AnswerTo(req);
+  hold_.Hold(req, &msg);
+  EXPECT_TRUE(ReplicaAnswers(req).release.has_value());
+  ReplicaHold::ReplicaAnswer again = ReplicaAnswers(req);
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_FALSE(again.release.has_value());
+  // And one for a push never forwarded.
+  EXPECT_TRUE(ReplicaAnswers(Push(kWorker1, 8)).duplicate);
+}
+
+TEST_F(ReplicaTakeover, HoldOnlyAWorkersRequestForOwnKeysForwardedIsHeld) {
+  KVMeta never = Push(kWorker0, 1);
+  Message msg = AnswerTo(never);
+  EXPECT_FALSE(hold_.Hold(never, &msg));
+
+  // A copy this server (as a replica) got from its primary: answered to it.
+  KVMeta copy = Push(kWorker0, 2);
+  copy.reply_to = kServer2;
+  copy.shard = 2;
+  hold_.Forwarded(copy);  // (no primary forwards such; still not held)
+  msg = AnswerTo(copy);
+  EXPECT_FALSE(hold_.Hold(copy, &msg));
+
+  // A worker's request for the keys of server 2, whose replica this is.
+  KVMeta taken = Push(kWorker0, 3);
+  taken.shard = 2;
+  hold_.Forwarded(taken);
+  msg = AnswerTo(taken);
+  EXPECT_FALSE(hold_.Hold(taken, &msg));
+
+  // The shard named as this server's own is.
+  KVMeta own = Push(kWorker0, 4);
+  own.shard = 0;
+  hold_.Forwarded(own);
+  msg = AnswerTo(own);
+  EXPECT_TRUE(hold_.Hold(own, &msg));
+}
+
+TEST_F(ReplicaTakeover,
+       HoldTheReplicasDeathReleasesTheAnsweredAndStopsHolding) {
+  KVMeta a = Push(kWorker0, 1), b = Push(kWorker1, 2), c = Push(kWorker0, 3);
+  hold_.Forwarded(a);
+  hold_.Forwarded(b);
+  hold_.Forwarded(c);
+  Message msg_c = AnswerTo(c), msg_a = AnswerTo(a);
+  EXPECT_TRUE(hold_.Hold(c, &msg_c));
+  EXPECT_TRUE(hold_.Hold(a, &msg_a));
+
+  // Another node's death changes nothing.
+  EXPECT_TRUE(hold_.OnFailure(kServer2).empty());
+  EXPECT_TRUE(hold_.OnFailure(kWorker0).empty());
+  EXPECT_TRUE(hold_.OnFailure(-1).empty());
+  EXPECT_TRUE(hold_.Forwards());
+  EXPECT_TRUE(hold_.Awaits(b));
+
+  std::vector<Message> released = hold_.OnFailure(kServer1);
+  ASSERT_EQ(released.size(), 2u);  // in request order: a, then c
+  EXPECT_EQ(released[0].meta.timestamp(), 1);
+  EXPECT_EQ(released[1].meta.timestamp(), 3);
+  EXPECT_FALSE(hold_.Forwards());
+  EXPECT_FALSE(hold_.Awaits(b));
+  // b's answer, not given yet, goes as the handle gives it.
+  Message msg_b = AnswerTo(b);
+  EXPECT_FALSE(hold_.Hold(b, &msg_b));
+  EXPECT_EQ(msg_b.meta.timestamp(), 2);
+  // A late answer of the dead replica finds nothing.
+  EXPECT_TRUE(ReplicaAnswers(a).duplicate);
+  EXPECT_TRUE(hold_.OnFailure(kServer1).empty());
+}
+
+TEST_F(ReplicaTakeover, HoldAResentCopyLeavesTheHeldAnswerAsItWas) {
+  KVMeta req = Push(kWorker0, 5);
+  hold_.Forwarded(req);
+  Message msg = AnswerTo(req);
+  EXPECT_TRUE(hold_.Hold(req, &msg));
+  hold_.Forwarded(req);  // the worker resent it; the copy goes again
+  EXPECT_TRUE(hold_.Awaits(req));
+  ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
+  ASSERT_TRUE(a.release.has_value());
+  EXPECT_EQ(a.release->meta.timestamp(), 5);
+  EXPECT_TRUE(ReplicaAnswers(req).duplicate);
+}
+
+TEST_F(ReplicaTakeover, HoldARefusedRequestIsNotHeld) {
+  KVMeta req = Push(kWorker0, 5);
+  hold_.Forwarded(req);
+  hold_.Refused(req);
+  EXPECT_FALSE(hold_.Awaits(req));
+  EXPECT_TRUE(ReplicaAnswers(req).duplicate);
+}
+
+TEST_F(ReplicaTakeover, HoldAWorkersRejoinForgetsTheOldProcessesAnswers) {
+  KVMeta old0 = Push(kWorker0, 1), old1 = Push(kWorker0, 2, 1);
+  KVMeta other = Push(kWorker1, 1);
+  for (const KVMeta* req : {&old0, &old1, &other}) {
+    hold_.Forwarded(*req);
+    Message msg = AnswerTo(*req);
+    EXPECT_TRUE(hold_.Hold(*req, &msg));
+  }
+  hold_.ForgetWorker(kWorker0);
+  EXPECT_FALSE(hold_.Awaits(old0));
+  EXPECT_FALSE(hold_.Awaits(old1));
+  EXPECT_TRUE(ReplicaAnswers(old0).duplicate);
+  EXPECT_TRUE(ReplicaAnswers(old1).duplicate);
+  ReplicaHold::ReplicaAnswer a = ReplicaAnswers(other);
+  ASSERT_TRUE(a.release.has_value());
+  EXPECT_EQ(a.release->meta.recver(), kWorker1);
+  // The new process's request with an old timestamp is held afresh.
+  hold_.Forwarded(old0);
+  Message msg = AnswerTo(old0);
+  EXPECT_TRUE(hold_.Hold(old0, &msg));
+}
+
+}  // namespace
+}  // namespace detail
+}  // namespace ps
