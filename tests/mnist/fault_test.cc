@@ -600,4 +600,42 @@ TEST(Restart, WorkerRestartedAfterAServerFailover) {
   EXPECT_GE(FinalAccuracy(out), 80.0) << out;
 }
 
+// Two faults, one after the other: with --replicas 1 server 1 is killed
+// (server 0 takes its keys over), then the scheduler is killed and, under
+// --max-restarts, started again. The members tell the new scheduler that
+// server 1 is taken over, so it does not wait for it: it takes the job over
+// from the three that live, and the job ends at once with exit 0 and the
+// weights of a job that never failed, bit for bit.
+TEST(Restart, SchedulerKilledAfterAServerFailoverTakesTheJobOver) {
+  const std::string flags =
+      "--train_limit 3200 --overlap off --log_every_s 0.1";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("twice.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("failover-then-scheduler");
+  const int port = 20000 + (getpid() + 67) % 20000;
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--max-restarts 3 --port " + std::to_string(port),
+      flags + " --replicas 1 --die_node server:1 --die_after_steps 20" +
+          " --dump_weights " + failed)));
+  ASSERT_TRUE(job.WaitFor("server 0 takes over its keys", 120)) << job.Output();
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  const int pid = FindProcess(
+      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(job.Code(240), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("the restarted scheduler took the running job over "
+                     "from its 3 members (1 server(s) taken over by their "
+                     "replica)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server 0 replica of server 1 done: 100 updates applied"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(UpdatesOf(out, 0), 100) << out;
+  ExpectSameWeights(clean, failed, "after a failover and a scheduler restart");
+}
+
 }  // namespace
