@@ -21,6 +21,23 @@ std::string NodeName(int id) {
 }
 }  // namespace
 
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 void PrintEvent(const std::string& json) {
   std::fprintf(stderr, "ps-event: %s\n", json.c_str());
   std::fflush(stderr);

@@ -499,8 +499,10 @@ void Postoffice::Stop() {
   stopped_ = true;
   bool say_goodbye = false;
   bool clean = false;
+  bool told_failure = false;
   {
     MutexLock lock(&mu_);
+    told_failure = told_failure_ > 0;
     stop_monitor_ = true;
     say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
                   !membership_.IsDown(kSchedulerId);
@@ -531,7 +533,8 @@ void Postoffice::Stop() {
     Status st = Send(&bye);
     if (!st.ok()) LOG(WARNING) << "could not tell the scheduler: " << st;
   }
-  van_.Stop(say_goodbye ? kLingerMs : 0);
+  // What it said last (goodbye, or why the job cannot start) still goes.
+  van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);
   const std::vector<std::shared_ptr<Customer>> customers = Customers();
   Status aborted = Status::Aborted("node stopped");
   for (auto& c : customers) {

@@ -51,6 +51,8 @@ namespace ps {
 // scheduler's machine-readable lines for the launcher (tracker/ps_tracker,
 // docs/architecture.md "Launcher events").
 void PrintEvent(const std::string& json);
+// `text` as a JSON string, quoted and escaped (for PrintEvent).
+std::string JsonString(const std::string& text);
 
 // In namespace core: ps::Postoffice is the ps-lite facade
 // (include/ps/internal/postoffice.h), which internal code never includes.
@@ -348,7 +350,11 @@ class Postoffice {
   Snapshot<Routes> routes_;
   bool acked_ GUARDED_BY(mu_) = false;
   bool ready_ GUARDED_BY(mu_) = false;
+  // Member: why the scheduler refused it. Scheduler: why the rendezvous
+  // failed (every later registration is refused with it).
   Status start_error_ GUARDED_BY(mu_);
+  // Scheduler: how many nodes were told that the rendezvous failed.
+  int told_failure_ GUARDED_BY(mu_) = 0;
   // Scheduler: the registrations (rendezvous_coordinator.h).
   RendezvousCoordinator rendezvous_ GUARDED_BY(mu_);
   // Every node's state (its own lock; changed under mu_ so that waiters on

@@ -26,9 +26,22 @@ Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
   auto deadline =
       Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
-  while (!ready_ && cv_.WaitUntil(deadline)) {
+  while (!ready_ && told_failure_ == 0 && cv_.WaitUntil(deadline)) {
   }
   if (ready_) return Status::OK();
+  if (told_failure_ > 0) {
+    // Nodes launched with this one are still arriving: each is told why
+    // (SchedulerOnAddNode refuses it with start_error_) before this node
+    // stops, within the connect timeout.
+    const auto grace =
+        Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
+    while (told_failure_ < config_.num_servers + config_.num_workers &&
+           cv_.WaitUntil(grace)) {
+    }
+    PrintEvent("{\"event\":\"start_failed\",\"reason\":" +
+               JsonString(start_error_.message()) + "}");
+    return start_error_;
+  }
   if (takeover_.reported() > 0) {
     // A restarted scheduler that heard from some members of a running job.
     return Status::Timeout(
@@ -50,8 +63,11 @@ Status Postoffice::StartScheduler() {
     msg.meta.mutable_control()->set_error_code(st.code());
     outbox.push_back(std::move(msg));
   }
+  told_failure_ = static_cast<int>(outbox.size());
   lock.Unlock();
   SendAll(&outbox);
+  PrintEvent("{\"event\":\"start_failed\",\"reason\":" +
+             JsonString(st.message()) + "}");
   return st;
 }
 
@@ -145,10 +161,12 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   if (ctrl.rejoin()) return SchedulerOnMemberReport(msg, node);
   std::vector<Message> outbox;
   std::vector<PeerEvent> events;
+  int told_now = 0;  // nodes this registration tells the start failed
   {
     MutexLock lock(&mu_);
-    Status st =
+    const Status shape =
         rendezvous_.CheckShape(node, ctrl.num_servers(), ctrl.num_workers());
+    Status st = shape.ok() ? start_error_ : shape;
     if (st.ok()) {
       st = ready_ ? rejoins_.Check(node,
                                    [this](int id) {
@@ -181,6 +199,22 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       reject.meta.mutable_control()->set_error(st.message());
       reject.meta.mutable_control()->set_error_code(st.code());
       outbox.push_back(std::move(reject));
+      if (!start_error_.ok()) told_now = 1;  // after the failure
+      if (!shape.ok() && !ready_ && start_error_.ok()) {
+        // A job launched with two shapes cannot run: every node that
+        // arrived learns why now, not at the rendezvous timeout, and so do
+        // later ones.
+        start_error_ =
+            Status::InvalidArgument("rendezvous failed: " + shape.message());
+        LOG(ERROR) << start_error_;
+        for (const NodeInfo& n : rendezvous_.arrivals()) {
+          Message fail = ControlMessage(pb::ADD_NODE, n.id, false);
+          fail.meta.mutable_control()->set_error(start_error_.message());
+          fail.meta.mutable_control()->set_error_code(start_error_.code());
+          outbox.push_back(std::move(fail));
+        }
+        told_now = 1 + static_cast<int>(rendezvous_.arrivals().size());
+      }
     } else if (ready_) {
       const int id = rejoins_.Register(node, node.id, Clock::now());
       const bool awaited = membership_.state(id) == PeerState::kAwaited;
@@ -212,6 +246,13 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
   }
   SendAll(&outbox);
   membership_.Publish(events);
+  if (told_now > 0) {
+    // StartScheduler returns (and the node stops) once the failure is on
+    // its way to every node.
+    MutexLock lock(&mu_);
+    told_failure_ += told_now;
+    cv_.SignalAll();
+  }
 }
 
 std::vector<Message> Postoffice::CompleteRendezvousLocked(

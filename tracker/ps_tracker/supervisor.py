@@ -103,6 +103,7 @@ class Job:
         self.mux = mux
         self.key_path = None  # The job's key file; None with --insecure.
         self.port = None  # The scheduler's, once started.
+        self.start_failure = None  # The scheduler's start_failed reason.
         self.children = []
         self.exits = queue.Queue()  # (child, returncode) in reaping order.
         self.signal_received = None
@@ -195,6 +196,10 @@ class Job:
             return
         if event.get("event") == "job":
             self.job_event = event
+        elif (event.get("event") == "start_failed"
+              and isinstance(event.get("reason"), str)):
+            self.start_failure = event["reason"]  # Why nobody could start.
+            self._reported.set()
         elif event.get("event") == "dead" and isinstance(event.get("node"),
                                                          str):
             with self._reports_lock:
@@ -228,7 +233,8 @@ class Job:
         # first_report leaves out does not end the wait.
         while (self.signal_received is None and time.monotonic() < end):
             self._reported.clear()
-            if self.first_report() is not None:
+            if (self.first_report() is not None
+                    or self.start_failure is not None):
                 return
             self._reported.wait(
                 min(POLL_SECONDS, max(0.0, end - time.monotonic())))
@@ -452,7 +458,11 @@ class Job:
 
         running: the processes that were still running when it was decided.
         """
-        parts = []
+        # The scheduler's word on why the job could not start (e.g. a node
+        # launched for another shape) comes first: every node fails with it,
+        # the first to exit is no more to blame than the others.
+        parts = ([f"the job could not start: {self.start_failure}"]
+                 if self.start_failure is not None else [])
         named = [failed]
         report = self.first_report()
         if report is not None:
