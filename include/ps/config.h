@@ -56,6 +56,9 @@ struct Config {
   // key_file; empty: no encryption or authentication. Never logged.
   std::string key_file;
   std::string secret_key;
+  // PS_JOB_TOKEN: a registration must present it (empty: none needed).
+  // Never logged.
+  std::string job_token;
   int64_t max_message_bytes = int64_t{1} << 30;
   int water_mark = 1000;
   int resend_timeout_ms = 1000;  // 0: never resend

@@ -225,6 +225,21 @@ Status ReadKeyFile(const Value& v, Config* c) {
   return Status::OK();
 }
 
+// A secret of the job: its value never appears in an error.
+Status ReadJobToken(const Value& v, Config* c) {
+  const std::string& token = v.setting.value;
+  if (token.empty()) return Status::OK();
+  bool printable = token.size() >= 16 && token.size() <= 256;
+  for (unsigned char ch : token) printable = printable && ch > 32 && ch < 127;
+  if (!printable) {
+    return Status::InvalidArgument(
+        v.setting.source + " (" + std::to_string(token.size()) +
+        " characters, not shown) is not " + v.option.values);
+  }
+  c->job_token = token;
+  return Status::OK();
+}
+
 // How a row's value goes into the Config: an int field as it is, or a
 // reader above.
 struct Store {

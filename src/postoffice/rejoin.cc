@@ -122,6 +122,7 @@ Message Postoffice::ReportToSchedulerLocked() const {
   msg.meta.mutable_control()->set_rejoin(true);
   msg.meta.mutable_control()->set_num_servers(config_.num_servers);
   msg.meta.mutable_control()->set_num_workers(config_.num_workers);
+  msg.meta.mutable_control()->set_job_token(config_.job_token);
   for (int id : membership_.InState(PeerState::kCovered)) {
     if (const NodeInfo* node = table_.Find(id)) {
       ToProto(*node, msg.meta.mutable_control()->add_covered());

@@ -22,6 +22,20 @@
 
 namespace ps {
 
+namespace {
+// Whether a registration's token is the job's: any when the job has none;
+// compared in constant time (no timing tells a stranger how much matched).
+bool SameToken(const std::string& given, const std::string& job) {
+  if (job.empty()) return true;
+  if (given.size() != job.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < job.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ job[i]);
+  }
+  return diff == 0;
+}
+}  // namespace
+
 Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
   auto deadline =
@@ -99,6 +113,7 @@ Status Postoffice::StartMember() {
   ToProto(me, hello.meta.mutable_control()->add_node());
   hello.meta.mutable_control()->set_num_servers(config_.num_servers);
   hello.meta.mutable_control()->set_num_workers(config_.num_workers);
+  hello.meta.mutable_control()->set_job_token(config_.job_token);
   PS_RETURN_IF_ERROR(Send(&hello));
   MutexLock lock(&mu_);
   auto connect_deadline =
@@ -158,15 +173,35 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
                           ", not the address its connection is named after");
     return;
   }
-  if (ctrl.rejoin()) return SchedulerOnMemberReport(msg, node);
+  const bool token_ok = SameToken(ctrl.job_token(), config_.job_token);
+  if (ctrl.rejoin()) {
+    if (!token_ok) {
+      van_.CountDropped(Van::DescribeConnection(msg.from, msg.peer_address),
+                        "a member's report without this job's token "
+                        "(PS_JOB_TOKEN)");
+      return;
+    }
+    return SchedulerOnMemberReport(msg, node);
+  }
   std::vector<Message> outbox;
   std::vector<PeerEvent> events;
   int told_now = 0;  // nodes this registration tells the start failed
   {
     MutexLock lock(&mu_);
-    const Status shape =
-        rendezvous_.CheckShape(node, ctrl.num_servers(), ctrl.num_workers());
-    Status st = shape.ok() ? start_error_ : shape;
+    // A node of another job (no token, or another) is refused, and does
+    // not fail this job's rendezvous; one of this job with another shape
+    // does.
+    const Status shape = token_ok
+                             ? rendezvous_.CheckShape(node, ctrl.num_servers(),
+                                                      ctrl.num_workers())
+                             : Status::OK();
+    Status st = !token_ok ? Status::InvalidArgument(
+                                "the " + std::string(RoleName(node.role)) +
+                                " at " + node.Address() +
+                                " has not this job's token (PS_JOB_TOKEN): "
+                                "refused")
+                : shape.ok() ? start_error_
+                             : shape;
     if (st.ok()) {
       st = ready_ ? rejoins_.Check(node,
                                    [this](int id) {
@@ -199,7 +234,7 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       reject.meta.mutable_control()->set_error(st.message());
       reject.meta.mutable_control()->set_error_code(st.code());
       outbox.push_back(std::move(reject));
-      if (!start_error_.ok()) told_now = 1;  // after the failure
+      if (!start_error_.ok() && token_ok) told_now = 1;  // after the failure
       if (!shape.ok() && !ready_ && start_error_.ok()) {
         // A job launched with two shapes cannot run: every node that
         // arrived learns why now, not at the rendezvous timeout, and so do

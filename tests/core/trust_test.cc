@@ -133,6 +133,69 @@ TEST(Trust, NodeOfAnotherJobShapeIsRefusedNamingBothValues) {
   }
 }
 
+// Without a key (launch.py --insecure), the job's token keeps other jobs'
+// nodes out: a stranger asking for worker rank 0 first, with another
+// token or none, is refused (naming neither token) and takes no rank; the
+// job's own worker then gets rank 0.
+TEST(Trust, StrangerWithoutTheJobTokenIsRefusedAndTakesNoRank) {
+  const std::string token(32, 'a');
+  Cluster c(1, 1, [&](Config* cfg) { cfg->job_token = token; });
+  Status scheduler;
+  std::thread sched([&] { scheduler = c.scheduler->Start(); });
+  for (const std::string& other : {std::string(32, 'b'), std::string()}) {
+    Config cfg = c.workers[0]->config();
+    cfg.job_token = other;
+    cfg.rank = 0;
+    Node stranger(cfg);
+    Status st = stranger.Start();
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("has not this job's token (PS_JOB_TOKEN): "
+                                "refused"),
+              std::string::npos)
+        << st;
+    EXPECT_EQ(st.message().find(token), std::string::npos) << st;
+    if (!other.empty()) {
+      EXPECT_EQ(st.message().find(other), std::string::npos) << st;
+    }
+  }
+  Status server, worker;
+  std::thread s([&] { server = c.servers[0]->Start(); });
+  worker = c.workers[0]->Start();
+  s.join();
+  sched.join();
+  ASSERT_TRUE(scheduler.ok()) << scheduler;
+  ASSERT_TRUE(server.ok()) << server;
+  ASSERT_TRUE(worker.ok()) << worker;
+  EXPECT_EQ(c.workers[0]->rank(), 0);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A token is a secret: a bad one is refused without being shown.
+TEST(Trust, JobTokenIsCheckedAndNeverShown) {
+  std::map<std::string, std::string> env = {{"DMLC_ROLE", "server"},
+                                            {"DMLC_PS_ROOT_PORT", "9000"},
+                                            {"DMLC_NUM_SERVER", "1"},
+                                            {"DMLC_NUM_WORKER", "1"}};
+  for (const std::string& bad :
+       {std::string("short-secret"), std::string("has a space in the token"),
+        std::string(300, 'x')}) {
+    env["PS_JOB_TOKEN"] = bad;
+    Status st = Config::FromEnv(env).status();
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("PS_JOB_TOKEN (" + std::to_string(bad.size()) +
+                                " characters, not shown) is not a token of 16 "
+                                "to 256 printable characters"),
+              std::string::npos)
+        << st;
+    EXPECT_EQ(st.message().find(bad), std::string::npos) << st;
+  }
+  env["PS_JOB_TOKEN"] = "0123456789abcdef0123456789abcdef";
+  StatusOr<Config> ok = Config::FromEnv(env);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->job_token, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(ok->ToString().find(ok->job_token), std::string::npos);
+}
+
 TEST(Trust, RendezvousTimeoutNamesMissingRanks) {
   Cluster c(2, 2, [](Config* cfg) { cfg->rendezvous_timeout_ms = 800; });
   for (int r = 0; r < 2; ++r) {

@@ -102,6 +102,8 @@ elif mode == "key":
         got["dir_mode"] = os.stat(os.path.dirname(path)).st_mode & 0o7777
         with open(path) as f:
             got["key"] = f.readline().rstrip("\n")
+    if "PS_JOB_TOKEN" in os.environ:
+        got["token"] = os.environ["PS_JOB_TOKEN"]
     print(json.dumps(got), flush=True)
 elif mode == "chatter":
     for i in range(200):
@@ -775,7 +777,8 @@ class KeyTest(LaunchCase):
         self.assertEqual(len(launch.z85_decode(key)), 32)
 
     def test_each_job_gets_a_private_key_file(self):
-        env = dict(os.environ, PS_KEY_FILE="/inherited/is/replaced")
+        env = dict(os.environ, PS_KEY_FILE="/inherited/is/replaced",
+                   PS_JOB_TOKEN="inherited-is-removed-with-a-key")
         result = self.launch(["-s", "2", "-w", "2"], "key", env=env)
         self.assertEqual(result.returncode, 0, result.stderr)
         seen = self.key_outputs(result)
@@ -793,14 +796,21 @@ class KeyTest(LaunchCase):
         self.assertNotEqual(again["worker 0"]["key"], got["key"])
         self.assertNotEqual(again["worker 0"]["path"], got["path"])
 
-    def test_insecure_passes_no_key(self):
-        env = dict(os.environ, PS_KEY_FILE="/inherited/is/removed")
+    def test_insecure_passes_no_key_but_a_token_of_the_job(self):
+        env = dict(os.environ, PS_KEY_FILE="/inherited/is/removed",
+                   PS_JOB_TOKEN="inherited-is-replaced-by-a-new-one")
         result = self.launch(["-s", "1", "-w", "2", "--insecure"], "key",
                              env=env)
         self.assertEqual(result.returncode, 0, result.stderr)
         seen = self.key_outputs(result)
         self.assertEqual(len(seen), 4)
-        self.assertEqual(list(seen.values()), [{"path": None}] * 4)
+        token = seen["scheduler"].get("token", "")
+        self.assertRegex(token, r"^[0-9a-f]{32}$")
+        self.assertEqual(list(seen.values()),
+                         [{"path": None, "token": token}] * 4)
+        again = self.key_outputs(self.launch(
+            ["-s", "1", "-w", "1", "--insecure"], "key"))
+        self.assertNotEqual(again["worker 0"]["token"], token)
         notes = [line for line in result.stderr.splitlines()
                  if "insecure" in line]
         self.assertEqual(notes, ["launch: --insecure: traffic is neither "

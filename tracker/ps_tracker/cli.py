@@ -25,6 +25,7 @@ is the launcher's own plus:
                      not set for the scheduler
   PS_KEY_FILE        the job's CurveZMQ key file (below); not set with
                      --insecure
+  PS_JOB_TOKEN       with --insecure: a random token of this job (below)
   PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
   PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
                      first run
@@ -86,7 +87,10 @@ command line) and every node derives the public key from it, so only
 processes that can read it can join the job. The directory is removed when
 the launcher exits. --key-file FILE uses an existing key file instead;
 --insecure runs the job without a key (PS_KEY_FILE is removed from the
-processes' environment). For nodes started by hand,
+processes' environment) but with a random token of its own (PS_JOB_TOKEN),
+which the scheduler asks of every registration, so that the nodes of two
+jobs never mix (it is no protection against an attacker on the network:
+traffic is plain TCP). For nodes started by hand,
 "launch.py --make-key FILE" writes a new key file (0600) to give each of
 them as PS_KEY_FILE=FILE.
 
@@ -235,7 +239,8 @@ def parse_args(argv):
     keys.add_argument("--insecure", action="store_true",
                       help="no key: traffic is neither authenticated nor "
                       "encrypted; PS_KEY_FILE is removed from the "
-                      "processes' environment")
+                      "processes' environment and a random PS_JOB_TOKEN "
+                      "keeps other jobs' nodes out")
     keys.add_argument("--make-key", metavar="FILE",
                       help="write a new key file (mode 0600; never over an "
                       "existing file) for nodes started by hand, and exit")

@@ -6,7 +6,7 @@ import os
 # Variables the launcher sets per process; --env may not override them.
 RESERVED_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                 "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "PS_RANK", "PS_KEY_FILE",
-                "PS_MAX_RESTARTS", "PS_RESTART_COUNT")
+                "PS_JOB_TOKEN", "PS_MAX_RESTARTS", "PS_RESTART_COUNT")
 
 # Of those, the ones a process never inherits from the launcher: set only
 # where the launcher means them (--max-restarts; a restarted worker).
@@ -30,14 +30,23 @@ def restart_env(args, restarts=0):
     return env
 
 
+def token_env(args):
+    """PS_JOB_TOKEN with --insecure: the job's random token, which the
+    scheduler asks of every registration (so that two jobs without a key
+    never mix). (getattr: a Job may be given args without it.)"""
+    token = getattr(args, "job_token", None)
+    return {"PS_JOB_TOKEN": token} if token else {}
+
+
 def child_env(args, port, role, rank, key_path, restarts=0):
     """A local process's environment; restarts: how many times this one
     was restarted (its PS_RESTART_COUNT)."""
     env = dict(os.environ)
-    for name in ("PS_RANK", "PS_KEY_FILE") + RESTART_ENV:
+    for name in ("PS_RANK", "PS_KEY_FILE", "PS_JOB_TOKEN") + RESTART_ENV:
         env.pop(name, None)
     if key_path is not None:
         env["PS_KEY_FILE"] = key_path
+    env.update(token_env(args))
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update({
         "DMLC_ROLE": role,
@@ -60,7 +69,7 @@ def job_settings(args, root, port):
     The launcher's DMLC_* and PS_* variables (not those it sets itself, nor
     DMLC_NODE_HOST, which is per host), OMP_WAIT_POLICY (PASSIVE unless
     set), the scheduler's address and the job's shape, PS_MAX_RESTARTS with
-    --max-restarts; the --env ones last.
+    --max-restarts, PS_JOB_TOKEN with --insecure; the --env ones last.
     """
     env = {k: v for k, v in os.environ.items()
            if k.startswith(FORWARDED_PREFIXES) and k not in RESERVED_ENV
@@ -73,5 +82,6 @@ def job_settings(args, root, port):
         "DMLC_NUM_WORKER": str(args.num_workers),
     })
     env.update(restart_env(args))
+    env.update(token_env(args))
     env.update(args.extra_env)
     return env

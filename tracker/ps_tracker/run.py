@@ -2,6 +2,7 @@
 the job with the chosen launcher and names how it ended."""
 
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -38,6 +39,9 @@ def run(args):
         signal.signal(signum, job.on_signal)
     if args.insecure:
         mux.say(INSECURE_NOTE)
+        # No key proves who belongs to the job: a random token, given to
+        # each process (PS_JOB_TOKEN), keeps other jobs' nodes out.
+        args.job_token = secrets.token_hex(16)
         return run_job(args, job, port)
     if args.key_file is not None:
         job.key_path = os.path.abspath(args.key_file)
