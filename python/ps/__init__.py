@@ -14,9 +14,11 @@ the environment, as ``ps::Start`` does::
     ps.finalize()
 
 Buffers: NumPy arrays and torch CPU tensors (float32 values, int64 keys,
-int32 lens), C-contiguous. They are used in place, never copied: keep them
-unchanged until ``wait(ts)`` returns (the worker keeps them referenced until
-then). A pull writes into the caller's array or tensor.
+int32 lens), C-contiguous, or anything with the buffer protocol
+(``array.array``). They are used in place, never copied: keep them
+unchanged until ``wait(ts)`` returns (the worker keeps them exported until
+then, so growing an ``array.array`` meanwhile raises BufferError). A pull
+writes into the caller's array or tensor.
 
 Co-located nodes: ``ps.shared_array(n)`` is a float32 NumPy array of n
 zeros in shared memory (``ps::SharedArray``; ``torch.from_numpy`` gives a
@@ -28,9 +30,13 @@ travel as usual. ``ps.num_shared_frames_sent()`` / ``_received()`` count
 the data frames that went by reference.
 
 Errors: a bad environment, a failed rendezvous, a server that refused a
-request or died raise ``ps.Error`` (a RuntimeError) with the message; a
-wrong dtype ``TypeError``; a wrong size ``ValueError``. Unlike ``ps::Start``,
-nothing here ends the process.
+request or died, a call before ``start()`` or after ``finalize()`` raise
+``ps.Error`` (a RuntimeError) with the message; a wrong dtype
+``TypeError``; a wrong size or value (unsorted keys, a barrier group this
+node is not in, a placement of no servers, ids already in use)
+``ValueError``; a server or key index out of range ``IndexError``
+(docs/python.md, "Errors", has the list). Unlike ``ps::Start``, nothing
+here ends the process.
 
 Dense models: ``ps.dense`` has ``DenseWorker`` (push a flat gradient, pull
 the flat weights) and ``serve_dense`` (a DenseShard server with a built-in
@@ -102,6 +108,12 @@ class KVWorker:
     the server's message on failure. keys: sorted, unique int64. Values per
     key are uniform (len(vals) / len(keys)) unless `lens` (int32) gives each
     key's count. Thread-safety: use one KVWorker from one thread at a time.
+
+    Raises ValueError for a second KVWorker of the same (app_id,
+    customer_id) on this node, ps.Error before start() or after finalize().
+    push/pull/pushpull raise TypeError (dtype, layout) or ValueError (keys
+    unsorted, duplicate, negative or empty; sizes) before anything is sent;
+    the buffers stay exported until wait(ts) returns.
     """
 
     def __init__(self, app_id: int = 0, customer_id: int = 0):
@@ -149,6 +161,8 @@ class KVServer:
     what you keep). Return values for a pull; an exception becomes the
     worker's ps.Error. Keep the main thread in GIL-releasing calls (ps.barrier,
     ps.finalize, time.sleep) while serving; close() before finalize().
+    A second server of one app_id on this node raises ValueError (close()
+    the first), a handler that is not callable TypeError.
     """
 
     def __init__(self, handler, app_id: int = 0):

@@ -1,4 +1,9 @@
-"""Type stub of the ps._ps extension (python/src/*.cc)."""
+"""Type stub of the ps._ps extension (python/src/*.cc).
+
+Errors (docs/python.md, "Errors"): a bad argument raises ValueError, a
+server or key index out of range IndexError, a wrong buffer TypeError, a
+call before start() or after finalize() Error; none ends the process.
+"""
 
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -23,11 +28,16 @@ class Error(RuntimeError):
 
 def start(barrier: bool = True) -> None:
     """Starts this process's node from the tracker's environment (DMLC_*,
-    PS_*): rendezvous, then (barrier) a barrier of all nodes. Raises Error."""
+    PS_*): rendezvous, then (barrier) a barrier of all nodes. Raises Error
+    on failure, when called twice, after finalize() or after a failed
+    start() (a node starts once)."""
 def finalize(barrier: bool = True) -> None:
     """Barrier of all nodes (barrier), then stops the node. Idempotent."""
 def barrier(group: int = ...) -> None:
-    """Blocks (without the GIL) until every node of `group` arrived."""
+    """Blocks (without the GIL) until every node of `group` arrived.
+    ValueError: `group` is not a non-empty bit-or of SCHEDULER,
+    SERVER_GROUP and WORKER_GROUP, or this node is not in it. Error: before
+    start() or after finalize()."""
 def role() -> str:
     """"scheduler", "server" or "worker" (known before start)."""
 def rank() -> int:
@@ -36,55 +46,78 @@ def num_workers() -> int: ...
 def num_servers() -> int: ...
 def is_started() -> bool: ...
 def peer_failure() -> Optional[str]:
-    """None, or the first peer failure this node learned of."""
+    """None, or the first peer failure this node learned of (also after
+    finalize(); Error before start())."""
 def num_shared_frames_sent() -> int:
     """Data frames this node sent as shared-memory references."""
 def num_shared_frames_received() -> int:
     """Data frames this node received as shared-memory references."""
 def shared_array(n: int) -> np.ndarray:
-    """n float32 zeros in memory co-located nodes map (ps::SharedArray)."""
+    """n float32 zeros in memory co-located nodes map (ps::SharedArray).
+    ValueError: n beyond what an array can address."""
 def encode_dense_cmd(op: int, step: int, tag: int = 0) -> int:
-    """The cmd of a DenseShard request (ps/dense_server.h)."""
+    """The cmd of a DenseShard request (ps/dense_server.h). ValueError: op
+    not 0|1, step outside [0, MAX_DENSE_STEP], tag outside [0, 255]."""
 
 
 class KVWorker:
-    def __init__(self, app_id: int = 0, customer_id: int = 0) -> None: ...
+    """Buffers stay exported from a call until its wait(ts) returns (for
+    good if that wait failed): resizing them meanwhile raises BufferError.
+    push/pull/pushpull raise TypeError for a buffer of another dtype, not
+    C-contiguous, or a read-only `out`; ValueError for keys not sorted,
+    unique and non-negative or empty, sizes that do not fit the keys (or
+    `lens`), negative `lens`, an empty `out`; Error after finalize()."""
+    def __init__(self, app_id: int = 0, customer_id: int = 0) -> None:
+        """ValueError: a KVWorker of these ids exists on this node. Error:
+        before start() or after finalize()."""
     def push(self, keys: Buffer, vals: Buffer, lens: Optional[Buffer] = None,
              cmd: int = 0) -> int: ...
     def pull(self, keys: Buffer, out: Buffer, lens: Optional[Buffer] = None,
              cmd: int = 0) -> int: ...
     def pushpull(self, keys: Buffer, vals: Buffer, out: Buffer,
                  cmd: int = 0) -> int: ...
-    def wait(self, ts: int) -> None: ...
-    def set_placement(self, placement: "Placement") -> None: ...
+    def wait(self, ts: int) -> None:
+        """Error: the request failed, or finalize() was called. ValueError:
+        ts was not issued or was waited for already."""
+    def set_placement(self, placement: "Placement") -> None:
+        """ValueError: the placement has more servers than the job."""
     @property
     def num_pending(self) -> int: ...
 
 
 class Placement:
     @staticmethod
-    def even_keys(num_servers: int, max_key: int) -> "Placement": ...
+    def even_keys(num_servers: int, max_key: int) -> "Placement":
+        """ValueError: num_servers outside [1, 2**20], or max_key <
+        num_servers."""
     @staticmethod
     def by_bytes(keys: Sequence[int], sizes: Sequence[int],
-                 num_servers: int) -> "Placement": ...
+                 num_servers: int) -> "Placement":
+        """ValueError: num_servers outside [1, 2**20], keys not sorted and
+        unique, or len(sizes) != len(keys)."""
     @property
     def num_servers(self) -> int: ...
-    def begin(self, server: int) -> int: ...
-    def end(self, server: int) -> int: ...
+    def begin(self, server: int) -> int:
+        """IndexError: server outside [0, num_servers)."""
+    def end(self, server: int) -> int:
+        """IndexError: server outside [0, num_servers)."""
     def server_of(self, key: int) -> int: ...
     def describe(self) -> str: ...
 
 
 class DenseLayout:
-    def __init__(self, total: int, chunk: int) -> None: ...
+    def __init__(self, total: int, chunk: int) -> None:
+        """ValueError: chunk 0, or total beyond what an array can hold."""
     @property
     def total(self) -> int: ...
     @property
     def chunk(self) -> int: ...
     @property
     def num_keys(self) -> int: ...
-    def offset(self, key: int) -> int: ...
-    def length(self, key: int) -> int: ...
+    def offset(self, key: int) -> int:
+        """IndexError: key > num_keys (num_keys: the end of the last)."""
+    def length(self, key: int) -> int:
+        """IndexError: key >= num_keys."""
 
 
 class OptimizerConfig:
@@ -107,8 +140,13 @@ class DenseServer:
                  weights: Buffer, optimizer: OptimizerConfig,
                  consistency: str = "bsp", max_delay: int = 0,
                  num_workers: int = 0, lr_step: int = 1,
-                 lr_gamma: float = 1.0, app_id: int = 0) -> None: ...
-    def wait_all_done(self, timeout_s: float) -> bool: ...
+                 lr_gamma: float = 1.0, app_id: int = 0) -> None:
+        """ValueError: keys outside the layout, weights of another size,
+        negative max_delay or num_workers, lr_step < 1, a server of app_id
+        on this node already. Error: a bad consistency or optimizer; before
+        start() or after finalize()."""
+    def wait_all_done(self, timeout_s: float) -> bool:
+        """ValueError: timeout_s negative or NaN."""
     @property
     def failure(self) -> Optional[str]: ...
     def weights(self) -> np.ndarray: ...
@@ -125,5 +163,8 @@ Handler = Callable[[dict, np.ndarray, np.ndarray, Optional[np.ndarray]],
 
 
 class KVServer:
-    def __init__(self, handler: Handler, app_id: int = 0) -> None: ...
+    def __init__(self, handler: Handler, app_id: int = 0) -> None:
+        """TypeError: handler not callable. ValueError: a server of app_id
+        on this node already (close() it first). Error: before start() or
+        after finalize()."""
     def close(self) -> None: ...

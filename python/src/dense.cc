@@ -7,10 +7,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -59,31 +62,47 @@ class PyDenseServer {
     Check(c.status());
     // Fails here, before serving, on a bad optimizer setting.
     Check(model::MakeOptimizer(opt, 1).status());
-    if (lr_step < 1) throw py::value_error("lr_step must be >= 1");
+    if (lr_step < 1) {
+      throw py::value_error("DenseServer: lr_step=" + std::to_string(lr_step) +
+                            " is not >= 1");
+    }
+    if (max_delay < 0) {
+      throw py::value_error("DenseServer: max_delay=" +
+                            std::to_string(max_delay) + " is negative");
+    }
+    if (num_workers < 0) {
+      throw py::value_error(
+          "DenseServer: num_workers=" + std::to_string(num_workers) +
+          " is negative (0: the job's)");
+    }
     if (first_key > end_key || end_key > layout.num_keys()) {
-      throw py::value_error("keys [first_key, end_key) outside the layout's " +
+      throw py::value_error("DenseServer: keys [first_key, end_key) = [" +
+                            std::to_string(first_key) + ", " +
+                            std::to_string(end_key) +
+                            ") outside the layout's " +
                             std::to_string(layout.num_keys()) + " keys");
     }
-    FlatBuffer w = ViewBuffer(weights, Elem::kFloat32, false, "weights");
+    BufferView w = ViewBuffer(weights, Elem::kFloat32, false, "weights");
     size_t lo = layout.offset(first_key);
     size_t hi = first_key == end_key
                     ? lo
                     : layout.offset(end_key - 1) + layout.length(end_key - 1);
-    if (w.size != hi - lo) {
-      throw py::value_error("weights has " + std::to_string(w.size) +
+    if (w.size() != hi - lo) {
+      throw py::value_error("weights has " + std::to_string(w.size()) +
                             " floats; keys [" + std::to_string(first_key) +
                             ", " + std::to_string(end_key) + ") hold " +
                             std::to_string(hi - lo));
     }
-    const float* wp = static_cast<const float*>(w.data);
-    std::vector<float> slice(wp, wp + w.size);
+    const float* wp = static_cast<const float*>(w.data());
+    std::vector<float> slice(wp, wp + w.size());
     DenseShardOptions options;
     options.consistency = *c;
     options.max_delay = *c == Consistency::kBounded ? max_delay : 0;
-    options.num_workers =
-        num_workers > 0 ? num_workers : StartedNode()->num_workers();
+    Node* node = StartedNode("DenseServer");
+    options.num_workers = num_workers > 0 ? num_workers : node->num_workers();
     auto updater = std::make_shared<RangeOptimizers>(opt, lr_step, lr_gamma);
-    server_ = std::make_unique<KVServer<float>>(StartedNode(), app_id);
+    claim_ = std::make_unique<CustomerClaim>(true, app_id, -1);
+    server_ = std::make_unique<KVServer<float>>(node, app_id);
     shard_ = std::make_unique<DenseShard>(
         server_.get(), layout, first_key, end_key, std::move(slice), options,
         [updater](float* wt, const float* g, size_t offset, size_t n,
@@ -99,6 +118,13 @@ class PyDenseServer {
   }
 
   bool WaitAllDone(double timeout_s) {
+    // A year: far beyond any job, and far from overflowing the deadline.
+    constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;
+    if (!(timeout_s >= 0)) {  // also NaN
+      throw py::value_error("wait_all_done: timeout_s=" +
+                            std::to_string(timeout_s) + " is not >= 0");
+    }
+    timeout_s = std::min(timeout_s, kMaxTimeoutS);
     py::gil_scoped_release release;
     return shard_->WaitAllDone(
         std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
@@ -121,16 +147,39 @@ class PyDenseServer {
   const DenseShard& shard() const { return *shard_; }
 
  private:
+  std::unique_ptr<CustomerClaim> claim_;  // let go after the server
   std::unique_ptr<KVServer<float>> server_;
   std::unique_ptr<DenseShard> shard_;
 };
+
+// The float count an array can hold, bounding a layout's total.
+constexpr size_t kMaxFloats =
+    static_cast<size_t>(std::numeric_limits<py::ssize_t>::max()) /
+    sizeof(float);
+
+void CheckKey(const char* what, const DenseLayout& l, Key key, Key end) {
+  if (key >= end) {
+    throw py::index_error(std::string(what) + ": key " + std::to_string(key) +
+                          " is out of range for the layout's " +
+                          std::to_string(l.num_keys()) + " keys");
+  }
+}
 
 }  // namespace
 
 void BindDense(py::module_& m) {
   py::class_<DenseLayout>(m, "DenseLayout")
       .def(py::init([](size_t total, size_t chunk) {
-             if (chunk == 0) throw py::value_error("chunk must be > 0");
+             if (chunk == 0) {
+               throw py::value_error("DenseLayout: chunk must be > 0");
+             }
+             if (total > kMaxFloats) {
+               throw py::value_error(
+                   "DenseLayout: total=" + std::to_string(total) +
+                   " floats is more than an array can "
+                   "address (" +
+                   std::to_string(kMaxFloats) + ")");
+             }
              DenseLayout l;
              l.total = total;
              l.chunk = chunk;
@@ -140,17 +189,32 @@ void BindDense(py::module_& m) {
       .def_readonly("total", &DenseLayout::total)
       .def_readonly("chunk", &DenseLayout::chunk)
       .def_property_readonly("num_keys", &DenseLayout::num_keys)
-      .def("offset", &DenseLayout::offset, py::arg("key"))
-      .def("length", &DenseLayout::length, py::arg("key"));
+      // offset: keys [0, num_keys], num_keys giving the end of the last.
+      .def(
+          "offset",
+          [](const DenseLayout& l, Key key) {
+            CheckKey("DenseLayout.offset", l, key, l.num_keys() + 1);
+            return l.offset(key);
+          },
+          py::arg("key"))
+      .def(
+          "length",
+          [](const DenseLayout& l, Key key) {
+            CheckKey("DenseLayout.length", l, key, l.num_keys());
+            return l.length(key);
+          },
+          py::arg("key"));
 
   m.def(
       "encode_dense_cmd",
       [](int op, int step, int tag) {
         if (op < 0 || op > 1 || step < 0 || step > kMaxDenseStep || tag < 0 ||
             tag > kMaxDenseTag) {
-          throw py::value_error("encode_dense_cmd: op 0|1, step [0, " +
-                                std::to_string(kMaxDenseStep) + "], tag [0, " +
-                                std::to_string(kMaxDenseTag) + "]");
+          throw py::value_error(
+              "encode_dense_cmd: op=" + std::to_string(op) +
+              " step=" + std::to_string(step) + " tag=" + std::to_string(tag) +
+              ": op 0|1, step [0, " + std::to_string(kMaxDenseStep) +
+              "], tag [0, " + std::to_string(kMaxDenseTag) + "]");
         }
         return EncodeDenseCmd(static_cast<DenseOp>(op), step, tag);
       },

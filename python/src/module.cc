@@ -8,8 +8,11 @@
 // python/ps/_ps.pyi types it.
 //
 // Errors: a failed Status becomes ps.Error carrying its message; a wrong
-// dtype TypeError, a wrong size ValueError. Unlike ps::Start this node never
-// ends the process: a dead peer shows up as the error of the next wait().
+// dtype TypeError, a wrong size or value ValueError, an index out of range
+// IndexError; a call before ps.start() or after ps.finalize() ps.Error.
+// Unlike ps::Start this node never ends the process: a dead peer shows up as
+// the error of the next wait(), and no argument reaches a CHECK of the
+// library (each is checked here first).
 //
 // GIL: every call that may block (start, finalize, barrier, wait,
 // wait_all_done) releases it. A Python request handler runs on the node's
@@ -19,9 +22,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,8 +49,11 @@ namespace {
 
 struct Runtime {
   std::unique_ptr<Node> node;
+  bool start_failed = false;  // a node starts once: no second try
   bool started = false;
   bool finalized = false;
+  // (requests, app_id, customer_id) registered by live objects.
+  std::set<std::tuple<bool, int, int>> claims;
 };
 
 Runtime& State() {
@@ -66,9 +75,38 @@ Node* GetNode() {
   return rt.node.get();
 }
 
-Node* StartedNode() {
-  if (!State().started) throw PsError("ps.start() has not been called");
+Node* StartedNode(const char* what) {
+  const Runtime& rt = State();
+  if (rt.finalized) {
+    throw PsError(std::string(what) + ": ps.finalize() has been called");
+  }
+  if (!rt.started) {
+    throw PsError(std::string(what) + ": ps.start() has not been called" +
+                  (rt.start_failed ? " successfully" : ""));
+  }
   return GetNode();
+}
+
+bool Finalized() { return State().finalized; }
+
+CustomerClaim::CustomerClaim(bool requests, int app_id, int customer_id)
+    : requests_(requests),
+      app_id_(app_id),
+      customer_id_(requests ? -1 : customer_id) {
+  if (!State().claims.emplace(requests_, app_id_, customer_id_).second) {
+    throw py::value_error(
+        requests ? "app_id " + std::to_string(app_id) +
+                       " already has a server (KVServer or DenseServer) on "
+                       "this node; close it first or use another app_id"
+                 : "a KVWorker of app_id " + std::to_string(app_id) +
+                       " and customer_id " + std::to_string(customer_id) +
+                       " already exists on this node; use another "
+                       "customer_id");
+  }
+}
+
+CustomerClaim::~CustomerClaim() {
+  State().claims.erase({requests_, app_id_, customer_id_});
 }
 
 void Check(const Status& st) {
@@ -79,7 +117,16 @@ namespace {
 
 void Start(bool barrier) {
   Node* node = GetNode();
+  if (State().finalized) {
+    throw PsError("ps.start(): ps.finalize() has been called");
+  }
   if (State().started) throw PsError("ps.start() called twice");
+  if (State().start_failed) {
+    throw PsError(
+        "ps.start(): an earlier ps.start() failed; a node starts "
+        "once (run the process again)");
+  }
+  State().start_failed = true;  // until it succeeded
   Status st;
   {
     py::gil_scoped_release release;
@@ -90,6 +137,7 @@ void Start(bool barrier) {
     throw PsError(std::string(RoleName(node->role())) +
                   " failed to start: " + st.ToString());
   }
+  State().start_failed = false;
   State().started = true;
 }
 
@@ -105,8 +153,33 @@ void Finalize(bool barrier) {
   Check(st);
 }
 
+// The group of this node's role (ps.SCHEDULER, SERVER_GROUP, WORKER_GROUP).
+int OwnGroup(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return kScheduler;
+    case Role::kServer:
+      return kServerGroup;
+    case Role::kWorker:
+      return kWorkerGroup;
+  }
+  return 0;
+}
+
 void Barrier(int group) {
-  Node* node = StartedNode();
+  if (group <= 0 || (group & ~kAllGroups) != 0) {
+    throw py::value_error(
+        "barrier: group " + std::to_string(group) +
+        " is not a bit-or of ps.SCHEDULER (1), ps.SERVER_GROUP (2) and "
+        "ps.WORKER_GROUP (4)");
+  }
+  Node* node = StartedNode("barrier");
+  if ((group & OwnGroup(node->role())) == 0) {
+    throw py::value_error("barrier: this " +
+                          std::string(RoleName(node->role())) +
+                          " is not in group " + std::to_string(group) + " (" +
+                          GroupName(group) + ")");
+  }
   Status st;
   {
     py::gil_scoped_release release;
@@ -130,6 +203,14 @@ int Rank() {
 // pushing it, or pulling into it, sends a reference to a co-located server
 // instead of the bytes.
 py::array_t<float> SharedFloatArray(size_t n) {
+  constexpr size_t kMaxFloats =
+      static_cast<size_t>(std::numeric_limits<py::ssize_t>::max()) /
+      sizeof(float);
+  if (n > kMaxFloats) {
+    throw py::value_error("shared_array: n=" + std::to_string(n) +
+                          " floats is more than an array can address (" +
+                          std::to_string(kMaxFloats) + ")");
+  }
   auto* kept = new SArray<float>(SharedArray<float>(n));
   py::capsule owner(kept,
                     [](void* p) { delete static_cast<SArray<float>*>(p); });
@@ -150,7 +231,11 @@ void BindNode(py::module_& m) {
   m.def("num_servers", [] { return GetNode()->num_servers(); });
   m.def("is_started", [] { return State().started && !State().finalized; });
   m.def("peer_failure", []() -> py::object {
-    Status st = StartedNode()->peer_failure();
+    // Also after finalize: why the job ended, if a peer failed.
+    if (!State().started) {
+      throw PsError("peer_failure: ps.start() has not been called");
+    }
+    Status st = GetNode()->peer_failure();
     if (st.ok()) return py::none();
     return py::str(st.ToString());
   });
@@ -182,6 +267,7 @@ PYBIND11_MODULE(_ps, m) {
   });
   ps::python::BindNode(m);
   ps::python::BindWorker(m);
+  ps::python::BindPlacement(m);
   ps::python::BindDense(m);
   ps::python::BindServer(m);
 }

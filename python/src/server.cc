@@ -40,8 +40,10 @@ py::array View(const SArray<T>& a) {
 class PyServer {
  public:
   PyServer(py::object handler, int app_id)
-      : handler_(std::move(handler)),
-        server_(std::make_unique<KVServer<float>>(StartedNode(), app_id)) {
+      : node_(StartedNode("KVServer")),
+        handler_(CheckHandler(std::move(handler))),
+        claim_(std::make_unique<CustomerClaim>(true, app_id, -1)),
+        server_(std::make_unique<KVServer<float>>(node_, app_id)) {
     server_->set_request_handle(
         [this](const KVMeta& meta, const KVPairs<float>& req,
                KVServer<float>* server) { Handle(meta, req, server); });
@@ -57,10 +59,19 @@ class PyServer {
       server_->clear_request_handle();
       server_.reset();
     }
+    claim_.reset();
     handler_ = py::none();
   }
 
  private:
+  static py::object CheckHandler(py::object handler) {
+    if (!PyCallable_Check(handler.ptr())) {
+      throw py::type_error("KVServer: handler must be callable, got " +
+                           std::string(py::str(py::type::of(handler))));
+    }
+    return handler;
+  }
+
   void Handle(const KVMeta& meta, const KVPairs<float>& req,
               KVServer<float>* server) {
     if (!Py_IsInitialized()) {
@@ -88,15 +99,15 @@ class PyServer {
           out_lens = t[1];
         }
         if (vals.is_none()) throw py::value_error("handler: a pull needs vals");
-        FlatBuffer v = ViewBuffer(vals, Elem::kFloat32, false, "handler vals");
+        BufferView v = ViewBuffer(vals, Elem::kFloat32, false, "handler vals");
         res.keys = req.keys;
-        res.vals.resize(v.size);
-        if (v.size) std::memcpy(res.vals.data(), v.data, v.size * 4);
+        res.vals.resize(v.size());
+        if (v.size()) std::memcpy(res.vals.data(), v.data(), v.size() * 4);
         if (!out_lens.is_none()) {
-          FlatBuffer l =
+          BufferView l =
               ViewBuffer(out_lens, Elem::kInt32, false, "handler lens");
-          res.lens.resize(l.size);
-          if (l.size) std::memcpy(res.lens.data(), l.data, l.size * 4);
+          res.lens.resize(l.size());
+          if (l.size()) std::memcpy(res.lens.data(), l.data(), l.size() * 4);
         }
       }
       server->Response(meta, res);
@@ -108,7 +119,9 @@ class PyServer {
     }
   }
 
+  Node* const node_;
   py::object handler_;
+  std::unique_ptr<CustomerClaim> claim_;  // let go after the server
   std::unique_ptr<KVServer<float>> server_;
 };
 

@@ -1,13 +1,15 @@
 // ps._ps.KVWorker: push, pull and pushpull of caller buffers (float32
 // values, int64 keys, int32 lens) without copying them. Each call returns a
-// timestamp; the buffers are kept referenced until wait(ts) returns, and
-// pulled values land in the caller's buffer. A failed wait keeps them
-// referenced for good: a late answer may still write into the destination.
+// timestamp; the buffers stay exported (BufferView) until wait(ts) returns,
+// so that the caller can neither free nor resize them while the request may
+// read them or write the pulled values into them (array.array's append
+// raises BufferError meanwhile). A failed wait keeps them exported for
+// good: a late answer may still write into the destination.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -21,81 +23,52 @@ namespace py = pybind11;
 namespace ps {
 namespace python {
 
-FlatBuffer ViewBuffer(const py::handle& obj, Elem elem, bool writable,
-                      const char* what) {
-  Py_buffer view;
-  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-  if (writable) flags |= PyBUF_WRITABLE;
-  const char* want = elem == Elem::kFloat32 ? "float32"
-                     : elem == Elem::kInt64 ? "int64"
-                                            : "int32";
-  if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) {
-    PyErr_Clear();
-    throw py::type_error(std::string(what) + ": expected a C-contiguous" +
-                         (writable ? ", writable " : " ") + want +
-                         " array or CPU tensor, got " +
-                         std::string(py::str(py::type::of(obj))));
-  }
-  std::string format = view.format ? view.format : "B";
-  char code = format.empty() ? 'B' : format.back();
-  bool ok = false;
-  switch (elem) {
-    case Elem::kFloat32:
-      ok = code == 'f' && view.itemsize == 4;
-      break;
-    case Elem::kInt64:
-      ok = (code == 'l' || code == 'q') && view.itemsize == 8;
-      break;
-    case Elem::kInt32:
-      ok = (code == 'i' || code == 'l') && view.itemsize == 4;
-      break;
-  }
-  FlatBuffer out;
-  out.data = view.buf;
-  out.size = view.itemsize > 0 ? view.len / view.itemsize : 0;
-  out.readonly = view.readonly != 0;
-  PyBuffer_Release(&view);
-  if (!ok) {
-    throw py::type_error(std::string(what) + ": expected " + want +
-                         ", got format '" + format + "' (" +
-                         std::to_string(view.itemsize) + " bytes per item)");
-  }
-  return out;
-}
-
 namespace {
 
 class PyWorker {
  public:
   PyWorker(int app_id, int customer_id)
-      : kv_(StartedNode(), app_id, customer_id) {}
+      : node_(StartedNode("KVWorker")),
+        claim_(std::make_unique<CustomerClaim>(false, app_id, customer_id)),
+        kv_(std::make_unique<KVWorker<float>>(node_, app_id, customer_id)) {}
+
+  // The worker goes first (no answer lands after it), then the buffers
+  // (with the GIL), then the claim of its ids.
+  ~PyWorker() {
+    py::gil_scoped_release release;  // it waits for a running delivery
+    kv_.reset();
+  }
 
   int Push(const py::object& keys, const py::object& vals,
            const py::object& lens, int cmd) {
+    Running("push");
     Request r = Prepare(keys, &vals, lens, nullptr);
-    int ts = kv_.ZPush(r.keys, r.vals, r.lens, cmd);
+    int ts = kv_->ZPush(r.keys, r.vals, r.lens, cmd);
     return Keep(ts, std::move(r));
   }
 
   int Pull(const py::object& keys, const py::object& out,
            const py::object& lens, int cmd) {
+    Running("pull");
     Request r = Prepare(keys, nullptr, lens, &out);
-    int ts = kv_.ZPull(r.keys, r.out.get(), nullptr, cmd);
+    int ts = kv_->ZPull(r.keys, r.out.get(), nullptr, cmd);
     return Keep(ts, std::move(r));
   }
 
   int PushPull(const py::object& keys, const py::object& vals,
                const py::object& out, int cmd) {
+    Running("pushpull");
     Request r = Prepare(keys, &vals, py::none(), &out);
     if (r.vals.size() != r.out->size()) {
       throw py::value_error(
           "pushpull: vals has " + std::to_string(r.vals.size()) +
           " floats but out has " + std::to_string(r.out->size()));
     }
-    int ts = kv_.ZPushPull(r.keys, r.vals, r.out.get(), nullptr, cmd);
+    int ts = kv_->ZPushPull(r.keys, r.vals, r.out.get(), nullptr, cmd);
     return Keep(ts, std::move(r));
   }
 
+  // `r` is released (its buffers unexported) on return, with the GIL held.
   void Wait(int ts) {
     auto it = pending_.find(ts);
     if (it == pending_.end()) {
@@ -104,10 +77,15 @@ class PyWorker {
     }
     Request r = std::move(it->second);
     pending_.erase(it);
+    if (Finalized()) {
+      failed_.push_back(std::move(r));
+      throw PsError("wait: ps.finalize() has been called; request " +
+                    std::to_string(ts) + " was not waited for");
+    }
     Status st;
     {
       py::gil_scoped_release release;
-      st = kv_.Wait(ts);
+      st = kv_->Wait(ts);
     }
     if (!st.ok()) {
       failed_.push_back(std::move(r));  // a late answer may still land
@@ -121,12 +99,21 @@ class PyWorker {
     }
   }
 
-  void SetPlacement(const Placement& p) { kv_.SetPlacement(p); }
+  void SetPlacement(const Placement& p) {
+    Running("set_placement");
+    if (p.num_servers() > node_->num_servers()) {
+      throw py::value_error("set_placement: the placement has " +
+                            std::to_string(p.num_servers()) +
+                            " servers but the job has " +
+                            std::to_string(node_->num_servers()));
+    }
+    kv_->SetPlacement(p);
+  }
   size_t num_pending() const { return pending_.size(); }
 
  private:
   struct Request {
-    std::vector<py::object> keep;  // the caller's buffers
+    std::vector<BufferView> held;  // the caller's buffers, exported
     SArray<Key> keys;
     SArray<float> vals;
     SArray<int> lens;
@@ -135,57 +122,74 @@ class PyWorker {
     size_t out_size = 0;
   };
 
+  static void Running(const char* what) {
+    if (Finalized()) {
+      throw PsError(std::string(what) + ": ps.finalize() has been called");
+    }
+  }
+
   // Views the buffers (no copy) and checks what can be checked here: types,
-  // key order, and sizes against the keys (and lens).
+  // key order, lens, and sizes against the keys (and lens).
   static Request Prepare(const py::object& keys, const py::object* vals,
                          const py::object& lens, const py::object* out) {
     Request r;
-    FlatBuffer k = ViewBuffer(keys, Elem::kInt64, false, "keys");
-    r.keys = SArray<Key>(static_cast<Key*>(k.data), k.size, false);
-    r.keep.push_back(keys);
-    const int64_t* kp = static_cast<const int64_t*>(k.data);
-    for (size_t i = 0; i < k.size; ++i) {
+    BufferView k = ViewBuffer(keys, Elem::kInt64, false, "keys");
+    if (k.size() == 0) throw py::value_error("keys is empty");
+    r.keys = SArray<Key>(static_cast<Key*>(k.data()), k.size(), false);
+    const int64_t* kp = static_cast<const int64_t*>(k.data());
+    for (size_t i = 0; i < k.size(); ++i) {
       if (kp[i] < 0 || (i > 0 && kp[i] <= kp[i - 1])) {
         throw py::value_error(
             "keys must be non-negative, sorted ascending and unique (keys[" +
             std::to_string(i) + "] = " + std::to_string(kp[i]) + ")");
       }
     }
-    size_t want = 0;  // floats implied by lens, 0 if no lens
-    if (!lens.is_none()) {
-      FlatBuffer l = ViewBuffer(lens, Elem::kInt32, false, "lens");
-      if (l.size != k.size) {
-        throw py::value_error("lens has " + std::to_string(l.size) +
-                              " entries for " + std::to_string(k.size) +
+    const size_t num_keys = k.size();
+    r.held.push_back(std::move(k));
+    bool have_lens = !lens.is_none();
+    size_t want = 0;  // floats the lens sum to
+    if (have_lens) {
+      BufferView l = ViewBuffer(lens, Elem::kInt32, false, "lens");
+      if (l.size() != num_keys) {
+        throw py::value_error("lens has " + std::to_string(l.size()) +
+                              " entries for " + std::to_string(num_keys) +
                               " keys");
       }
-      r.lens = SArray<int>(static_cast<int*>(l.data), l.size, false);
-      for (size_t i = 0; i < l.size; ++i) want += r.lens[i];
-      r.keep.push_back(lens);
+      r.lens = SArray<int>(static_cast<int*>(l.data()), l.size(), false);
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (r.lens[i] < 0) {
+          throw py::value_error("lens[" + std::to_string(i) + "] = " +
+                                std::to_string(r.lens[i]) + " is negative");
+        }
+        want += static_cast<size_t>(r.lens[i]);
+      }
+      r.held.push_back(std::move(l));
     }
     auto check_size = [&](size_t n, const char* what) {
-      if (k.size == 0) throw py::value_error("keys is empty");
-      if (want != 0 ? n != want : n % k.size != 0) {
+      if (have_lens ? n != want : n % num_keys != 0) {
         throw py::value_error(
             std::string(what) + " has " + std::to_string(n) + " floats: " +
-            (want != 0 ? "lens sum to " + std::to_string(want)
-                       : "not a multiple of its " + std::to_string(k.size) +
+            (have_lens ? "lens sum to " + std::to_string(want)
+                       : "not a multiple of its " + std::to_string(num_keys) +
                              " keys"));
       }
     };
     if (vals != nullptr) {
-      FlatBuffer v = ViewBuffer(*vals, Elem::kFloat32, false, "vals");
-      check_size(v.size, "vals");
-      r.vals = SArray<float>(static_cast<float*>(v.data), v.size, false);
-      r.keep.push_back(*vals);
+      BufferView v = ViewBuffer(*vals, Elem::kFloat32, false, "vals");
+      check_size(v.size(), "vals");
+      r.vals = SArray<float>(static_cast<float*>(v.data()), v.size(), false);
+      r.held.push_back(std::move(v));
     }
     if (out != nullptr) {
-      FlatBuffer o = ViewBuffer(*out, Elem::kFloat32, true, "out");
-      check_size(o.size, "out");
-      r.out_data = static_cast<float*>(o.data);
-      r.out_size = o.size;
-      r.out = std::make_unique<SArray<float>>(r.out_data, o.size, false);
-      r.keep.push_back(*out);
+      BufferView o = ViewBuffer(*out, Elem::kFloat32, true, "out");
+      check_size(o.size(), "out");
+      if (o.size() == 0) {
+        throw py::value_error("out is empty: a pull needs room for values");
+      }
+      r.out_data = static_cast<float*>(o.data());
+      r.out_size = o.size();
+      r.out = std::make_unique<SArray<float>>(r.out_data, o.size(), false);
+      r.held.push_back(std::move(o));
     }
     return r;
   }
@@ -195,10 +199,14 @@ class PyWorker {
     return ts;
   }
 
-  KVWorker<float> kv_;
+  Node* const node_;
+  // Destroyed in reverse: failed_ and pending_ after kv_ (the destructor
+  // resets it first), claim_ last.
+  std::unique_ptr<CustomerClaim> claim_;
   // Guarded by the GIL: every method runs with it held.
   std::unordered_map<int, Request> pending_;
   std::vector<Request> failed_;
+  std::unique_ptr<KVWorker<float>> kv_;
 };
 
 }  // namespace
@@ -216,26 +224,6 @@ void BindWorker(py::module_& m) {
       .def("wait", &PyWorker::Wait, py::arg("ts"))
       .def("set_placement", &PyWorker::SetPlacement, py::arg("placement"))
       .def_property_readonly("num_pending", &PyWorker::num_pending);
-
-  py::class_<Placement>(m, "Placement")
-      .def_static("even_keys", &Placement::EvenKeys, py::arg("num_servers"),
-                  py::arg("max_key"))
-      .def_static(
-          "by_bytes",
-          [](const std::vector<Key>& keys, const std::vector<uint64_t>& bytes,
-             int num_servers) {
-            StatusOr<Placement> p =
-                Placement::ByBytes(keys, bytes, num_servers);
-            Check(p.status());
-            return *p;
-          },
-          py::arg("keys"), py::arg("sizes"), py::arg("num_servers"))
-      .def_property_readonly("num_servers", &Placement::num_servers)
-      .def("begin", &Placement::begin, py::arg("server"))
-      .def("end", &Placement::end, py::arg("server"))
-      .def("server_of", &Placement::ServerOf, py::arg("key"))
-      .def("describe", &Placement::Describe)
-      .def("__repr__", &Placement::Describe);
 }
 
 }  // namespace python

@@ -33,6 +33,23 @@ def launch(script, servers, workers, args=(), env=None, timeout=120):
                           timeout=timeout + 30)
 
 
+def run_alone(script, args=(), timeout=60):
+    """Runs python script args as one process, no tracker and no node
+    environment; returns the CompletedProcess (output merged as launch)."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("DMLC_", "PS_"))}
+    e["PYTHONPATH"] = module_path() + os.pathsep + e.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, os.path.join(HERE, script)] +
+                          list(args), env=e, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
 @pytest.fixture
 def run_job():
     return launch
+
+
+@pytest.fixture
+def run_script():
+    return run_alone
