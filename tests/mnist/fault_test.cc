@@ -477,6 +477,12 @@ TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
 
 // The pid of worker 1 of the job on `port` (its PS_RESTART_COUNT, when
 // restarted), or -1.
+// The scheduler of the job whose scheduler listens on `port`.
+int SchedulerOf(int port) {
+  return FindProcess(
+      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+}
+
 int WorkerOne(int port, const std::string& restart = "") {
   std::vector<std::string> vars = {"DMLC_ROLE=worker", "PS_RANK=1",
                                    "DMLC_PS_ROOT_PORT=" + std::to_string(port)};
@@ -554,8 +560,7 @@ TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
       job.Start(LaunchCommand("--max-restarts 1 --port " + std::to_string(port),
                               flags + " --dump_weights " + restarted)));
   ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
-  const int pid = FindProcess(
-      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  const int pid = SchedulerOf(port);
   ASSERT_GT(pid, 0) << job.Output();
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   ASSERT_EQ(job.Code(240), "0\n") << job.Output();
@@ -620,8 +625,7 @@ TEST(Restart, SchedulerKilledAfterAServerFailoverTakesTheJobOver) {
           " --dump_weights " + failed)));
   ASSERT_TRUE(job.WaitFor("server 0 takes over its keys", 120)) << job.Output();
   ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
-  const int pid = FindProcess(
-      {"DMLC_ROLE=scheduler", "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  const int pid = SchedulerOf(port);
   ASSERT_GT(pid, 0) << job.Output();
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   ASSERT_EQ(job.Code(240), "0\n") << job.Output();
