@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -277,7 +278,12 @@ int RunServer(const TrainOptions& options) {
                             replica_has_keys ? replica.get() : nullptr}) {
     while (s != nullptr && !s->WaitAllDone(std::chrono::seconds(60))) {
       if (!s->failure().ok()) {
-        LOG(ERROR) << "server " << rank << ": " << s->failure();
+        std::fprintf(stderr, "server %d: %s\n", rank,
+                     s->failure().ToString().c_str());
+        // The workers hear the refusal from the shard and stop, naming the
+        // cause; this server leaving first would be the failure the job
+        // reports (the launcher stops it once a worker exits).
+        std::this_thread::sleep_for(std::chrono::seconds(30));
         return 1;
       }
       LOG(INFO) << "server " << rank << ": " << s->updates_applied()

@@ -205,10 +205,14 @@ std::string DenseAggregator::CheckPending(int step, Key begin, Key end) const {
        it != sums_.end() && it->first.first == step; ++it) {
     const Key b = it->first.second, e = it->second.end;
     if ((b != begin || e != end) && b < end && begin < e) {
+      std::string who;
+      for (int id : it->second.from) {
+        who += (who.empty() ? "" : ", ") + DescribeId(id);
+      }
       return "keys [" + std::to_string(begin) + ", " + std::to_string(end) +
              ") of step " + std::to_string(step) + " overlap the range [" +
-             std::to_string(b) + ", " + std::to_string(e) +
-             ") other workers pushed";
+             std::to_string(b) + ", " + std::to_string(e) + ") that " + who +
+             " pushed, cut otherwise";
     }
   }
   return "";

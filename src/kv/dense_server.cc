@@ -130,6 +130,9 @@ class DenseShard::Impl {
   // A peer died: a worker still expected fails the shard, or is taken as
   // done (see Failures).
   void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
+  // Stops serving steps with `why` (once): pending and later step requests
+  // are refused with it, and WaitAllDone returns. The number refused now.
+  size_t StopServing(const Status& why) REQUIRES(mu_) EXCLUDES(done_mu_);
   // Forgets the pending pulls of dead worker `id` (nobody to answer).
   void DropPullsOf(int id) REQUIRES(mu_) {
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
@@ -249,26 +252,26 @@ void DenseShard::Impl::OnFailure(int id, const Status& why) {
                  << " to rejoin: " << why;
     return;
   }
-  const Status failed = Status::PeerFailed(
-      "the dense shard stopped serving steps: " + why.message());
-  size_t refused;
+  MutexLock lock(&mu_);
+  if (aggregator_.IsDone(id) || !failed_.ok()) return;
+  StopServing(Status::PeerFailed("the dense shard stopped serving steps: " +
+                                 why.message()));
+}
+
+size_t DenseShard::Impl::StopServing(const Status& why) {
+  if (!failed_.ok()) return 0;
+  failed_ = why;
+  for (const PendingPull& p : pending_) server_->ResponseError(p.meta, why);
+  const size_t refused = pending_.size();
+  pending_.clear();
   {
-    MutexLock lock(&mu_);
-    if (aggregator_.IsDone(id) || !failed_.ok()) return;
-    failed_ = failed;
-    for (const PendingPull& p : pending_) {
-      server_->ResponseError(p.meta, failed);
-    }
-    refused = pending_.size();
-    pending_.clear();
-    {
-      MutexLock done_lock(&done_mu_);
-      failure_ = failed;
-    }
+    MutexLock done_lock(&done_mu_);
+    failure_ = why;
   }
   done_cv_.SignalAll();
-  LOG(ERROR) << "dense shard: " << failed << " (" << refused
+  LOG(ERROR) << "dense shard: " << why << " (" << refused
              << " pending pulls refused)";
+  return refused;
 }
 
 void DenseShard::Impl::GoOnWithout(int id, const Status& why) {
@@ -317,14 +320,22 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
                               const KVPairs<float>& data) {
   Key begin = 0, end = 0;
   std::string why;
-  if (!slice_.PushRange(data.keys, data.vals.size(), &begin, &end, &why)) {
-    Reject(meta, why);
-    return false;
+  DenseAggregator::Verdict verdict = DenseAggregator::Verdict::kRefused;
+  if (slice_.PushRange(data.keys, data.vals.size(), &begin, &end, &why)) {
+    verdict = aggregator_.Push(meta.sender, cmd.step, cmd.tag, begin, end,
+                               data.vals, meta.vals_borrowed, &why);
   }
-  switch (aggregator_.Push(meta.sender, cmd.step, cmd.tag, begin, end,
-                           data.vals, meta.vals_borrowed, &why)) {
+  switch (verdict) {
     case DenseAggregator::Verdict::kRefused:
+      // A gradient refused is a step that cannot be summed exactly: the
+      // workers waiting on it would wait forever for a live member that
+      // will not send it again. So the shard stops, naming the member.
       Reject(meta, why);
+      StopServing(Status::PeerFailed(
+          "the dense shard stopped serving steps: it refused the gradient "
+          "of step " +
+          std::to_string(cmd.step) + " of " + DescribeId(meta.sender) + ": " +
+          why));
       return false;
     case DenseAggregator::Verdict::kApplyNow:
       aggregator_.CountApplied(begin, end);

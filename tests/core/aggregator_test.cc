@@ -115,8 +115,8 @@ TEST(DenseAggregator, RefusesLateOverlappingFarAheadAndNonFiniteGradients) {
   EXPECT_EQ(a.Push(kW0, 1, 0, 0, 2, Vals({0, 0}), false, &why), V::kSummed);
   EXPECT_EQ(a.Push(kW0, 1, 0, 1, 3, Vals({0, 0}), false, &why), V::kRefused);
   EXPECT_EQ(why,
-            "keys [1, 3) of step 1 overlap the range [0, 2) other workers "
-            "pushed");
+            "keys [1, 3) of step 1 overlap the range [0, 2) that worker 0 "
+            "pushed, cut otherwise");
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(a.Push(kW0, 0, 0, 2, 4, Vals({1, nan}), false, &why), V::kRefused);
   EXPECT_NE(why.find("gradient of step 0 for keys [2, 4) holds a non-finite "

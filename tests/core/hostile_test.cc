@@ -511,6 +511,38 @@ TEST(Hostile, NodeOfAnotherJobShapeIsRefusedNamingBothValues) {
       << out;
 }
 
+// A member holding the key pushes step 0 cut into other key ranges than
+// the honest worker, then stays alive and silent. Whoever pushed first,
+// the shard refuses the other cut and stops: the honest worker's step
+// fails naming the member, and the job ends without waiting on the member
+// (it would sleep 5 minutes, longer than this test's bound).
+TEST(Hostile, GradientCutOtherwiseByAMemberStopsTheJobNamingIt) {
+  std::string out;
+  EXPECT_EQ(RunFailing("cut-member", &out), 1);
+  // The member's cut came second: refused, and the shard stopped ("of
+  // worker 1: keys [0, 2) ..."); or first: the honest cut is refused,
+  // naming the member ("... that worker 1 pushed").
+  const size_t at = out.find("worker 0 step 0: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  EXPECT_TRUE(line.find("Peer failed: server 0 (tcp://") != std::string::npos ||
+              line.find("Invalid argument: server 0 (tcp://") !=
+                  std::string::npos)
+      << line;
+  EXPECT_TRUE(line.find("it refused the gradient of step 0 of worker 1: "
+                        "keys [0, 2) of step 0 overlap") != std::string::npos ||
+              line.find("that worker 1 pushed, cut otherwise") !=
+                  std::string::npos)
+      << line;
+  EXPECT_NE(out.find("server 0: Peer failed: the dense shard stopped serving "
+                     "steps: it refused the gradient of step 0 of worker "),
+            std::string::npos)
+      << out;
+  // The launcher repeats the worker's reason before its verdict.
+  EXPECT_NE(out.find("launch: worker 0 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find(") said last: " + line), std::string::npos) << out;
+}
+
 TEST(Hostile, FrozenServerIsNamedNotTheHealthyNodes) {
   std::string out;
   EXPECT_EQ(RunFailing("freeze-server", &out), 1);

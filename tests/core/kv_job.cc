@@ -13,6 +13,10 @@
 //   exit-worker  worker 1 exits 1 after its push, without Finalize
 //   exit-server  server 0 calls std::exit(3) inside its request handler
 //   odd-shape    worker 1 believes the job has one worker more
+//   cut-member   1 server with a DenseShard (BSP); worker 0 pushes step 0
+//                whole and pulls step 1, worker 1 (a member holding the
+//                key) pushes step 0 cut otherwise and then stays alive,
+//                silent, for up to 5 minutes: the shard stops naming it
 //   hostile      as sum, but every node prints its port at start and each
 //                worker waits for the file $KV_JOB_GO before it pushes (an
 //                attacker acts meanwhile); at the end every node prints
@@ -33,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "ps/dense_server.h"
 #include "ps/ps.h"
 
 namespace {
@@ -124,6 +129,54 @@ void WaitForGo() {
   }
 }
 
+// mode cut-member: the dense shard's 10 floats in keys 0, 1, 2 of 4, 4, 2.
+const ps::DenseLayout kCutLayout{10, 4};
+
+int RunCutMemberServer() {
+  ps::KVServer<float> server(0);
+  ps::DenseShard shard(
+      &server, kCutLayout, 0, 3, std::vector<float>(10, 0.0f),
+      ps::DenseShardOptions{ps::Consistency::kBsp, 0, ps::NumWorkers()},
+      [](float* w, const float* g, size_t, size_t len, int n, int, int) {
+        for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
+      });
+  if (shard.WaitAllDone(std::chrono::minutes(5))) {
+    ps::Finalize(0, true);
+    return 0;
+  }
+  std::printf("server %d: %s\n", ps::MyRank(),
+              shard.failure().ToString().c_str());
+  std::fflush(stdout);
+  // As mnist_dist's servers: the workers act on the refusals first (a
+  // server leaving now would be the failure the job reports).
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+  return 1;
+}
+
+int RunCutMemberWorker() {
+  ps::KVWorker<float> kv(0, 0);
+  const int step0 = ps::EncodeDenseCmd(ps::DenseOp::kStep, 0);
+  if (ps::MyRank() == 1) {
+    ps::Status st =
+        kv.Wait(kv.Push({0, 1}, std::vector<float>(8, 1.0f), {4, 4}, step0));
+    std::printf("worker 1 pushed a cut of its own: %s\n",
+                st.ToString().c_str());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::minutes(5));
+    return 0;
+  }
+  std::vector<float> w;
+  ps::Status st = kv.Wait(
+      kv.Push({0, 1, 2}, std::vector<float>(10, 1.0f), {4, 4, 2}, step0));
+  if (st.ok()) {
+    st = kv.Wait(kv.Pull({0, 1, 2}, &w, nullptr,
+                         ps::EncodeDenseCmd(ps::DenseOp::kStep, 1)));
+  }
+  std::printf("worker 0 step 0: %s\n", st.ToString().c_str());
+  std::fflush(stdout);
+  return st.ok() ? 0 : 1;
+}
+
 int RunWorker(const std::string& mode) {
   bool varlen = mode == "varlen";
   ps::KVWorker<float> kv(0, 0);
@@ -192,6 +245,12 @@ int main(int argc, char** argv) {
     std::printf("%s %d port %d\n", ps::RoleName(ps::DefaultNode()->role()),
                 ps::MyRank(), ps::DefaultNode()->port());
     std::fflush(stdout);
+  }
+  if (mode == "cut-member") {
+    if (ps::IsServer()) return RunCutMemberServer();
+    if (ps::IsWorker()) return RunCutMemberWorker();
+    ps::Finalize(0, true);
+    return 0;
   }
   int rc = 0;
   if (ps::IsServer()) {

@@ -84,6 +84,9 @@ def run_job(args, job, port):
         mux.say(line + (f"; {restarts}" if restarts else ""))
         return EXIT_OK
     if outcome == "failed":
+        said = job.last_words(failed)
+        if said is not None:
+            mux.say(f"{said[0].label} said last: {said[1]}")
         mux.say(job.describe_failure(failed, returncode, others))
         return EXIT_FAILED
     names = job.describe_running(others)

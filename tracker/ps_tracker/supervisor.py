@@ -31,6 +31,17 @@ DECLARED_DEAD = re.compile(
 # node the job waits to rejoin) for each node it declares dead.
 EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
 
+# A glog line ("I20261126 20:19:58.944772 24237 file.cc:12] ..."): the
+# log, not what a program says when it gives up.
+GLOG_LINE = re.compile(rb"[IWEF]\d{8} \d\d:\d\d:\d\d")
+
+# The reason a node gives for a peer that left without Finalize: its
+# process exited (src/postoffice, on the departure or the closed connection).
+LEFT_ON_ITS_OWN = "stopped without Finalize"
+
+# How much of a process's last line the launcher repeats.
+LAST_WORDS_CHARS = 500
+
 
 class Child:
     """One launched process: its role, rank, Popen and output readers.
@@ -116,6 +127,7 @@ class Job:
         self.job_event = None  # The scheduler's {"event":"job",...}.
         self.verdicts = {}  # node name: the scheduler's first "dead" event
         self._declared = queue.Queue()  # Names declared dead, to act on.
+        self._last_said = {}  # node name: its last line that is not a log
 
     @property
     def total(self):
@@ -166,6 +178,9 @@ class Job:
         self.exits.put((child, proc.wait()))
 
     def _watch(self, reporter, line):
+        text = line.strip()
+        if text and not GLOG_LINE.match(text):
+            self._last_said[getattr(reporter, "name", reporter)] = text
         if b"ps-event: " in line:
             self._read_event(getattr(reporter, "name", reporter), line)
             return
@@ -452,6 +467,29 @@ class Job:
         for child in self.children:
             for reader in child.readers:
                 reader.join(timeout=1.0)
+
+    def last_words(self, failed):
+        """(child, its last line that is not a log line), or None: of the
+        process declared dead first if it left on its own (the launcher may
+        have stopped it while it was leaving), else of failed if it exited
+        non-zero. A program's reason for giving up (e.g. a step refused,
+        naming the member to blame) says more than its exit code."""
+        report = self.first_report()
+        if report is not None and LEFT_ON_ITS_OWN in report[1]:
+            said = self._last_said.get(report[0])
+            dead = next((c for c in self.children if c.name == report[0]),
+                        None)
+            if said is not None and dead is not None:
+                return dead, said.decode(errors="replace")[:LAST_WORDS_CHARS]
+        try:
+            # Not poll(): it says None while _reap's wait holds the lock.
+            code = failed.proc.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            return None
+        said = self._last_said.get(failed.name)
+        if code <= 0 or said is None or failed.killed_as_dead is failed.proc:
+            return None
+        return failed, said.decode(errors="replace")[:LAST_WORDS_CHARS]
 
     def describe_failure(self, failed, returncode, running):
         """The cause of a failed job: who was declared dead, else who failed.
