@@ -45,7 +45,7 @@ struct Config {
   int barrier_timeout_ms = 1800000;
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 2500;
-  int request_timeout_ms = 0;
+  int request_timeout_ms = 1800000;
   // A reply that comes within this many microseconds of Wait is picked up
   // without a thread wake-up (bench/kv: the one-float round trip).
   int wait_spin_us = 100;
