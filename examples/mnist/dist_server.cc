@@ -160,6 +160,40 @@ void LoadServer(const TrainOptions& options, int rank, int step,
   RemoveCheckpointsAfter(job, step, CheckpointRole::kServer, rank);
 }
 
+// Writes the checkpoint of server `rank`'s slice: this server's own, or
+// (a replica, once it took them over) the keys of the server it stands in
+// for, so the sets stay whole after a failover. Empty without
+// --checkpoint_dir. On the shard's receive thread: requests wait for the
+// write.
+ps::DenseSnapshot SnapshotOf(const TrainOptions& options, int rank,
+                             std::shared_ptr<SliceUpdater> updater) {
+  if (options.checkpoint_dir.empty()) return nullptr;
+  return [&options, rank, updater](int step, const float* w, size_t n) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string payload = ServerPayload(w, n, *updater);
+    const std::string what =
+        "server " + std::to_string(ps::MyRank()) + ": checkpoint of step " +
+        std::to_string(step) +
+        (rank == ps::MyRank() ? std::string()
+                              : " for server " + std::to_string(rank));
+    ps::Status st = WriteCheckpoint(
+        CheckpointJobOf(options), CheckpointRole::kServer, rank, step, payload);
+    if (!st.ok()) {
+      // A full disk must not end a job that trains well: the sets already
+      // written stay whole, and the next checkpoint is tried again.
+      LOG(ERROR) << what << " not written: " << st.message()
+                 << "; training goes on (--restore resumes from the last "
+                    "complete checkpoint)";
+      return;
+    }
+    LOG(INFO) << what << ", " << payload.size() << " bytes, written in "
+              << std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - start)
+                     .count()
+              << " ms";
+  };
+}
+
 }  // namespace
 
 int RunServer(const TrainOptions& options) {
@@ -205,9 +239,9 @@ int RunServer(const TrainOptions& options) {
   }
   // PS_REPLICAS=1 (--replicas 1): this server also holds the keys of the
   // server before it, with their own optimizer state, so that it can take
-  // them over when that server dies. Made first (dense_server.h). (Not
-  // checkpointed: with checkpoints, a restore starts both copies from the
-  // primary's file.)
+  // them over when that server dies. Made first (dense_server.h). It writes
+  // that server's checkpoints once it took its keys over; a restore starts
+  // both copies from that server's file.
   std::unique_ptr<ps::DenseShard> replica;
   bool replica_has_keys = false;
   const int replica_of = ps::DefaultNode()->config().replicas > 0
@@ -226,7 +260,7 @@ int RunServer(const TrainOptions& options) {
         static_cast<unsigned long long>(rend));
     ps::DenseShardOptions replica_options = shard_options;
     replica_options.replica = true;
-    replica_options.snapshot_every = 0;
+
     std::vector<float> rslice(all.begin() + rlo, all.begin() + rhi);
     auto rupdater = std::make_shared<SliceUpdater>(options, rhi - rlo, false);
     if (options.restore_step >= 0) {
@@ -235,39 +269,17 @@ int RunServer(const TrainOptions& options) {
     }
     replica = std::make_unique<ps::DenseShard>(
         &server, layout, rbegin, rend, std::move(rslice), replica_options,
-        UpdaterOf(rupdater));
+        UpdaterOf(rupdater), SnapshotOf(options, replica_of, rupdater));
   }
   all = {};
-  ps::DenseSnapshot snapshot;
-  if (!options.checkpoint_dir.empty()) {
-    // On the shard's receive thread: requests wait for the write.
-    snapshot = [&options, rank, updater](int step, const float* w, size_t n) {
-      const auto start = std::chrono::steady_clock::now();
-      const std::string payload = ServerPayload(w, n, *updater);
-      ps::Status st =
-          WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer,
-                          rank, step, payload);
-      if (!st.ok()) {
-        // A full disk must not end a job that trains well: the sets already
-        // written stay whole, and the next checkpoint is tried again.
-        LOG(ERROR) << "server " << rank << ": checkpoint of step " << step
-                   << " not written: " << st.message()
-                   << "; training goes on (--restore resumes from the last "
-                      "complete checkpoint)";
-        return;
-      }
-      LOG(INFO) << "server " << rank << ": checkpoint of step " << step << ", "
-                << payload.size() << " bytes, written in "
-                << std::chrono::duration<double, std::milli>(
-                       std::chrono::steady_clock::now() - start)
-                       .count()
-                << " ms";
-    };
-  }
   ps::DenseShard shard(&server, layout, begin, end, std::move(slice),
-                       shard_options, UpdaterOf(updater), snapshot);
+                       shard_options, UpdaterOf(updater),
+                       SnapshotOf(options, rank, updater));
   if (options.clock != nullptr) {
-    options.clock->SetSink([&shard](int step) { shard.SnapshotAt(step); });
+    options.clock->SetSink([&shard, &replica](int step) {
+      shard.SnapshotAt(step);
+      if (replica) replica->SnapshotAt(step);
+    });
   }
   // A dead worker ends this process through ps (a NODE_FAILED), and makes
   // the shard give up (failure()), unless under `continue` the shard counts

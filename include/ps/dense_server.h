@@ -103,8 +103,11 @@
 // SnapshotAt before it was reached, the shard calls the
 // snapshot callback with t and its weights (a consistent state: no key has
 // any of step t applied yet), before it answers a pull for step t; none
-// after a worker was lost. A restored shard (first_step = t) starts with
-// every key at t updates: its first pulls are for step t.
+// after a worker was lost. A replica shard snapshots only once the server
+// whose keys it holds is down (it took them over): then it writes what that
+// server wrote, so checkpoint sets stay whole after a failover. A restored
+// shard (first_step = t) starts with every key at t updates: its first
+// pulls are for step t.
 //
 // Thread-safety: requests run on the KVServer's receive thread, one at a
 // time, under the shard's mutex (which only the failure handle also takes);
@@ -191,7 +194,7 @@ struct DenseShardOptions {
   // this one is the replica of (PrimaryOf its rank), registered with
   // KVServer::set_replica_handle: the pushes that server gets come here
   // too, and when it dies, its workers' requests. Make it before the
-  // server's own shard.
+  // server's own shard. It snapshots only after that server died.
   bool replica = false;
   // A pushed gradient with a NaN or an infinity is refused (its Wait fails
   // naming the step, keys and value) unless this is set.

@@ -165,6 +165,11 @@ class DenseShard::Impl {
   Status failed_ GUARDED_BY(mu_);  // a dead worker: steps are refused
   // kRestart: workers declared dead and awaited back (until their kJoin).
   std::set<int> away_ GUARDED_BY(mu_);
+  // A replica: the rank whose keys it holds (KVMeta::shard of the requests
+  // it gets; -1 before the first), and the servers declared dead. It
+  // snapshots only once the first is among the second.
+  int held_rank_ GUARDED_BY(mu_) = -1;
+  std::set<int> servers_down_ GUARDED_BY(mu_);
 
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
@@ -235,6 +240,11 @@ Status DenseShard::Impl::failure() const {
 }
 
 void DenseShard::Impl::OnFailure(int id, const Status& why) {
+  if (options_.replica && IsServerId(id)) {
+    MutexLock lock(&mu_);
+    servers_down_.insert(IdToRank(id));  // maybe the one it took over
+    return;
+  }
   if (!IsWorkerId(id)) return;  // a server, the scheduler, or our own stop
   if (options_.on_worker_failure == WorkerFailure::kContinue) {
     return GoOnWithout(id, why);
@@ -292,6 +302,7 @@ void DenseShard::Impl::GoOnWithout(int id, const Status& why) {
 
 void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data) {
   MutexLock lock(&mu_);
+  if (options_.replica && meta.shard >= 0) held_rank_ = meta.shard;
   if (aggregator_.IsLost(meta.sender)) {
     LOG(WARNING) << "dense shard: dropped a request of the dead "
                  << DescribeId(meta.sender);
@@ -418,9 +429,11 @@ void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
 
 void DenseShard::Impl::MaybeSnapshot() {
   int steps;
+  // A replica writes once it stands in for the server whose keys it holds.
+  const bool standing_in = !options_.replica || servers_down_.count(held_rank_);
   if (!snapshot_ || options_.consistency != Consistency::kBsp ||
       workers_lost_.load() > 0 || !aggregator_.Uniform(&steps) ||
-      !schedule_.Due(steps)) {
+      !schedule_.Due(steps) || !standing_in) {
     return;
   }
   const SArray<float>& w = slice_.weights();

@@ -317,6 +317,55 @@ TEST_F(Checkpoint, KilledSchedulerRestoresToTheSameBytes) {
   Shell("rm -rf " + dir + " " + dir + ".log");
 }
 
+// A server failover, then checkpoints (--replicas 1, values through the
+// sockets): server 1 kills itself after 12 updates and server 0, its
+// replica, takes its keys over. From then on server 0 also writes server
+// 1's file of each set, so the newest two sets (35 and 40) stay whole and
+// the older ones are pruned as sets. The job ends with the bytes of the
+// job never stopped; so does one restored from step 35 (set 40 removed),
+// whose server-1 file the replica wrote.
+TEST_F(Checkpoint, ReplicaWritesTheCheckpointsOfAFailedServer) {
+  const std::string dir = TempDir("failover"), bin = dir + "/weights.bin";
+  const std::string flags =
+      " --epochs 2 --checkpoint_every_steps 5"
+      " --replicas 1 --checkpoint_dir " +
+      dir + " --dump_weights " + bin;
+  Result failover = Launch("--env PS_SHM=0",
+                           flags + " --die_node server:1 --die_after_steps 12");
+  ASSERT_EQ(failover.rc, 0) << failover.out;
+  EXPECT_NE(failover.out.find("the job survived the loss of server 1"),
+            std::string::npos)
+      << failover.out;
+  EXPECT_TRUE(ReadBytes(bin) == whole_bytes_)
+      << "the job that failed over ends with other weights";
+  for (int step : {15, 40}) {
+    EXPECT_NE(failover.out.find("server 0: checkpoint of step " +
+                                std::to_string(step) + " for server 1, "),
+              std::string::npos)
+        << failover.out;
+  }
+  const Result listed = Shell("ls " + dir + " | grep ckpt");
+  for (const char* step : {"35", "40"}) {
+    for (const char* who : {"server-0", "server-1", "worker-0", "worker-1"}) {
+      const std::string file =
+          std::string("step-000000") + step + "." + who + ".ckpt";
+      EXPECT_NE(listed.out.find(file), std::string::npos) << listed.out;
+    }
+  }
+  for (const char* pruned :
+       {"step-00000005.", "step-00000020.", "step-00000025."}) {
+    EXPECT_EQ(listed.out.find(pruned), std::string::npos) << listed.out;
+  }
+
+  Shell("rm -f " + dir + "/step-00000040.* " + bin);
+  const std::string restore =
+      " --epochs 2 --checkpoint_every_steps 5"
+      " --replicas 1 --checkpoint_dir " +
+      dir + " --restore --dump_weights " + bin;
+  ExpectSameEnd(Launch("--env PS_SHM=0", restore), bin, dir, 35);
+  Shell("rm -rf " + dir);
+}
+
 // Worker 1 kills itself (SIGKILL) after 5 of its 20 steps; under continue
 // the launcher and the other nodes go on: the servers apply all 20 steps
 // (from step 5 on with worker 0's gradient alone), worker 0 reports its
