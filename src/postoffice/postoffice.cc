@@ -27,6 +27,7 @@ VanOptions VanOptionsOf(const Config& c) {
   o.secret_key = c.secret_key;
   o.max_message_bytes = c.max_message_bytes;
   o.water_mark = c.water_mark;
+  o.handshake_timeout_ms = c.handshake_timeout_ms;
   o.heartbeat_interval_ms = c.heartbeat_interval_ms;
   o.heartbeat_timeout_ms = c.heartbeat_timeout_ms;
   return o;

@@ -106,6 +106,7 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   CHECK(router_ != nullptr) << ZmqError();
   SetIntOption(router_, ZMQ_RCVHWM, options_.water_mark);
   SetIntOption(router_, ZMQ_LINGER, 0);
+  SetIntOption(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   SetHeartbeats(router_);
   int64_t max_bytes = options_.max_message_bytes;
   CHECK_EQ(
@@ -213,6 +214,7 @@ Status Van::Connect(int id, const std::string& host, int port) {
   if (socket == nullptr) return Status::Internal(ZmqError());
   SetIntOption(socket, ZMQ_SNDHWM, 0);  // see VanOptions::water_mark
   SetIntOption(socket, ZMQ_LINGER, 0);
+  SetIntOption(socket, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   SetHeartbeats(socket);
   if (!options_.secret_key.empty()) {
     // Every node holds the job's key pair: the server key is the job's

@@ -86,6 +86,11 @@ struct VanOptions {
   // whose peer vanished without a FIN is closed and its routing id freed.
   int heartbeat_interval_ms = 0;  // 0: none
   int heartbeat_timeout_ms = 0;
+  // A connection whose handshake (ZMTP greeting, and CurveZMQ's with a key)
+  // is not done within this is closed (ZMQ_HANDSHAKE_IVL): anyone can open
+  // TCP connections to our port, and idle ones must not pile up until the
+  // process runs out of descriptors.
+  int handshake_timeout_ms = 3000;
 };
 
 class Van {

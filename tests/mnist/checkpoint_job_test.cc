@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "flood.h"
 #include "job_util.h"
 
 namespace {
@@ -39,13 +40,17 @@ const char* kEnv =
 
 // 2 servers, 2 workers; `launch` are launch.py's flags, `flags`
 // mnist_dist's. 640 images, batch 16: 20 steps an epoch.
+std::string LaunchCommand(const std::string& launch, const std::string& flags) {
+  return std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s 2 -w 2 --timeout 120" +
+         kEnv + " " + launch + " -- " + PS_MNIST_DIST + " --data_dir " +
+         PS_MNIST_DIR +
+         " --threads 1 --train_limit 640 --test_limit 200"
+         " --batch_size 16 --optimizer adam --lr 2e-3 " +
+         flags;
+}
+
 Result Launch(const std::string& launch, const std::string& flags) {
-  return Shell(std::string(PS_PYTHON) + " " + PS_LAUNCH +
-               " -s 2 -w 2 --timeout 120" + kEnv + " " + launch + " -- " +
-               PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-               " --threads 1 --train_limit 640 --test_limit 200"
-               " --batch_size 16 --optimizer adam --lr 2e-3 " +
-               flags);
+  return Shell(LaunchCommand(launch, flags));
 }
 
 std::string TempDir(const std::string& name) {
@@ -363,6 +368,39 @@ TEST_F(Checkpoint, ReplicaWritesTheCheckpointsOfAFailedServer) {
       " --replicas 1 --checkpoint_dir " +
       dir + " --restore --dump_weights " + bin;
   ExpectSameEnd(Launch("--env PS_SHM=0", restore), bin, dir, 35);
+  Shell("rm -rf " + dir);
+}
+
+// Anyone can open TCP connections to a node's port. A stranger opens 300
+// idle ones a second to the ports of every server and worker of a
+// checkpointing job (PS_PORT_RANGE), each held up to 15 s, while each
+// process of the job may hold 512 descriptors (ulimit -n): without a
+// deadline they would pile up past it. A node closes each within
+// PS_HANDSHAKE_TIMEOUT_MS (3 s): none is held in full, every checkpoint is
+// written, and the job ends with the bytes of the job never flooded.
+TEST_F(Checkpoint, IdleConnectionFloodStarvesNoCheckpoint) {
+  const std::string dir = TempDir("flood"), bin = dir + "/weights.bin";
+  const int lo = 30000 + getpid() % 20000, hi = lo + 5;
+  mnist_test::Flood flood(lo, hi, 300, 15);
+  Result r = Shell("ulimit -n 512 && " +
+                   LaunchCommand("--env PS_PORT_RANGE=" + std::to_string(lo) +
+                                     "-" + std::to_string(hi),
+                                 " --epochs 2 --checkpoint_every_steps 5"
+                                 " --checkpoint_dir " +
+                                     dir + " --dump_weights " + bin));
+  flood.Stop();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(ReadBytes(bin) == whole_bytes_)
+      << "the flooded job ends with other weights";
+  EXPECT_EQ(r.out.find("not written"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Too many open files"), std::string::npos) << r.out;
+  const Result listed = Shell("ls " + dir + " | grep -c '^step-00000040'");
+  EXPECT_EQ(listed.out, "4\n") << listed.out;
+  EXPECT_GT(flood.accepted(), 500) << "the flood did not reach the job";
+  EXPECT_GT(flood.closed_by_node(), 400);
+  EXPECT_EQ(flood.held_in_full(), 0);
+  std::printf("flood: %d connections accepted, %d closed by a node\n",
+              flood.accepted(), flood.closed_by_node());
   Shell("rm -rf " + dir);
 }
 
