@@ -53,7 +53,8 @@ struct Config {
   int verbose = 0;
   bool shm = true;
   // CurveZMQ: the job's secret key in Z85 (40 characters) as read from
-  // key_file; empty: no encryption or authentication. Never logged.
+  // key_file (a path, or "fd:N" for PS_KEY_FD=N); empty: no encryption or
+  // authentication. Never logged.
   std::string key_file;
   std::string secret_key;
   // PS_JOB_TOKEN: a registration must present it (empty: none needed).

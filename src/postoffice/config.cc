@@ -225,6 +225,22 @@ Status ReadKeyFile(const Value& v, Config* c) {
   return Status::OK();
 }
 
+// Read after PS_KEY_FILE; Config::key_file says "fd:N".
+Status ReadKeyFd(const Value& v, Config* c) {
+  if (!c->key_file.empty()) {
+    return Status::InvalidArgument(v.setting.source + " and " +
+                                   NameOf(v.env, Id::PS_KEY_FILE) +
+                                   " are both set; give the key one way");
+  }
+  StatusOr<std::string> key =
+      ReadSecretKeyFromFd(v.setting.source + "='" + v.setting.value + "'",
+                          static_cast<int>(v.number));
+  if (!key.ok()) return key.status();
+  c->key_file = "fd:" + std::to_string(v.number);
+  c->secret_key = *key;
+  return Status::OK();
+}
+
 // A secret of the job: its value never appears in an error.
 Status ReadJobToken(const Value& v, Config* c) {
   const std::string& token = v.setting.value;

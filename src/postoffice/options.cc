@@ -92,10 +92,10 @@ const char kMarkdownOutro[] = R"(
   flags with them (their help lines come from the same table as this page).
 - **The launcher's variables**: tracker/launch.py sets `DMLC_ROLE`,
   `DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`, `DMLC_NUM_SERVER`,
-  `DMLC_NUM_WORKER`, `DMLC_NODE_HOST`, `PS_RANK`, `PS_KEY_FILE` and
-  `PS_MAX_RESTARTS` (above) for each process it starts, and
-  `PS_RESTART_COUNT=k` in a process's k-th restart: the library does not
-  read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE` and
+  `DMLC_NUM_WORKER`, `DMLC_NODE_HOST`, `PS_RANK`, `PS_KEY_FD` (or
+  `PS_KEY_FILE`) and `PS_MAX_RESTARTS` (above) for each process it
+  starts, and `PS_RESTART_COUNT=k` in a process's k-th restart: the
+  library does not read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE` and
   `PS_LAUNCH_NODE_ADDRS` pass between launch.py's own processes.
   `launch.py --help` lists its options.
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,

@@ -1,9 +1,10 @@
 // Trust in the core, in-process: jobs under the job's CurveZMQ key, a node
 // with another key refused at connect, the job-shape check, who is missing
 // named by rank, a departure without Finalize reported at once, timeouts at
-// INT_MAX, and the configuration of keys and limits.
+// INT_MAX, and the configuration of keys (PS_KEY_FILE, PS_KEY_FD) and limits.
 #include <fcntl.h>
 #include <gflags/gflags.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -397,6 +398,134 @@ TEST(Trust, KeyFileMustBeASmallRegularFile) {
   EXPECT_EQ(c.status().message().rfind("--ps_key_file='/dev/zero' is not a "
                                        "regular file",
                                        0),
+            0u)
+      << c.status();
+}
+
+// PS_KEY_FD: what launch.py gives a local node, a memfd (read from its
+// start, whatever its offset) or a pipe (read up to its newline, its writer
+// still open). The descriptor is closed once read.
+TEST(Trust, KeyFdIsReadOnceAndClosed) {
+  const std::string key = NewSecretKey(), line = key + "\n";
+  int memfd = memfd_create("trust-key", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(write(memfd, line.data(), line.size()),
+            static_cast<ssize_t>(line.size()));
+  auto env = BaseEnv();
+  env["PS_KEY_FD"] = std::to_string(memfd);
+  StatusOr<Config> c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->secret_key, key);
+  EXPECT_EQ(c->key_file, "fd:" + std::to_string(memfd));
+  EXPECT_EQ(c->ToString().find(key), std::string::npos) << "never printed";
+  EXPECT_EQ(fcntl(memfd, F_GETFD), -1) << "closed once read";
+
+  c = Config::FromEnv(env);  // read once: the number is closed now
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("PS_KEY_FD='" + std::to_string(memfd) +
+                                           "' is not an open file descriptor",
+                                       0),
+            0u)
+      << c.status();
+
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  ASSERT_EQ(write(pipe_fds[1], line.data(), line.size()),
+            static_cast<ssize_t>(line.size()));
+  env["PS_KEY_FD"] = std::to_string(pipe_fds[0]);
+  c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->secret_key, key);
+  EXPECT_EQ(fcntl(pipe_fds[0], F_GETFD), -1);
+  close(pipe_fds[1]);
+}
+
+// A bad PS_KEY_FD is refused naming the variable (or flag) and the value:
+// not a number, a closed descriptor, a device, a large file, a pipe that
+// gives too much or no key, or set with PS_KEY_FILE.
+TEST(Trust, KeyFdMustBeAnOpenSmallFileOrPipe) {
+  auto error = [](const std::string& value) {
+    auto env = BaseEnv();
+    env["PS_KEY_FD"] = value;
+    StatusOr<Config> c = Config::FromEnv(env);
+    EXPECT_FALSE(c.ok()) << value;
+    EXPECT_EQ(c.status().code(), Status::kInvalidArgument) << value;
+    return c.status().message();
+  };
+  const std::string not_a_number =
+      "' is not a file descriptor number (a non-negative integer)";
+  EXPECT_EQ(error("three"), "PS_KEY_FD='three" + not_a_number);
+  EXPECT_EQ(error("-1"), "PS_KEY_FD='-1" + not_a_number);
+
+  int closed = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(closed, 0);
+  close(closed);
+  const std::string fd = std::to_string(closed);
+  EXPECT_EQ(error(fd),
+            "PS_KEY_FD='" + fd +
+                "' is not an open file descriptor (Bad file descriptor; the "
+                "key's descriptor is read once, then closed)");
+
+  int dev = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(dev, 0);
+  EXPECT_EQ(error(std::to_string(dev)),
+            "PS_KEY_FD='" + std::to_string(dev) +
+                "' is not a regular file or a pipe (a key descriptor holds "
+                "one line of 40 Z85 characters)");
+  EXPECT_EQ(fcntl(dev, F_GETFD), FD_CLOEXEC) << "left open: not read";
+  close(dev);
+
+  std::string big = testing::TempDir() + "/trust_big_fd.key";
+  FILE* f = std::fopen(big.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "%s\n%s\n", NewSecretKey().c_str(),
+               std::string(5000, '#').c_str());
+  std::fclose(f);
+  int big_fd = open(big.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(big_fd, 0);
+  EXPECT_EQ(error(std::to_string(big_fd)),
+            "PS_KEY_FD='" + std::to_string(big_fd) +
+                "' is 5042 bytes, more than a key file's 4096");
+  unlink(big.c_str());
+
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  std::string flood(5000, 'x');
+  ASSERT_EQ(write(p[1], flood.data(), flood.size()), 5000);
+  EXPECT_EQ(error(std::to_string(p[0])),
+            "PS_KEY_FD='" + std::to_string(p[0]) +
+                "' gave more than a key file's 4096 bytes without a newline");
+  close(p[1]);
+
+  ASSERT_EQ(pipe(p), 0);
+  close(p[1]);  // an empty pipe: its end at once
+  EXPECT_EQ(error(std::to_string(p[0]))
+                .rfind("PS_KEY_FD='" + std::to_string(p[0]) +
+                           "' does not hold a CurveZMQ secret key",
+                       0),
+            0u);
+
+  std::string good = testing::TempDir() + "/trust_fd_and_file.key";
+  f = std::fopen(good.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "%s\n", NewSecretKey().c_str());
+  std::fclose(f);
+  auto env = BaseEnv();
+  env["PS_KEY_FILE"] = good;
+  env["PS_KEY_FD"] = "0";
+  StatusOr<Config> c = Config::FromEnv(env);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "PS_KEY_FD and PS_KEY_FILE are both set; give the key one way");
+  unlink(good.c_str());
+
+  // The flag is named when it gave the number.
+  gflags::FlagSaver restore_flags_at_exit;
+  ASSERT_FALSE(gflags::SetCommandLineOption("ps_key_fd", fd.c_str()).empty());
+  c = Config::FromEnvAndFlags(BaseEnv());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind(
+                "--ps_key_fd='" + fd + "' is not an open file descriptor", 0),
             0u)
       << c.status();
 }

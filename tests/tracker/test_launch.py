@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launch)
 
 CHILD = r'''
-import json, os, signal, subprocess, sys, time
+import hashlib, json, os, signal, subprocess, sys, time
 mode, out = sys.argv[1], sys.argv[2]
 role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
 me = role if rank is None else f"{role}{rank}"
@@ -35,6 +34,12 @@ with open(os.path.join(out, me + ".pid"), "w") as f:
 if "PS_KEY_FILE" in os.environ:
     with open(os.path.join(out, me + ".keyfile"), "w") as f:
         f.write(os.environ["PS_KEY_FILE"])
+KEY = None  # The SHA-256 of the key's line read from PS_KEY_FD.
+if "PS_KEY_FD" in os.environ:
+    line = os.pread(int(os.environ["PS_KEY_FD"]), 4096, 0).split(b"\n")[0]
+    KEY = hashlib.sha256(line).hexdigest()
+    with open(os.path.join(out, me + ".keyfd"), "w") as f:
+        f.write(KEY)
 
 def wait_for_pids(n):  # Until all n processes have written their pid.
     end = time.time() + 10
@@ -64,7 +69,7 @@ def declare_dead(name, why):  # As the library logs it (glog).
 
 HEARTBEAT = "no heartbeat for more than 10000 ms (PS_HEARTBEAT_TIMEOUT_MS)"
 
-RUN_KEYS = ["PS_RANK", "PS_KEY_FILE", "PS_MAX_RESTARTS", "PS_RESTART_COUNT",
+RUN_KEYS = ["PS_RANK", "PS_KEY_FD", "PS_MAX_RESTARTS", "PS_RESTART_COUNT",
             "DMLC_PS_ROOT_PORT"]
 
 def runs(name):  # How many runs of a process have started.
@@ -75,7 +80,8 @@ def runs(name):  # How many runs of a process have started.
         return 0
 
 def record_run():  # A JSON line per run in ME.runs; the run's number.
-    got = {"pid": os.getpid(), **{k: os.environ.get(k) for k in RUN_KEYS}}
+    got = {"pid": os.getpid(), "key": KEY,
+           **{k: os.environ.get(k) for k in RUN_KEYS}}
     with open(os.path.join(out, me + ".runs"), "a") as f:
         f.write(json.dumps(got) + "\n")
     run = runs(me)
@@ -95,13 +101,18 @@ if mode == "env":
             "PS_RANK", "EXTRA", "INHERITED", "OMP_WAIT_POLICY"]
     print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
 elif mode == "key":
-    path = os.environ.get("PS_KEY_FILE")
+    path, fd = os.environ.get("PS_KEY_FILE"), os.environ.get("PS_KEY_FD")
     got = {"path": path}
     if path is not None:
         got["mode"] = os.stat(path).st_mode & 0o7777
         got["dir_mode"] = os.stat(os.path.dirname(path)).st_mode & 0o7777
         with open(path) as f:
             got["key"] = f.readline().rstrip("\n")
+    if fd is not None:  # What it is, its seals; the key from its start.
+        import fcntl
+        got["fd"] = os.readlink(f"/proc/self/fd/{fd}").split(" ")[0]
+        got["seals"] = fcntl.fcntl(int(fd), fcntl.F_GET_SEALS)
+        got["key"] = os.pread(int(fd), 4096, 0).decode().rstrip("\n")
     if "PS_JOB_TOKEN" in os.environ:
         got["token"] = os.environ["PS_JOB_TOKEN"]
     print(json.dumps(got), flush=True)
@@ -259,11 +270,12 @@ class LaunchCase(unittest.TestCase):
     def key_files_seen(self):
         return {p.read_text() for p in self.pids.glob("*.keyfile")}
 
-    def assert_key_removed(self):
-        """Every process saw one key file, and its directory is gone."""
-        paths = self.key_files_seen()
-        self.assertEqual(len(paths), 1, paths)
-        self.assertFalse(os.path.exists(os.path.dirname(paths.pop())))
+    def assert_key_by_descriptor(self):
+        """Every process read the same key from PS_KEY_FD; none had a key
+        file."""
+        self.assertEqual(self.key_files_seen(), set())
+        keys = {p.read_text() for p in self.pids.glob("*.keyfd")}
+        self.assertEqual(len(keys), 1, keys)
 
     def key_outputs(self, result):
         """{prefix: what the "key" child mode printed}."""
@@ -350,7 +362,7 @@ class LaunchTest(LaunchCase):
             "stopped the other 4 processes")
         self.assertTrue((self.pids / "grandchild.pid").exists())
         self.assert_all_dead()
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_child_killed_by_signal_is_named(self):
         result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5"],
@@ -376,7 +388,7 @@ class LaunchTest(LaunchCase):
             f"(pid {pid['scheduler']}), server 0 (pid {pid['server0']}), "
             f"worker 1 (pid {pid['worker1']})")
         self.assert_all_dead()
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_sigterm_to_launcher_stops_children(self):
         cmd = [sys.executable, str(LAUNCH), "-s", "1", "-w", "1", "--grace",
@@ -394,7 +406,7 @@ class LaunchTest(LaunchCase):
         self.assertRegex(err.splitlines()[-1],
                          r"^launch: got SIGTERM; stopped 3 still running: ")
         self.assert_all_dead()
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_usage_errors_exit_2(self):
         not_executable = self.dir / "plain.txt"
@@ -451,6 +463,7 @@ class LaunchTest(LaunchCase):
                      "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                      "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_NODE_HOST",
                      "PS_RANK", "OMP_WAIT_POLICY", "124", "PS_KEY_FILE",
+                     "PS_KEY_FD",
                      "--key-file", "--insecure", "--make-key",
                      "--max-restarts", "PS_MAX_RESTARTS",
                      "PS_RESTART_COUNT", "--tolerate"]:
@@ -477,7 +490,7 @@ class CulpritTest(LaunchCase):
             f"worker 0: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
             "exited with code 1; stopped the other 2 processes")
         self.assert_all_dead()  # The stopped server too.
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_report_read_after_the_first_exit_still_names_the_cause(self):
         result, pid = self.launch_dead("frozen-late")
@@ -572,8 +585,9 @@ class RestartTest(LaunchCase):
         self.assertEqual(second["PS_RESTART_COUNT"], "1")
         self.assertEqual(first["PS_RANK"], "1")
         self.assertEqual(second["PS_RANK"], "1")
-        self.assertIsNotNone(first["PS_KEY_FILE"])
-        self.assertEqual(second["PS_KEY_FILE"], first["PS_KEY_FILE"])
+        self.assertIsNotNone(first["PS_KEY_FD"])
+        self.assertIsNotNone(first["key"])  # The memfd kept for restarts.
+        self.assertEqual(second["key"], first["key"])
         self.assertNotEqual(second["pid"], first["pid"])
         # The new run's output keeps the tag.
         self.assertIn("[worker 1] worker1 run 2\n", result.stdout)
@@ -588,7 +602,7 @@ class RestartTest(LaunchCase):
                          r"worker 1 was restarted 1 time "
                          r"\(--max-restarts 2\)$")
         self.assert_all_dead()
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_each_rank_has_its_own_budget(self):
         result = self.launch_restart(["--max-restarts", "1"],
@@ -624,7 +638,7 @@ class RestartTest(LaunchCase):
         for name in ["scheduler", "server0", "worker0"]:
             self.assertEqual(len(self.runs(name)), 1, name)
         self.assert_all_dead()
-        self.assert_key_removed()
+        self.assert_key_by_descriptor()
 
     def test_tolerated_worker_goes_once_its_budget_is_spent(self):
         result = self.launch_restart(["--max-restarts", "1", "--tolerate",
@@ -667,7 +681,8 @@ class RestartTest(LaunchCase):
         self.assertEqual(second["PS_RESTART_COUNT"], "1")
         self.assertEqual(second["DMLC_PS_ROOT_PORT"],
                          first["DMLC_PS_ROOT_PORT"])
-        self.assertEqual(second["PS_KEY_FILE"], first["PS_KEY_FILE"])
+        self.assertIsNotNone(first["key"])
+        self.assertEqual(second["key"], first["key"])
         for name in ["server0", "worker0", "worker1"]:
             self.assertEqual(len(self.runs(name)), 1, name)
         self.assertRegex(self.last_line(result),
@@ -720,173 +735,7 @@ class RestartTest(LaunchCase):
         while not all(gone(p) for p in pids) and time.monotonic() < end:
             time.sleep(0.02)
         self.assertEqual([p for p in pids if not gone(p)], [])
-        self.assert_key_removed()
-
-
-class Z85Test(unittest.TestCase):
-
-    # ZeroMQ's RFC 32 test vector.
-    VECTOR = bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])
-
-    def test_rfc32_vector(self):
-        self.assertEqual(launch.z85_encode(self.VECTOR), "HelloWorld")
-        self.assertEqual(launch.z85_decode("HelloWorld"), self.VECTOR)
-
-    def test_round_trip_and_extremes(self):
-        for data in [b"", bytes(32), b"\xff" * 32, os.urandom(32)]:
-            text = launch.z85_encode(data)
-            self.assertEqual(len(text), len(data) * 5 // 4)
-            self.assertEqual(launch.z85_decode(text), data)
-        self.assertEqual(launch.z85_encode(b"\xff" * 4), "%nSc0")
-
-    def test_bad_input_is_refused(self):
-        with self.assertRaises(ValueError):
-            launch.z85_encode(b"abc")
-        for text, why in [("Hello", None), ("HelloWorl", "multiple of 5"),
-                          ("Hello Worl", "not a Z85 character"),
-                          ("HelloWorl~", "not a Z85 character"),
-                          ("%nSc1", "more than 32 bits"),
-                          ("#####", "more than 32 bits")]:
-            with self.subTest(text=text):
-                if why is None:
-                    launch.z85_decode(text)
-                    continue
-                with self.assertRaisesRegex(ValueError, why):
-                    launch.z85_decode(text)
-
-    def test_agrees_with_pyzmq(self):
-        try:
-            from zmq.utils import z85
-        except ImportError:
-            self.skipTest(f"pyzmq (python3-zmq) is not installed for "
-                          f"{sys.executable}")
-        for _ in range(100):
-            data = os.urandom(32)
-            self.assertEqual(launch.z85_encode(data).encode(),
-                             z85.encode(data))
-            self.assertEqual(launch.z85_decode(z85.encode(data).decode()),
-                             data)
-        self.assertEqual(z85.encode(self.VECTOR), b"HelloWorld")
-
-
-class KeyTest(LaunchCase):
-    """PS_KEY_FILE: a new key per job, --key-file, --insecure, --make-key."""
-
-    def assert_valid_key(self, key):
-        self.assertEqual(len(key), 40)
-        self.assertEqual(len(launch.z85_decode(key)), 32)
-
-    def test_each_job_gets_a_private_key_file(self):
-        env = dict(os.environ, PS_KEY_FILE="/inherited/is/replaced",
-                   PS_JOB_TOKEN="inherited-is-removed-with-a-key")
-        result = self.launch(["-s", "2", "-w", "2"], "key", env=env)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        seen = self.key_outputs(result)
-        self.assertEqual(len(seen), 5)
-        self.assertEqual(len({json.dumps(g) for g in seen.values()}), 1,
-                         seen)  # The same file and key for all.
-        got = seen["scheduler"]
-        self.assertEqual(got["mode"], 0o600)
-        self.assertEqual(got["dir_mode"], 0o700)
-        self.assert_valid_key(got["key"])
-        self.assertFalse(os.path.exists(os.path.dirname(got["path"])))
-        self.assertNotIn("insecure", result.stderr)
-
-        again = self.key_outputs(self.launch(["-s", "1", "-w", "1"], "key"))
-        self.assertNotEqual(again["worker 0"]["key"], got["key"])
-        self.assertNotEqual(again["worker 0"]["path"], got["path"])
-
-    def test_insecure_passes_no_key_but_a_token_of_the_job(self):
-        env = dict(os.environ, PS_KEY_FILE="/inherited/is/removed",
-                   PS_JOB_TOKEN="inherited-is-replaced-by-a-new-one")
-        result = self.launch(["-s", "1", "-w", "2", "--insecure"], "key",
-                             env=env)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        seen = self.key_outputs(result)
-        self.assertEqual(len(seen), 4)
-        token = seen["scheduler"].get("token", "")
-        self.assertRegex(token, r"^[0-9a-f]{32}$")
-        self.assertEqual(list(seen.values()),
-                         [{"path": None, "token": token}] * 4)
-        again = self.key_outputs(self.launch(
-            ["-s", "1", "-w", "1", "--insecure"], "key"))
-        self.assertNotEqual(again["worker 0"]["token"], token)
-        notes = [line for line in result.stderr.splitlines()
-                 if "insecure" in line]
-        self.assertEqual(notes, ["launch: --insecure: traffic is neither "
-                                 "authenticated nor encrypted"])
-
-    def test_make_key_then_key_file(self):
-        path = self.dir / "job.key"
-        made = subprocess.run([sys.executable, str(LAUNCH), "--make-key",
-                               str(path)], capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT)
-        self.assertEqual(made.returncode, 0, made.stderr)
-        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o600)
-        content = path.read_text()
-        self.assertRegex(content, r"^\S{40}\n$")
-        self.assert_valid_key(content[:40])
-
-        again = subprocess.run([sys.executable, str(LAUNCH), "--make-key",
-                                str(path)], capture_output=True, text=True,
-                               timeout=RUN_TIMEOUT)
-        self.assertEqual(again.returncode, 2)
-        self.assertIn(str(path), again.stderr)
-        self.assertIn("exists", again.stderr)
-        self.assertEqual(path.read_text(), content)
-
-        result = self.launch(["-s", "1", "-w", "1", "--key-file", str(path)],
-                             "key")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        seen = self.key_outputs(result)
-        self.assertEqual(len(seen), 3)
-        for got in seen.values():
-            self.assertTrue(os.path.samefile(got["path"], path))
-            self.assertEqual(got["key"], content[:40])
-        self.assertTrue(path.exists())  # The user's file is kept.
-        self.assertNotIn("warning", result.stderr)
-
-    def test_key_file_open_to_others_is_used_with_a_warning(self):
-        path = self.dir / "open.key"
-        path.write_text(launch.z85_encode(os.urandom(32)) + "\n")
-        path.chmod(0o644)
-        result = self.launch(["-s", "1", "-w", "1", "--key-file", str(path)],
-                             "key")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn(f"warning: --key-file '{path}'", result.stderr)
-        self.assertIn("0644", result.stderr)
-
-    def test_bad_key_files_are_usage_errors(self):
-        def key_file(name, content):
-            path = self.dir / name
-            path.write_bytes(content)
-            path.chmod(0o600)
-            return path
-        good = launch.z85_encode(bytes(range(32)))
-        cases = [
-            (self.dir / "missing.key", "not found"),
-            (self.dir, "not a file"),
-            (key_file("empty.key", b""), "0 characters"),
-            (key_file("short.key", good[:35].encode() + b"\n"),
-             "35 characters"),
-            (key_file("long.key", (good + "12345\n").encode()),
-             "45 characters"),
-            (key_file("char.key", ("~" + good[1:]).encode()),
-             "not a Z85 character"),
-            (key_file("big.key", ("#####" + good[5:]).encode()),
-             "more than 32 bits"),
-            (key_file("binary.key", b"\xff" * 40), "not ASCII"),
-        ]
-        for path, message in cases:
-            with self.subTest(path=path.name):
-                result = subprocess.run(
-                    [sys.executable, str(LAUNCH), "-s", "1", "-w", "1",
-                     "--key-file", str(path), "--", "true"],
-                    capture_output=True, text=True, timeout=RUN_TIMEOUT)
-                self.assertEqual(result.returncode, 2, result.stderr)
-                self.assertIn(f"--key-file '{path}'", result.stderr)
-                self.assertIn(message, result.stderr)
-                self.assertEqual(result.stdout, "")
+        self.assert_key_by_descriptor()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -22,13 +22,19 @@ from cluster_tools import (KV_JOB, LAUNCH, MNIST_DATA, MNIST_DIST,
                            RUN_TIMEOUT, LauncherCase, Sshd, marked_processes,
                            need, temp_dir, wait_for)
 
-# Prints what a process sees of the job's key, and on how many command
-# lines of this machine the key appears.
+# Prints what a process sees of the job's key (a pipe, PS_KEY_FD), and on
+# how many command lines of this machine the key appears.
 KEY_PROBE = r'''
 import hashlib, os, stat, sys
-path = os.environ["PS_KEY_FILE"]
-with open(path) as f:
-    key = f.readline().strip()
+fd = int(os.environ["PS_KEY_FD"])
+kind = "pipe" if stat.S_ISFIFO(os.fstat(fd).st_mode) else "other"
+data = b""
+while b"\n" not in data:
+    chunk = os.read(fd, 4096)
+    if not chunk:
+        break
+    data += chunk
+key = data.split(b"\n")[0].decode()
 leaks = 0
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
@@ -36,10 +42,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
             leaks += key.encode() in f.read()
     except OSError:
         pass
-print(os.environ["DMLC_ROLE"], oct(stat.S_IMODE(os.stat(path).st_mode)),
-      oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)),
+print(os.environ["DMLC_ROLE"], kind, "PS_KEY_FILE" in os.environ,
       hashlib.sha256(key.encode()).hexdigest() == sys.argv[1], "leaks",
-      leaks, path)
+      leaks)
 '''
 
 
@@ -167,6 +172,11 @@ class SshLauncherTest(LauncherCase):
         probe = self.dir / "key_probe.py"
         probe.write_text(KEY_PROBE)
         digest = hashlib.sha256(key.read_text().strip().encode()).hexdigest()
+
+        def key_dirs():  # What ssh launches wrote before: ps-key-XXXXXX.
+            tmp = tempfile.gettempdir()
+            return {n for n in os.listdir(tmp) if n.startswith("ps-key-")}
+        key_dirs_before = key_dirs()
         result = self.launch(self.flags(1, 2, "--key-file", str(key)),
                              [sys.executable, str(probe), digest])
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -174,19 +184,12 @@ class SshLauncherTest(LauncherCase):
                  for line in result.stdout.splitlines()]
         self.assertEqual(sorted(line[0] for line in lines),
                          ["scheduler", "server", "worker", "worker"])
-        for role, mode, dir_mode, same, _, leaks, path in lines:
-            # A private copy on the remote side, not the launcher's file.
-            self.assertEqual((mode, dir_mode, same), ("0o600", "0o700",
+        for role, kind, has_file, same, _, leaks in lines:
+            # Through a pipe from the remote shell: no file on either side.
+            self.assertEqual((kind, has_file, same), ("pipe", "False",
                                                       "True"), role)
-            self.assertNotEqual(path, str(key))
             self.assertEqual(leaks, "0", role)  # On no command line.
-        remote_dirs = {os.path.dirname(line[-1]) for line in lines}
-        self.assertEqual(len(remote_dirs), 4)
-        end = time.monotonic() + 10  # Removed as each session ends.
-        while (any(map(os.path.exists, remote_dirs))
-               and time.monotonic() < end):
-            time.sleep(0.1)
-        self.assertFalse([d for d in remote_dirs if os.path.exists(d)])
+        self.assertEqual(key_dirs() - key_dirs_before, set())
         self.assert_none_left()
 
 

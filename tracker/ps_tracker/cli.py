@@ -23,8 +23,9 @@ is the launcher's own plus:
   DMLC_NODE_HOST     127.0.0.1 (a --env may override it)
   PS_RANK            i for the i-th server and the i-th worker (0-based);
                      not set for the scheduler
-  PS_KEY_FILE        the job's CurveZMQ key file (below); not set with
-                     --insecure
+  PS_KEY_FD          the descriptor, inherited, of the job's CurveZMQ key
+                     (below); not set with --insecure or --key-file
+  PS_KEY_FILE        with --key-file FILE: FILE's absolute path
   PS_JOB_TOKEN       with --insecure: a random token of this job (below)
   PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
   PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
@@ -81,16 +82,19 @@ run. The last line of a job that succeeded says which processes were
 restarted and how many times.
 
 Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
-os.urandom written in Z85 as the one line of a file in a new private
-directory (0700; the file 0600); PS_KEY_FILE names that file (never a
-command line) and every node derives the public key from it, so only
-processes that can read it can join the job. The directory is removed when
-the launcher exits. --key-file FILE uses an existing key file instead;
---insecure runs the job without a key (PS_KEY_FILE is removed from the
-processes' environment) but with a random token of its own (PS_JOB_TOKEN),
-which the scheduler asks of every registration, so that the nodes of two
-jobs never mix (it is no protection against an attacker on the network:
-traffic is plain TCP). For nodes started by hand,
+os.urandom written in Z85 as one line in a sealed memfd: memory, on no
+filesystem, that each process inherits as the descriptor PS_KEY_FD names
+(never a command line; the node reads it once and closes it). Every node
+derives the public key from it, so only the job's processes can join it.
+The launcher keeps the memfd for restarts; nothing of the key is on disk,
+and it is gone with the job even if the launcher is killed (its processes
+get SIGKILL when it dies). mpi and slurm write a key file instead (below).
+--key-file FILE uses an existing key file instead (PS_KEY_FILE);
+--insecure runs the job without a key (PS_KEY_FILE and PS_KEY_FD are
+removed from the processes' environment) but with a random token of its
+own (PS_JOB_TOKEN), which the scheduler asks of every registration, so
+that the nodes of two jobs never mix (it is no protection against an
+attacker on the network: traffic is plain TCP). For nodes started by hand,
 "launch.py --make-key FILE" writes a new key file (0600) to give each of
 them as PS_KEY_FILE=FILE.
 
@@ -106,9 +110,9 @@ launchers (--launcher):
          DMLC_NODE_HOST (its host as the hostfile names it, unless --env
          sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
          DMLC_* and PS_* variables and every --env. The key's one line
-         goes through the session's stdin into a new 0600 file in a
-         private directory on that host (never a command line), removed
-         when the process ends. The program (an absolute path, the same on
+         goes through the session's stdin to the remote shell, which
+         hands it to the program through a pipe (PS_KEY_FD=4): no file,
+         no command line. The program (an absolute path, the same on
          every host) runs in the launcher's directory where that exists,
          in a process group of its own (by /bin/sh; the hosts' login
          shell must take sh syntax); when the session's stdin ends
@@ -122,7 +126,11 @@ launchers (--launcher):
          (OMPI_COMM_WORLD_RANK; no MPI library is linked). The scheduler's
          host is the hostfile's first (127.0.0.1 without one); the
          settings above reach each rank through mpirun's -x. mpirun
-         stops the job when one process fails.
+         stops the job when one process fails. A new key is a file
+         (PS_KEY_FILE, 0600) in a private directory under the working
+         directory, which every host must share; the launcher removes
+         it when it exits, and a process it leaves behind does so if the
+         launcher is killed.
   slurm  inside an allocation (salloc, sbatch): one srun
          --kill-on-bad-exit=1 starts all 1+S+W processes likewise, roles
          from SLURM_PROCID; the scheduler runs on the allocation's first
@@ -238,8 +246,9 @@ def parse_args(argv):
                       "per job; its path is given as PS_KEY_FILE")
     keys.add_argument("--insecure", action="store_true",
                       help="no key: traffic is neither authenticated nor "
-                      "encrypted; PS_KEY_FILE is removed from the "
-                      "processes' environment and a random PS_JOB_TOKEN "
+                      "encrypted; PS_KEY_FILE and PS_KEY_FD are removed "
+                      "from the processes' environment and a random "
+                      "PS_JOB_TOKEN "
                       "keeps other jobs' nodes out")
     keys.add_argument("--make-key", metavar="FILE",
                       help="write a new key file (mode 0600; never over an "

@@ -1,6 +1,8 @@
 """What every part of the launcher shares: exit statuses, timings, the
 output multiplexer and the words for how a process ended."""
 
+import ctypes
+import os
 import signal
 import sys
 import threading
@@ -43,6 +45,25 @@ def describe_exit(returncode):
 
 def plural(n, word, suffix="es"):
     return f"{n} {word}" if n == 1 else f"{n} {word}{suffix}"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """A Popen preexec_fn: the child gets SIGKILL when the thread that
+    started it ends (prctl PR_SET_PDEATHSIG), or at once if its parent is
+    already gone. So the launcher's children go with it, kill -9 included.
+    Call it from the thread that outlives them (the launcher's main one).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)  # Loaded before the fork.
+    parent = os.getpid()
+
+    def in_child():
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # It died before the prctl.
+            os.kill(os.getpid(), signal.SIGKILL)
+    return in_child
 
 
 def usage_error(message):

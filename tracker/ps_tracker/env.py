@@ -6,7 +6,8 @@ import os
 # Variables the launcher sets per process; --env may not override them.
 RESERVED_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                 "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "PS_RANK", "PS_KEY_FILE",
-                "PS_JOB_TOKEN", "PS_MAX_RESTARTS", "PS_RESTART_COUNT")
+                "PS_KEY_FD", "PS_JOB_TOKEN", "PS_MAX_RESTARTS",
+                "PS_RESTART_COUNT")
 
 # Of those, the ones a process never inherits from the launcher: set only
 # where the launcher means them (--max-restarts; a restarted worker).
@@ -38,14 +39,18 @@ def token_env(args):
     return {"PS_JOB_TOKEN": token} if token else {}
 
 
-def child_env(args, port, role, rank, key_path, restarts=0):
+def child_env(args, port, role, rank, key_path, restarts=0, key_fd=None):
     """A local process's environment; restarts: how many times this one
-    was restarted (its PS_RESTART_COUNT)."""
+    was restarted (its PS_RESTART_COUNT). The key: PS_KEY_FILE=key_path,
+    or PS_KEY_FD=key_fd (a descriptor the process inherits), or none."""
     env = dict(os.environ)
-    for name in ("PS_RANK", "PS_KEY_FILE", "PS_JOB_TOKEN") + RESTART_ENV:
+    for name in ("PS_RANK", "PS_KEY_FILE", "PS_KEY_FD",
+                 "PS_JOB_TOKEN") + RESTART_ENV:
         env.pop(name, None)
     if key_path is not None:
         env["PS_KEY_FILE"] = key_path
+    elif key_fd is not None:
+        env["PS_KEY_FD"] = str(key_fd)
     env.update(token_env(args))
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update({

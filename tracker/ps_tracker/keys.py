@@ -1,10 +1,13 @@
 """The job's key material: CurveZMQ secret keys in Z85 (RFC 32), the
-per-job key file in a private directory, --key-file checks, --make-key."""
+per-job key in a memfd (local, ssh) or in a file in a private directory
+(mpi, slurm), --key-file checks, --make-key."""
 
+import fcntl
 import os
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 
@@ -76,9 +79,14 @@ def check_key_file(path):
     return None
 
 
+def new_key():
+    """A new secret key: 32 bytes from the OS, as 40 Z85 characters."""
+    return z85_encode(secrets.token_bytes(KEY_BYTES))
+
+
 def write_key_file(path):
     """Writes a new key to path (0600; O_EXCL: never an existing file)."""
-    key = z85_encode(secrets.token_bytes(KEY_BYTES))
+    key = new_key()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     try:
@@ -92,30 +100,99 @@ def write_key_file(path):
         os.close(fd)
 
 
+class KeyMemfd:
+    """A new key in a sealed memfd: on no filesystem, and gone once the
+    last process that holds it has closed it or died (the launcher
+    included, kill -9 or not).
+
+    The launcher keeps fd open for the whole job: each local process, a
+    restarted one too, inherits it (pass_fds) and reads it by its number
+    (PS_KEY_FD; the node closes it once read). Sealed: nobody can change
+    it. line() reads it back (ssh sends it down each session).
+    """
+
+    def __init__(self):
+        self.fd = os.memfd_create("ps-job-key",
+                                  os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            data = (new_key() + "\n").encode()
+            if os.write(self.fd, data) != len(data):
+                raise OSError("short write to the key's memfd")
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                        | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        except BaseException:
+            self.close()
+            raise
+
+    def line(self):
+        """The key's line, without its newline (pread: no offset moves)."""
+        return os.pread(self.fd, KEY_CHARS + 1, 0).rstrip(b"\n")
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+# What JobKey's reaper runs: it waits for the end of a pipe whose other end
+# only the launcher holds, then removes the key's directory.
+_REAPER = ("import os, shutil, sys\n"
+           "while os.read(0, 512):\n"
+           "    pass\n"
+           "shutil.rmtree(sys.argv[1], ignore_errors=True)\n")
+
+
 class JobKey:
     """The job's key file: a new one in a private directory, or the user's.
 
     remove() deletes the directory of a new key; the user's file is kept.
+    A new key's directory also has a reaper: a process of its own session
+    that removes the directory once the launcher is gone, however it ends
+    (kill -9 included), so that no key file outlives its job.
     """
 
     def __init__(self, path=None, parent=None):
         """parent: where the new key's directory goes (default: $TMPDIR)."""
         self.dir = None
         self.path = path
+        self._reaper = None
+        self._alive = None  # The reaper's pipe end: closed, it removes.
         if path is None:
             self.dir = tempfile.mkdtemp(prefix="ps-key-", dir=parent)  # 0700
             try:
                 os.chmod(self.dir, 0o700)
+                self._start_reaper()
                 self.path = os.path.join(self.dir, "job.key")
                 write_key_file(self.path)
             except BaseException:
                 self.remove()
                 raise
 
+    def _start_reaper(self):
+        """Before the key is written: no key without its reaper."""
+        watched, self._alive = os.pipe()  # Neither end is inheritable.
+        try:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-c", _REAPER, self.dir], stdin=watched,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+        finally:
+            os.close(watched)
+
     def remove(self):
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+        if self._alive is not None:
+            os.close(self._alive)
+            self._alive = None
+        if self._reaper is not None:
+            try:
+                self._reaper.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # It removes nothing now; it ends on its own.
+            self._reaper = None
 
 
 def make_key(path):

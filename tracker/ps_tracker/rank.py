@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 
-from .common import EXIT_OK, EXIT_USAGE, OutputMux, describe_exit
+from .common import (EXIT_OK, EXIT_USAGE, OutputMux, describe_exit,
+                     die_with_parent)
 
 
 def is_loopback(host):
@@ -93,16 +94,11 @@ def node_address(role, host, env):
 
 def run_rank(argv, env, name, host):
     """Runs the program of one rank; see as_rank."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def die_with_us():  # PR_SET_PDEATHSIG: SIGKILL when the shim dies.
-        libc.prctl(1, signal.SIGKILL)
-    try:
+    try:  # SIGKILL when the shim dies.
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE,
-                                preexec_fn=die_with_us)
+                                preexec_fn=die_with_parent())
     except OSError as err:
         print(f"launch --as-rank: cannot start {name} on {host}: {err}",
               file=sys.stderr)

@@ -11,7 +11,7 @@ import time
 from .cli import parse_args
 from .common import (EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE,
                      INSECURE_NOTE, OutputMux, plural, usage_error)
-from .keys import JobKey, make_key
+from .keys import JobKey, KeyMemfd, make_key
 from .local import LocalJob
 from .mpi import MpiJob
 from .rank import as_rank
@@ -46,11 +46,22 @@ def run(args):
     if args.key_file is not None:
         job.key_path = os.path.abspath(args.key_file)
         return run_job(args, job, port)
+    if args.launcher in ("local", "ssh"):
+        # Never on disk: local processes inherit the memfd, ssh sessions
+        # get its line on their stdin.
+        try:
+            job.key_memfd = KeyMemfd()
+        except OSError as err:
+            mux.say(f"cannot make the job's key: {err}")
+            return EXIT_FAILED
+        try:
+            return run_job(args, job, port)
+        finally:
+            job.key_memfd.close()
     # mpi, slurm: the processes on other hosts read the key file by its
     # path, so it goes where the hosts share files: the working directory.
-    shared = args.launcher in ("mpi", "slurm")
     try:
-        key = JobKey(parent=os.getcwd() if shared else None)
+        key = JobKey(parent=os.getcwd())
     except OSError as err:
         mux.say(f"cannot write the job's key file: {err}")
         return EXIT_FAILED

@@ -63,36 +63,41 @@ def place(hosts, num_servers, num_workers):
 def remote_script(env, command, cwd, with_key, grace):
     """The sh script an ssh session runs for one process.
 
-    With a key, its one line comes first on the session's stdin and goes to
-    a new 0600 file in a private directory (never a command line). The
-    program runs in a new session (its own process group) with stdin from
-    /dev/null; the rest of the session's stdin is watched: when it ends
-    (the launcher closed it, or the launcher or its ssh died), the group
-    gets SIGCONT and SIGTERM, and SIGKILL `grace` seconds later. What the
-    program leaves in its group when it ends is killed (as the local
-    launcher does; before a restart, too). The script exits with the
-    program's status (128+N for signal N).
+    With a key, its one line comes first on the session's stdin; the script
+    keeps it in a variable and hands it to the program through a pipe, as
+    descriptor 4 (PS_KEY_FD=4): never a file, nor a command line (printf is
+    the shell's own). The program runs in a new session (its own process
+    group) with stdin from /dev/null; the rest of the session's stdin is
+    watched: when it ends (the launcher closed it, or the launcher or its
+    ssh died), the group gets SIGCONT and SIGTERM, and SIGKILL `grace`
+    seconds later. What the program leaves in its group when it ends is
+    killed (as the local launcher does; before a restart, too). The script
+    exits with the program's status (128+N for signal N).
     """
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    program = " ".join(shlex.quote(arg) for arg in command)
-    lines = ["umask 077", "exec 3<&0 </dev/null", "d="]
     if with_key:
+        env = dict(env, PS_KEY_FD="4")
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    program = f"env {assignments} setsid " + " ".join(
+        shlex.quote(arg) for arg in command)
+    lines = ["umask 077", "exec 3<&0 </dev/null"]
+    if with_key:
+        lines.append("IFS= read -r k <&3 || exit 1")
+    lines.append(f"[ -d {shlex.quote(cwd)} ] && cd {shlex.quote(cwd)}")
+    if with_key:  # $! is the pipeline's last process: the program.
         lines += [
-            'd=$(mktemp -d "${TMPDIR:-/tmp}/ps-key-XXXXXX") || exit 1',
-            'IFS= read -r k <&3 || { rm -rf "$d"; exit 1; }',
-            'printf "%s\\n" "$k" >"$d/job.key"; k=',
-            'PS_KEY_FILE=$d/job.key; export PS_KEY_FILE']
+            'printf "%s\\n" "$k" | { exec 4<&0 </dev/null; '
+            f"exec {program} 3<&-; }} &",
+            "p=$!; k="]
+    else:
+        lines += [f"{program} 3<&- &", "p=$!"]
     lines += [
-        f"[ -d {shlex.quote(cwd)} ] && cd {shlex.quote(cwd)}",
-        f"env {assignments} setsid {program} 3<&- &",
-        "p=$!",
         "{ while IFS= read -r l; do :; done; kill -CONT -$p; kill -TERM -$p;"
         f" sleep {grace:g}; kill -KILL -$p; }} <&3 >/dev/null 2>&1 &",
         "w=$!",
         "exec 3<&-",
         "wait $p 2>/dev/null; r=$?",
         "kill -KILL -$p 2>/dev/null",
-        'kill $w 2>/dev/null; [ -z "$d" ] || rm -rf "$d"; exit $r']
+        "kill $w 2>/dev/null; exit $r"]
     return "\n".join(lines)
 
 
@@ -102,7 +107,7 @@ def address(host):
 
 
 def ssh_env(args, port, child):
-    """The environment an ssh session gives one process (no PS_KEY_FILE:
+    """The environment an ssh session gives one process (no PS_KEY_FD:
     the remote script sets it)."""
     env = job_settings(args, address(args.scheduler_host), port)
     env["DMLC_ROLE"] = child.role
@@ -129,16 +134,15 @@ class SshJob(Job):
     def popen(self, child, port):
         script = remote_script(ssh_env(self.args, port, child),
                                self.args.command, os.getcwd(),
-                               self.key_path is not None, self.args.grace)
+                               self.key_line() is not None, self.args.grace)
         argv = ["ssh", "-T", "-o", "BatchMode=yes", *self.args.launcher_arg,
                 child.host, "exec /bin/sh -c " + shlex.quote(script)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE,
                                 start_new_session=True)
-        if self.key_path is not None:  # Its one line, through the session.
-            with open(self.key_path, "rb") as f:
-                line = f.readline().rstrip(b"\n")
+        line = self.key_line()
+        if line is not None:  # Its one line, through the session.
             try:
                 proc.stdin.write(line + b"\n")
                 proc.stdin.flush()

@@ -112,7 +112,10 @@ class Job:
     def __init__(self, args, mux):
         self.args = args
         self.mux = mux
-        self.key_path = None  # The job's key file; None with --insecure.
+        # The job's key: a file (--key-file; mpi, slurm) or a KeyMemfd
+        # (local, ssh); neither with --insecure.
+        self.key_path = None
+        self.key_memfd = None
         self.port = None  # The scheduler's, once started.
         self.start_failure = None  # The scheduler's start_failed reason.
         self.children = []
@@ -133,6 +136,20 @@ class Job:
     def total(self):
         """How many processes the job has."""
         return 1 + self.args.num_servers + self.args.num_workers
+
+    @property
+    def key_fd(self):
+        """The descriptor of the key's memfd, or None."""
+        return None if self.key_memfd is None else self.key_memfd.fd
+
+    def key_line(self):
+        """The key's line (bytes, no newline), or None with --insecure."""
+        if self.key_memfd is not None:
+            return self.key_memfd.line()
+        if self.key_path is None:
+            return None
+        with open(self.key_path, "rb") as f:
+            return f.readline().rstrip(b"\n")
 
     @property
     def max_restarts(self):
