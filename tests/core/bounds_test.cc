@@ -7,7 +7,12 @@
 // bytes (PS_MAX_MESSAGE_BYTES) than allowed. Every drop is counted exactly
 // (Node::num_dropped_messages) and the node then answers an honest request
 // exactly. Every wait is bounded; nothing is timed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <chrono>
@@ -428,6 +433,50 @@ TEST(Bounds, ServerKeepsServingAfterAMessageOfTooManyParts) {
         [&] { return server->num_dropped_messages() - before >= 1; }));
   }
   EXPECT_EQ(server->num_dropped_messages() - before, 1u);
+  ExpectExactAnswer(job.workers[0].get(), 6.0f);
+  EXPECT_TRUE(job.Finalize());
+}
+
+// Anyone can open TCP connections to a node's port and send nothing. Each
+// is closed once PS_HANDSHAKE_TIMEOUT_MS passed without a handshake (here
+// 500 ms; ZeroMQ's own default is 30 s, longer than this test waits), so
+// idle connections cannot pile up until the node runs out of descriptors;
+// the server then answers an honest request exactly.
+TEST(Bounds, IdleConnectionsAreClosedAfterTheHandshakeTimeout) {
+  DefaultJob job(1, 1, [](Config* c) { c->handshake_timeout_ms = 500; });
+  ASSERT_TRUE(job.Start());
+  constexpr int kIdle = 50;
+  std::vector<int> fds;
+  for (int i = 0; i < kIdle; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(job.servers[0]->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+  }
+  // Each gets the node's greeting, then its end: EOF or a reset.
+  int closed = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (int fd : fds) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - Clock::now());
+      pollfd p{fd, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
+        break;
+      char buf[256];
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        ++closed;
+        break;
+      }
+    }
+    close(fd);
+  }
+  EXPECT_EQ(closed, kIdle);
   ExpectExactAnswer(job.workers[0].get(), 6.0f);
   EXPECT_TRUE(job.Finalize());
 }

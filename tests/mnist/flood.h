@@ -46,6 +46,8 @@ class Flood {
   int accepted() const { return accepted_; }
   int closed_by_node() const { return closed_; }
   int held_in_full() const { return held_in_full_; }
+  // The most accepted connections open at once.
+  int peak_open() const { return peak_open_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -88,6 +90,7 @@ class Flood {
   // (all of them when `all`).
   void Sweep(std::vector<Conn>* conns, bool all) {
     std::vector<Conn> still;
+    int open = 0;
     for (Conn& c : *conns) {
       char buf[256];
       ssize_t n;
@@ -103,14 +106,16 @@ class Flood {
         close(c.fd);
       } else {
         still.push_back(c);
+        open += c.greeted;
       }
     }
+    if (open > peak_open_) peak_open_ = open;
     *conns = std::move(still);
   }
 
   const int lo_, hi_, per_second_, hold_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> accepted_{0}, closed_{0}, held_in_full_{0};
+  std::atomic<int> accepted_{0}, closed_{0}, held_in_full_{0}, peak_open_{0};
   std::thread thread_;
 };
 
