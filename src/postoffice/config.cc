@@ -404,6 +404,7 @@ std::string Config::ToString() const {
      << " shm=" << shm << " key_file=" << (key_file.empty() ? "-" : key_file)
      << " max_message_bytes=" << max_message_bytes
      << " water_mark=" << water_mark
+     << " handshake_timeout_ms=" << handshake_timeout_ms
      << " resend_timeout_ms=" << resend_timeout_ms
      << " drop_percent=" << drop_percent << " replicas=" << replicas
      << " max_restarts=" << max_restarts
