@@ -32,7 +32,6 @@ import struct
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -193,11 +192,11 @@ def run_worker(args, model, total, ckpt, restore_step):
                       "(test)", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             if rank == 0 and step % args.log_every == 0:
-                el = time.time() - start
+                rate = ((step - first_step) * args.batch_size * world /
+                        (time.time() - start))
                 print(f"worker 0: epoch {epoch} step {step} loss "
-                      f"{loss_sum / loss_n:.4f} "
-                      f"{(step - first_step) * args.batch_size * world / el:.0f}"
-                      " samples/s", flush=True)
+                      f"{loss_sum / loss_n:.4f} {rate:.0f} samples/s",
+                      flush=True)
                 loss_sum, loss_n = 0.0, 0
     train_s = time.time() - start
     dense.done(step)
