@@ -1,6 +1,7 @@
 """A job for test_pytorch_options.py: under the job's PS_REPLICAS=1 or
 PS_MAX_RESTARTS, a DenseServer made without what they need is refused,
-naming the setting. Each server prints `server: <label>: <Exception>:
+naming the setting, and so is a Python handler KVServer under
+PS_REPLICAS=1. Each server prints `server: <label>: <Exception>:
 <message>`; every process ends well."""
 
 import numpy as np
@@ -17,4 +18,9 @@ if ps.is_server():
             print(f"server: {label}: no error", flush=True)
         except Exception as e:  # noqa: BLE001 -- the type is checked
             print(f"server: {label}: {type(e).__name__}: {e}", flush=True)
+    try:
+        ps.KVServer(print, app_id=1).close()
+        print("server: KVServer: no error", flush=True)
+    except ValueError as e:
+        print(f"server: KVServer: ValueError: {e}", flush=True)
 ps.finalize()

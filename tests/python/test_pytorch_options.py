@@ -2,7 +2,8 @@
 is refused at start, naming the option and its value: mnist_ps.py's flags
 before ps.start() (exit 2, or 1 for an unusable checkpoint folder, in every
 role), and a DenseServer without the replica PS_REPLICAS=1 asks for, or
-with on_worker_failure='stop' under PS_MAX_RESTARTS (ValueError). The
+with on_worker_failure='stop' under PS_MAX_RESTARTS, and a Python handler
+KVServer under PS_REPLICAS=1 (ValueError). The
 DenseServer options a job without those settings refuses are in
 test_errors.py."""
 
@@ -52,8 +53,11 @@ def test_dense_server_without_what_the_job_asks_for_is_refused(run_job):
             "this server also holds server ") in r.stdout, r.stdout
     assert "pass replica_first_key, replica_end_key and replica_weights" in (
         r.stdout), r.stdout
+    assert ("server: KVServer: ValueError: KVServer: PS_REPLICAS=1 is not "
+            "supported by a Python handler server") in r.stdout, r.stdout
     r = run_job("job_dense_options.py", 1, 1, timeout=60,
                 launch_args=["--max-restarts", "1"])
     assert r.returncode == 0, r.stdout
     assert ("server: stop: ValueError: DenseServer: on_worker_failure='stop' "
             "contradicts PS_MAX_RESTARTS=1") in r.stdout, r.stdout
+    assert "server: KVServer: no error" in r.stdout, r.stdout
