@@ -91,3 +91,34 @@ def test_a_worker_killed_from_outside_is_restarted_and_the_job_ends(
     assert rc == 0, out
     assert re.search(r"\[worker 1\] worker 1 rejoined at step \d+", out), out
     assert '"steps": 30' in out, out
+
+
+@needs_mnist
+def test_a_replica_writes_the_checkpoints_of_the_server_it_replaced(
+        tmp_path):
+    # PS_REPLICAS=1, 3 servers, checkpoints every 5 steps: server 1 killed
+    # -9 at a random step (<= 10), server 2 takes its keys over and writes
+    # its files of the later sets; worker 1 killed at step 22 stops the job.
+    # A restore with all three servers loads server 1's slice from the file
+    # the replica wrote and ends with the weights of the job never harmed.
+    env = {"PS_REPLICAS": "1"}
+    clean = str(tmp_path / "clean.bin")
+    rc, out = run(3, 2, ARGS + ["--dump-weights", clean], env=env)
+    want = weights_of(rc, out, clean)
+    path = str(tmp_path / "restored.bin")
+    args = ARGS + ["--checkpoint-dir", str(tmp_path / "c"),
+                   "--checkpoint-every", "5", "--dump-weights", path]
+    step = random.randint(3, 10)
+    job = Job(3, 2, args, env=env)
+    job.kill_at_step("server", 1, step)
+    job.kill_at_step("worker", 1, 22)
+    rc, harmed = job.wait()
+    assert rc == 1, harmed
+    rc, out = run(3, 2, args + ["--restore"], env=env)
+    m = re.search(r"\[worker 0\] restore: resuming from the checkpoint of "
+                  r"step (\d+)", out)
+    assert m and int(m.group(1)) in (15, 20), out
+    assert (f"server 2: checkpoint of step {m.group(1)} for server 1 "
+            "written") in harmed, harmed
+    assert weights_of(rc, out, path) == want, (
+        f"server 1 killed at step {step}, restored from {m.group(1)}")
