@@ -6,20 +6,38 @@ weights of a job never harmed, bit for bit (--dump-weights)."""
 import random
 import re
 
+import pytest
+
 from pytorch_jobs import ARGS, needs_mnist, run, weights_of, Job
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """clean(servers, replicas): the final weights of the job never harmed
+    (2 workers), run once per shape for all the tests of this file."""
+    done = {}
+
+    def weights(servers, replicas=0):
+        if (servers, replicas) not in done:
+            path = str(tmp_path_factory.mktemp("clean") / "w.bin")
+            rc, out = run(servers, 2, ARGS + ["--dump-weights", path],
+                          env={"PS_REPLICAS": str(replicas)})
+            if replicas:  # each server served its replica shard to the end
+                assert "launch: all 6 processes exited 0" in out, out
+            done[servers, replicas] = weights_of(rc, out, path)
+        return done[servers, replicas]
+    return weights
+
+
 @needs_mnist
-def test_replicas_survive_a_killed_server_with_the_same_weights(tmp_path):
+def test_replicas_survive_a_killed_server_with_the_same_weights(tmp_path,
+                                                                clean):
     # PS_REPLICAS=1, 3 servers: fault-free the job ends well (each server
-    # serves its replica shard); server 1 killed (-9) at a random step, its
-    # replica (server 2) takes its keys over and the job ends with the
-    # weights of the job never harmed.
+    # serves its replica shard: clean); server 1 killed (-9) at a random
+    # step, its replica (server 2) takes its keys over and the job ends
+    # with the weights of the job never harmed.
     env = {"PS_REPLICAS": "1"}
-    clean = str(tmp_path / "clean.bin")
-    rc, out = run(3, 2, ARGS + ["--dump-weights", clean], env=env)
-    want = weights_of(rc, out, clean)
-    assert out.count("launch: all 6 processes exited 0") == 1, out
+    want = clean(3, 1)
 
     harmed = str(tmp_path / "harmed.bin")
     step = random.randint(3, 20)
@@ -31,24 +49,16 @@ def test_replicas_survive_a_killed_server_with_the_same_weights(tmp_path):
             "server 2 took over its keys)") in out, out
 
 
-def clean_weights(tmp_path, extra=()):
-    """The final weights of the job never harmed: 2 servers, 2 workers."""
-    path = str(tmp_path / "clean.bin")
-    rc, out = run(2, 2, ARGS + ["--dump-weights", path] + list(extra))
-    return weights_of(rc, out, path)
-
-
 @needs_mnist
 def test_a_killed_job_restores_from_its_checkpoint_to_the_same_weights(
-        tmp_path):
+        tmp_path, clean):
     # Checkpoints every 5 steps; worker 1 killed -9 at a random step stops
     # the job (exit 1); the same command with --restore resumes from the
     # newest complete set and ends with the weights of the job never killed.
-    ckpt = ["--checkpoint-every", "5"]
-    want = clean_weights(tmp_path,
-                         ckpt + ["--checkpoint-dir", str(tmp_path / "c0")])
+    want = clean(2)
     step = random.randint(8, 25)
-    args = ARGS + ckpt + ["--checkpoint-dir", str(tmp_path / "c1"),
+    args = ARGS + ["--checkpoint-every", "5",
+                   "--checkpoint-dir", str(tmp_path / "c"),
                           "--dump-weights", str(tmp_path / "restored.bin")]
     job = Job(2, 2, args)
     job.kill_at_step("worker", 1, step)
@@ -63,11 +73,11 @@ def test_a_killed_job_restores_from_its_checkpoint_to_the_same_weights(
 
 
 @needs_mnist
-def test_a_restarted_worker_rejoins_with_the_same_weights(tmp_path):
+def test_a_restarted_worker_rejoins_with_the_same_weights(tmp_path, clean):
     # launch.py --max-restarts 1: worker 1 kills itself (-9) between two
     # steps, at a random one; restarted, it asks the servers where to
     # resume and the job ends with the weights of the job never harmed.
-    want = clean_weights(tmp_path)
+    want = clean(2)
     step = random.randint(2, 27)
     path = str(tmp_path / "restarted.bin")
     rc, out = run(2, 2, ARGS + ["--dump-weights", path, "--die-after-steps",
@@ -95,16 +105,14 @@ def test_a_worker_killed_from_outside_is_restarted_and_the_job_ends(
 
 @needs_mnist
 def test_a_replica_writes_the_checkpoints_of_the_server_it_replaced(
-        tmp_path):
+        tmp_path, clean):
     # PS_REPLICAS=1, 3 servers, checkpoints every 5 steps: server 1 killed
     # -9 at a random step (<= 10), server 2 takes its keys over and writes
     # its files of the later sets; worker 1 killed at step 22 stops the job.
     # A restore with all three servers loads server 1's slice from the file
     # the replica wrote and ends with the weights of the job never harmed.
     env = {"PS_REPLICAS": "1"}
-    clean = str(tmp_path / "clean.bin")
-    rc, out = run(3, 2, ARGS + ["--dump-weights", clean], env=env)
-    want = weights_of(rc, out, clean)
+    want = clean(3, 1)
     path = str(tmp_path / "restored.bin")
     args = ARGS + ["--checkpoint-dir", str(tmp_path / "c"),
                    "--checkpoint-every", "5", "--dump-weights", path]
