@@ -46,24 +46,44 @@ server logic in Python (slower: each request takes the GIL).
 """
 
 from . import _ps
-from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_STEP, MAX_DENSE_STEP,
-                  SCHEDULER, SERVER_GROUP, WORKER_GROUP, DenseLayout,
-                  DenseServer, Error, OptimizerConfig, Placement, barrier,
-                  encode_dense_cmd, finalize, is_started, num_servers,
+from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_JOIN, DENSE_STEP,
+                  MAX_DENSE_STEP, SCHEDULER, SERVER_GROUP, WORKER_GROUP,
+                  Checkpointer, DenseLayout, DenseServer, Error,
+                  OptimizerConfig, Placement, barrier, encode_dense_cmd,
+                  is_started, max_restarts, num_servers,
                   num_shared_frames_received, num_shared_frames_sent,
-                  num_workers, peer_failure, rank, role, shared_array, start)
+                  num_workers, peer_failure, rank, rejoined, replicas, role,
+                  shared_array, start)
 
 __all__ = [
-    "ALL_GROUPS", "DENSE_DONE", "DENSE_STEP", "MAX_DENSE_STEP", "SCHEDULER",
-    "SERVER_GROUP", "WORKER_GROUP", "DenseLayout", "DenseServer", "Error",
-    "KVServer", "KVWorker", "OptimizerConfig", "Placement", "as_buffer",
-    "barrier", "encode_dense_cmd", "finalize", "is_started", "is_scheduler",
-    "is_server", "is_worker", "num_servers", "num_shared_frames_received",
-    "num_shared_frames_sent", "num_workers", "peer_failure", "rank", "role",
-    "shared_array", "start",
+    "ALL_GROUPS", "DENSE_DONE", "DENSE_JOIN", "DENSE_STEP", "MAX_DENSE_STEP",
+    "SCHEDULER", "SERVER_GROUP", "WORKER_GROUP", "Checkpointer",
+    "DenseLayout", "DenseServer", "Error", "KVServer", "KVWorker",
+    "OptimizerConfig", "Placement", "as_buffer", "barrier",
+    "encode_dense_cmd", "finalize", "is_started", "is_scheduler",
+    "is_server", "is_worker", "max_restarts", "num_servers",
+    "num_shared_frames_received", "num_shared_frames_sent", "num_workers",
+    "peer_failure", "rank", "rejoined", "replicas", "role", "shared_array",
+    "start",
 ]
 
 __version__ = "0.1.0"
+
+# Servers that ps.dense.serve_dense is done with, kept until finalize: a
+# request that comes after its shards are done (a resend, a replica's
+# forward) still finds its KVServer until every node passed finalize's
+# barrier, as a C++ server's lives until after ps::Finalize.
+_serving = []
+
+
+def finalize(barrier: bool = True) -> None:
+    """Barrier of all nodes (when `barrier`), then stops this node; then
+    lets go of the servers serve_dense kept. Raises ps.Error when the
+    barrier failed (a dead peer)."""
+    try:
+        _ps.finalize(barrier)
+    finally:
+        _serving.clear()
 
 
 def is_worker() -> bool:

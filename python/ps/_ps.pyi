@@ -19,6 +19,7 @@ WORKER_GROUP: int
 ALL_GROUPS: int
 DENSE_STEP: int
 DENSE_DONE: int
+DENSE_JOIN: int
 MAX_DENSE_STEP: int
 
 
@@ -45,6 +46,9 @@ def rank() -> int:
 def num_workers() -> int: ...
 def num_servers() -> int: ...
 def is_started() -> bool: ...
+def replicas() -> int: ...
+def max_restarts() -> int: ...
+def rejoined() -> bool: ...
 def peer_failure() -> Optional[str]:
     """None, or the first peer failure this node learned of (also after
     finalize(); Error before start())."""
@@ -140,11 +144,20 @@ class DenseServer:
                  weights: Buffer, optimizer: OptimizerConfig,
                  consistency: str = "bsp", max_delay: int = 0,
                  num_workers: int = 0, lr_step: int = 1,
-                 lr_gamma: float = 1.0, app_id: int = 0) -> None:
+                 lr_gamma: float = 1.0, app_id: int = 0, *,
+                 replica_first_key: int = 0, replica_end_key: int = 0,
+                 replica_weights: Optional[Buffer] = None,
+                 on_worker_failure: str = "stop", checkpoint_dir: str = "",
+                 checkpoint_every: int = 0, restore_step: int = -1) -> None:
         """ValueError: keys outside the layout, weights of another size,
         negative max_delay or num_workers, lr_step < 1, a server of app_id
-        on this node already. Error: a bad consistency or optimizer; before
-        start() or after finalize()."""
+        on this node already; under PS_REPLICAS=1 no replica_weights (the
+        slice of server rank - 1), or replica_weights without it;
+        on_worker_failure "continue", "restart" without PS_MAX_RESTARTS or
+        "stop" with it; checkpoint_every or restore_step without
+        checkpoint_dir, checkpoint_dir without consistency "bsp". Error: a
+        bad consistency or optimizer; a checkpoint that cannot be restored;
+        before start() or after finalize()."""
     def wait_all_done(self, timeout_s: float) -> bool:
         """ValueError: timeout_s negative or NaN."""
     @property
@@ -156,6 +169,27 @@ class DenseServer:
     def max_staleness(self) -> int: ...
     @property
     def bad_requests(self) -> int: ...
+    @property
+    def replica_updates_applied(self) -> Optional[int]: ...
+    @property
+    def workers_rejoined(self) -> int: ...
+
+
+class Checkpointer:
+    """mnist_dist's checkpoint sets in `dir` (src/kv/checkpointer.h); roles
+    "server" and "worker". Error: a failed call, naming the file."""
+    def __init__(self, dir: str, num_servers: int, num_workers: int,
+                 model_floats: int, chunk: int) -> None: ...
+    @property
+    def dir(self) -> str: ...
+    def path(self, step: int, role: str, rank: int) -> str: ...
+    def prepare_dir(self) -> None: ...
+    def check_empty(self) -> None: ...
+    def find_newest(self) -> Tuple[int, str]: ...
+    def write(self, role: str, rank: int, step: int, payload: bytes) -> None:
+        ...
+    def read(self, step: int, role: str, rank: int) -> bytes: ...
+    def remove_after(self, step: int, role: str, rank: int) -> None: ...
 
 
 Handler = Callable[[dict, np.ndarray, np.ndarray, Optional[np.ndarray]],

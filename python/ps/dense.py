@@ -7,6 +7,12 @@ gradient and pulls the next weights (DenseWorker.step); each server owns
 its slice in a DenseShard that averages the workers' gradients and applies
 a built-in optimizer (serve_dense). Consistency: "bsp" (every step waits
 for all workers), "bounded" (stale by at most max_delay steps) or "async".
+
+Failures, as mnist_dist (docs/failures.md): with PS_REPLICAS=1 each server
+also holds the previous server's keys and takes them over when it dies;
+checkpoint_dir / restore_step write and load mnist_dist's checkpoint files
+(Checkpoints); under PS_MAX_RESTARTS a restarted worker asks the servers
+where to resume (DenseWorker.rejoin).
 """
 
 from typing import Optional
@@ -14,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from . import _ps
-from . import as_buffer, KVWorker
+from . import _serving, as_buffer, KVWorker
 
 DEFAULT_CHUNK = 8192
 
@@ -62,6 +68,7 @@ class DenseWorker:
             if b < e:
                 firsts.append(b)
         self._done_keys = np.array(firsts, dtype=np.int64)
+        self._join_out = np.zeros(len(firsts), dtype=np.float32)
         self._done_vals = np.zeros(len(firsts), dtype=np.float32)
         self._done_lens = np.ones(len(firsts), dtype=np.int32)
         # Every server's keys [b, e) (views of keys and lens) and floats
@@ -127,6 +134,14 @@ class DenseWorker:
         finally:
             self.wait(pull)
 
+    def rejoin(self) -> int:
+        """A restarted worker (ps.rejoined()): the step to resume at, the
+        least that any server still waits for from it (DENSE_JOIN)."""
+        self._kv.wait(self._kv.pull(
+            self._done_keys, self._join_out, self._done_lens,
+            _ps.encode_dense_cmd(_ps.DENSE_JOIN, 0)))
+        return int(self._join_out.min())
+
     def done(self, steps: int) -> None:
         """Tells every server this worker pushed `steps` steps and stops."""
         self._kv.wait(self._kv.push(
@@ -135,32 +150,98 @@ class DenseWorker:
                                                      _ps.MAX_DENSE_STEP))))
 
 
+class Checkpoints:
+    """The checkpoint sets of a dense job of `total` floats in `dir`: the
+    files mnist_dist writes (src/kv/checkpointer.h), one per server (written
+    by serve_dense) and one per worker (write_worker) for each checkpointed
+    step. Make it before ps.start() in every role so that a bad folder fails
+    everywhere at once."""
+
+    def __init__(self, dir: str, total: int, chunk: int = DEFAULT_CHUNK):
+        self.files = _ps.Checkpointer(dir, _ps.num_servers(),
+                                      _ps.num_workers(), total, chunk)
+
+    def pick(self, restore: bool) -> int:
+        """The step to resume from (restore), else -1 after checking that
+        the folder (made 0700 if missing) holds no checkpoint. Raises
+        ps.Error naming the folder or the files that are unusable."""
+        self.files.prepare_dir()
+        if not restore:
+            self.files.check_empty()
+            return -1
+        step, skipped = self.files.find_newest()
+        if skipped:
+            print(f"restore: skipping unusable checkpoints: {skipped}",
+                  flush=True)
+        print(f"restore: resuming from the checkpoint of step {step} in "
+              f"{self.files.dir}", flush=True)
+        return step
+
+    def write_worker(self, rank: int, step: int, payload: bytes) -> None:
+        """Worker `rank`'s file of `step` (after that many steps). A failed
+        write raises ps.Error."""
+        self.files.write("worker", rank, step, payload)
+
+    def read_worker(self, rank: int, step: int) -> bytes:
+        """Worker `rank`'s payload of `step`; its files of later steps (the
+        killed run's) are removed."""
+        payload = self.files.read(step, "worker", rank)
+        self.files.remove_after(step, "worker", rank)
+        return payload
+
+
 def serve_dense(init, chunk: int = DEFAULT_CHUNK,
                 optimizer: Optional[_ps.OptimizerConfig] = None,
                 consistency: str = "bsp", max_delay: int = 0,
                 lr_step: int = 1, lr_gamma: float = 1.0,
                 timeout_s: Optional[float] = None,
-                app_id: int = 0) -> np.ndarray:
+                app_id: int = 0, checkpoint_dir: str = "",
+                checkpoint_every: int = 0, restore_step: int = -1,
+                on_worker_failure: Optional[str] = None) -> np.ndarray:
     """Serves this server's slice of a dense model until every worker is done.
 
     init: the whole model's initial flat weights (float32; the same on every
-    server and worker), of which this server keeps its slice. optimizer:
-    ps.OptimizerConfig("sgd", lr, momentum) or ("adam", lr, ...), applied
-    to the workers' averaged gradient; lr decays by lr_gamma every lr_step
-    tags (StepLR). Returns the final slice. Raises ps.Error when a worker
-    died or timeout_s passed.
+    server and worker), of which this server keeps its slice (and, with
+    PS_REPLICAS=1, the slice of server rank - 1, whose keys it takes over
+    when that server dies). optimizer: ps.OptimizerConfig("sgd", lr,
+    momentum) or ("adam", lr, ...), applied to the workers' averaged
+    gradient; lr decays by lr_gamma every lr_step tags (StepLR).
+    checkpoint_dir with checkpoint_every N (bsp only): this server writes its
+    files every N steps; restore_step (from Checkpoints.pick) starts from
+    that step's files. on_worker_failure: "stop", or "restart" (the default
+    under PS_MAX_RESTARTS: a dead worker is awaited back). Returns the final
+    slice. Raises ValueError for options that contradict each other or the
+    job's settings, naming them; ps.Error when a worker died or timeout_s
+    passed.
     """
     init = np.ascontiguousarray(as_buffer(init, "init"), dtype=np.float32)
     init = init.reshape(-1)
     layout = _ps.DenseLayout(init.size, chunk)
     placement = dense_placement(layout, _ps.num_servers())
-    first, end = server_keys(layout, placement, _ps.rank())
-    lo = layout.offset(first)
-    hi = lo if first == end else layout.offset(end - 1) + layout.length(end - 1)
-    server = _ps.DenseServer(layout, first, end, init[lo:hi],
+
+    def keys_and_slice(rank):
+        first, end = server_keys(layout, placement, rank)
+        lo = layout.offset(first)
+        hi = lo if first == end else (layout.offset(end - 1) +
+                                      layout.length(end - 1))
+        return first, end, init[lo:hi]
+
+    first, end, mine = keys_and_slice(_ps.rank())
+    replica = {}
+    if _ps.replicas() > 0:
+        primary = (_ps.rank() + _ps.num_servers() - 1) % _ps.num_servers()
+        rfirst, rend, rslice = keys_and_slice(primary)
+        replica = dict(replica_first_key=rfirst, replica_end_key=rend,
+                       replica_weights=rslice)
+    if on_worker_failure is None:
+        on_worker_failure = "restart" if _ps.max_restarts() > 0 else "stop"
+    server = _ps.DenseServer(layout, first, end, mine,
                              optimizer or _ps.OptimizerConfig(),
                              consistency, max_delay, 0, lr_step, lr_gamma,
-                             app_id)
+                             app_id, on_worker_failure=on_worker_failure,
+                             checkpoint_dir=checkpoint_dir or "",
+                             checkpoint_every=checkpoint_every,
+                             restore_step=restore_step, **replica)
     waited = 0.0
     while not server.wait_all_done(1.0):
         waited += 1.0
@@ -170,6 +251,5 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
             raise _ps.Error(f"server {_ps.rank()}: workers not done after "
                             f"{timeout_s} s ({server.updates_applied} "
                             "updates applied)")
-    weights = server.weights()
-    del server
-    return weights
+    _serving.append(server)  # answers late requests until ps.finalize()
+    return server.weights()

@@ -131,7 +131,11 @@ void Start(bool barrier) {
   {
     py::gil_scoped_release release;
     st = node->Start();
-    if (st.ok() && barrier) st = node->Barrier(kAllGroups);
+    // A restarted process that rejoined a running job skips the start
+    // barrier, which the others passed long ago (as ps::Start does).
+    if (st.ok() && barrier && !node->rejoined()) {
+      st = node->Barrier(kAllGroups);
+    }
   }
   if (!st.ok()) {
     throw PsError(std::string(RoleName(node->role())) +
@@ -230,6 +234,13 @@ void BindNode(py::module_& m) {
   m.def("num_workers", [] { return GetNode()->num_workers(); });
   m.def("num_servers", [] { return GetNode()->num_servers(); });
   m.def("is_started", [] { return State().started && !State().finalized; });
+  // The job's failure settings, as every node has them (PS_REPLICAS,
+  // PS_MAX_RESTARTS), and whether this worker is a restarted one that
+  // rejoined a running job (it skipped the start barrier: it must ask the
+  // servers where to resume, e.g. DenseWorker.rejoin).
+  m.def("replicas", [] { return GetNode()->config().replicas; });
+  m.def("max_restarts", [] { return GetNode()->config().max_restarts; });
+  m.def("rejoined", [] { return State().started && GetNode()->rejoined(); });
   m.def("peer_failure", []() -> py::object {
     // Also after finalize: why the job ended, if a peer failed.
     if (!State().started) {
@@ -270,4 +281,5 @@ PYBIND11_MODULE(_ps, m) {
   ps::python::BindPlacement(m);
   ps::python::BindDense(m);
   ps::python::BindServer(m);
+  ps::python::BindCheckpoint(m);
 }

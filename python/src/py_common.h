@@ -92,6 +92,7 @@ void BindWorker(pybind11::module_& m);
 void BindPlacement(pybind11::module_& m);
 void BindDense(pybind11::module_& m);
 void BindServer(pybind11::module_& m);
+void BindCheckpoint(pybind11::module_& m);
 
 }  // namespace python
 }  // namespace ps

@@ -40,7 +40,7 @@ py::array View(const SArray<T>& a) {
 class PyServer {
  public:
   PyServer(py::object handler, int app_id)
-      : node_(StartedNode("KVServer")),
+      : node_(CheckedNode()),
         handler_(CheckHandler(std::move(handler))),
         claim_(std::make_unique<CustomerClaim>(true, app_id, -1)),
         server_(std::make_unique<KVServer<float>>(node_, app_id)) {
@@ -64,6 +64,19 @@ class PyServer {
   }
 
  private:
+  // A Python handler has no replica handle: under PS_REPLICAS=1 the
+  // server before this one would forward its pushes here in vain.
+  static Node* CheckedNode() {
+    Node* node = StartedNode("KVServer");
+    if (node->config().replicas > 0) {
+      throw py::value_error(
+          "KVServer: PS_REPLICAS=" + std::to_string(node->config().replicas) +
+          " is not supported by a Python handler server (it has no replica "
+          "handle); ps.dense.serve_dense serves replicas");
+    }
+    return node;
+  }
+
   static py::object CheckHandler(py::object handler) {
     if (!PyCallable_Check(handler.ptr())) {
       throw py::type_error("KVServer: handler must be callable, got " +

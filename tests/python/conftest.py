@@ -19,15 +19,17 @@ def module_path():
                           os.path.join(ROOT, "build", "python", "pkg"))
 
 
-def launch(script, servers, workers, args=(), env=None, timeout=120):
-    """Runs tracker/launch.py -s S -w W -- python script args; returns the
-    CompletedProcess (stdout and stderr merged into .stdout)."""
+def launch(script, servers, workers, args=(), env=None, timeout=120,
+           launch_args=()):
+    """Runs tracker/launch.py -s S -w W [launch_args] -- python script args;
+    returns the CompletedProcess (stdout and stderr merged into .stdout)."""
     e = dict(os.environ)
     e["PYTHONPATH"] = module_path() + os.pathsep + e.get("PYTHONPATH", "")
     e.update(env or {})
-    cmd = [sys.executable, os.path.join(ROOT, "tracker", "launch.py"),
-           "-s", str(servers), "-w", str(workers), "--timeout", str(timeout),
-           "--", sys.executable, os.path.join(HERE, script)] + list(args)
+    cmd = ([sys.executable, os.path.join(ROOT, "tracker", "launch.py"),
+            "-s", str(servers), "-w", str(workers), "--timeout", str(timeout)]
+           + list(launch_args)
+           + ["--", sys.executable, os.path.join(HERE, script)] + list(args))
     return subprocess.run(cmd, env=e, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True,
                           timeout=timeout + 30)

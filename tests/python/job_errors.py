@@ -87,6 +87,24 @@ if ps.is_server():
     expect("DenseServer max_delay", lambda: ps.DenseServer(
         ps.DenseLayout(4, 2), 0, 2, np.zeros(4, np.float32),
         ps.OptimizerConfig(), "bounded", -1, app_id=1))
+    # Failure options this job's settings (no PS_REPLICAS, no
+    # PS_MAX_RESTARTS) or the Python path do not support, refused by name.
+    layout, zeros = ps.DenseLayout(4, 2), np.zeros(4, np.float32)
+
+    def dense(**kw):
+        consistency = kw.pop("consistency", "bsp")
+        return lambda: ps.DenseServer(layout, 0, 2, zeros,
+                                      ps.OptimizerConfig(), consistency,
+                                      app_id=1, **kw)
+    expect("DenseServer continue", dense(on_worker_failure="continue"))
+    expect("DenseServer restart", dense(on_worker_failure="restart"))
+    expect("DenseServer policy", dense(on_worker_failure="later"))
+    expect("DenseServer replica", dense(replica_end_key=2,
+                                        replica_weights=zeros))
+    expect("DenseServer checkpoint_every", dense(checkpoint_every=5))
+    expect("DenseServer checkpoint async", dense(
+        consistency="async", checkpoint_dir="/nonexistent",
+        checkpoint_every=5))
     ps.barrier(ps.WORKER_GROUP | ps.SERVER_GROUP)  # the worker is done
     server.close()
     ps.KVServer(handler, app_id=0).close()  # the app's id is free again

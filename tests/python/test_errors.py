@@ -77,6 +77,17 @@ def test_bad_calls_on_running_nodes_raise_and_the_job_ends_well(run_job):
     c("second KVServer", "ValueError", "app_id 0 already has a server")
     c("DenseServer same app", "ValueError", "app_id 0 already has a server")
     c("DenseServer max_delay", "ValueError", "max_delay=-1 is negative")
+    c("DenseServer continue", "ValueError",
+      "on_worker_failure='continue' is not supported from Python")
+    c("DenseServer restart", "ValueError", "on_worker_failure='restart'",
+      "PS_MAX_RESTARTS is 0")
+    c("DenseServer policy", "ValueError", "later")
+    c("DenseServer replica", "ValueError",
+      "replica_weights given but PS_REPLICAS is 0")
+    c("DenseServer checkpoint_every", "ValueError", "checkpoint_every=5",
+      "need checkpoint_dir")
+    c("DenseServer checkpoint async", "ValueError",
+      "checkpoint_dir needs consistency='bsp'", "got 'async'")
     got = outcomes(r.stdout, "worker")
     c = lambda *a: check(got, *a, stdout=r.stdout)  # noqa: E731
     c("barrier(SERVER_GROUP)", "ValueError",
