@@ -22,10 +22,11 @@ delay drawn from it too:
          job then runs with each node on a netns host of its own
          (tests/net/netns_hosts.py; root only)
 
-Verdict: PASS when the job exits 0 with the reference's weights; PASS when
-it stops with the launcher's one line naming the cause and a --restore
-from its checkpoints (the disk freed, no fault) ends with them; else FAIL,
-with the seed, the schedule, the exit code and the last lines. Every job
+Verdict: PASS when the job exits 0 with the reference's weights;
+PASS-restore when it stops (exit 1) with the launcher's last line naming
+a node this schedule faulted first, and a --restore from its checkpoints
+(the disk freed, no fault) ends with them; else FAIL, with the seed, the
+schedule, the exit code and the last lines. Every job
 runs under a timeout; each run's processes, hosts, mount and folder are
 removed after it. Exit 1 if any schedule failed.
 """
@@ -81,6 +82,7 @@ FLAGS = ["--threads", "1", "--consistency", "bsp", "--dropout=false",
 LAUNCH_OPTS = ["--max-restarts", "2"]
 MODEL_BYTES = 1199882 * 4
 DISK_MB = 64  # the tmpfs of a disk fault: two checkpoint sets fit
+NAMED = re.compile(r"(scheduler|server \d+|worker \d+) \(pid \d+\)")
 RESTORED = re.compile(r"restore: resuming from the checkpoint of step (\d+)")
 KINDS = ("kill", "stop", "drops", "disk", "link")
 
@@ -383,6 +385,7 @@ class Chaos:
     def job(self, name, flags, ckpt, faults=(), netns=False, drops=False):
         """Runs one job; (rc, lines, weights bytes or None, seconds)."""
         out = self.work / f"{name}.weights"
+        Path(ckpt).mkdir(mode=0o700, exist_ok=True)
         hosts = None
         with open(self.logs / f"{name}.log", "w") as log:
             try:
@@ -495,6 +498,13 @@ class Chaos:
         if rc not in (1,) or not cause:
             return self.fail(seed, rc, lines, "no one-line cause (exit "
                              f"{rc})" + extra)
+        blamed = NAMED.search(cause[-1])
+        faulted = {f["node"] for f in faults if f["node"]}
+        if blamed is None or blamed.group(1) not in faulted:
+            return self.fail(seed, rc, lines, "stopped, but the last line "
+                             f"names {blamed and blamed.group(1)}, not a "
+                             f"faulted node ({', '.join(sorted(faulted))}): "
+                             f"{cause[-1]}" + extra)
         for filler in ckpt.glob("chaos-filler"):
             filler.unlink()  # the operator frees the disk first
         rc2, lines2, weights2, _, _ = self.job(
@@ -503,7 +513,7 @@ class Chaos:
                      for m in [RESTORED.search(l)] if m), None)
         stopped = f"stopped: {cause[-1][len('launch: '):]}"
         if rc2 == 0 and weights2 == self.reference:
-            return "PASS", (f"{stopped}; --restore from step {step}: "
+            return "PASS-restore", (f"{stopped}; --restore from step {step}: "
                             f"bit-identical{extra}")
         what = ("weights differ" if rc2 == 0 else f"exit {rc2}")
         return self.fail(seed, rc2, lines2, f"{stopped}; --restore "
@@ -593,6 +603,9 @@ def main():
     print(f"\n{len(rows)} schedules in "
           f"{(time.monotonic() - start) / 60:.1f} min")
     table(rows)
+    counts = {v: sum(r[2] == v for r in rows)
+              for v in ("PASS", "PASS-restore", "FAIL")}
+    print(", ".join(f"{n} {v}" for v, n in counts.items()))
     for seed, text, verdict, why, _ in rows:
         if verdict == "FAIL":
             print(f"FAIL seed {seed}: {text}: {why}")
