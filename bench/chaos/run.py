@@ -596,10 +596,9 @@ def main():
     except KeyboardInterrupt:
         print("chaos: interrupted")
     finally:
-        if not args.logs:
-            failed = any(r[2] == "FAIL" for r in rows)
-            if not failed:
-                shutil.rmtree(chaos.work, ignore_errors=True)
+        # Without --logs the logs are in the work folder: kept on a FAIL.
+        if args.logs or not any(r[2] == "FAIL" for r in rows):
+            shutil.rmtree(chaos.work, ignore_errors=True)
     print(f"\n{len(rows)} schedules in "
           f"{(time.monotonic() - start) / 60:.1f} min")
     table(rows)
