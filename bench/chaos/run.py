@@ -1,34 +1,17 @@
 #!/usr/bin/env python3
-"""Chaos runs: random schedules of two or three faults against the ConvNet
-job (build/examples/mnist/mnist_dist through tracker/launch.py), each
-checked against the fault-free run, bit for bit.
+"""Chaos runs: random schedules of two or three faults (kill -9, SIGSTOP,
+1% drops, a full checkpoint disk, a cut link on netns hosts) against the
+ConvNet job (mnist_dist -s 3 -w 2 through tracker/launch.py, --replicas 1,
+--max-restarts 2, checkpoints), each checked bit for bit against the
+fault-free run; bench/chaos/README.md says what is drawn and judged.
 
   python3 bench/chaos/run.py BUILD_DIR [--minutes M | --schedules N]
   python3 bench/chaos/run.py BUILD_DIR --seed S      # replays schedule S
 
-The job: -s 3 -w 2, BSP, SGD with momentum, no dropout, --replicas 1,
---max-restarts 2, checkpoints every 5 steps. First the fault-free
-reference (run twice: it must be repeatable). Then, per schedule, its seed
-is printed, and 2 or 3 faults drawn from it, each at a training step and a
-delay drawn from it too:
-
-  kill   kill -9 of the scheduler, a server or a worker
-  stop   SIGSTOP of one, SIGCONT after a while (under or over the
-         heartbeat timeout) or never
-  drops  1% of the messages dropped, the whole run (PS_DROP_MSG=1)
-  disk   the checkpoint folder (a tmpfs made for the run) filled up, freed
-         after a while or never (root only)
-  link   a node's link cut, plugged in again after a while or never: the
-         job then runs with each node on a netns host of its own
-         (tests/net/netns_hosts.py; root only)
-
-Verdict: PASS when the job exits 0 with the reference's weights;
-PASS-restore when it stops (exit 1) with the launcher's last line naming
-a node this schedule faulted first, and a --restore from its checkpoints
-(the disk freed, no fault) ends with them; else FAIL, with the seed, the
-schedule, the exit code and the last lines. Every job
-runs under a timeout; each run's processes, hosts, mount and folder are
-removed after it. Exit 1 if any schedule failed.
+Verdict: PASS (exit 0, the reference's weights); PASS-restore (exit 1, the
+launcher's last line names a faulted node first, and a fault-free
+--restore from the checkpoints ends with the reference's weights); else
+FAIL. Exit 1 if any schedule failed.
 """
 
 import argparse
@@ -205,7 +188,7 @@ class Job:
         self.faults = [dict(f) for f in faults if f["kind"] != "drops"]
         self.lines = []
         self.step = -1
-        self.undo = []  # (time, action, description)
+        self.undo = []  # (time, action): SIGCONT, a link up, a disk freed
         self.notes = []
         self.ckpt = None
         self.log = log
@@ -252,7 +235,7 @@ class Job:
                 time.sleep(0.02)
                 rc = proc.poll()
         finally:
-            for _, action, _ in self.undo:
+            for _, action in self.undo:
                 action()
             self.undo = []
             self._kill_all(proc)
@@ -310,7 +293,7 @@ class Job:
 
     def _later(self, now, hold, action):
         if hold is not None:
-            self.undo.append((now + hold, action, ""))
+            self.undo.append((now + hold, action))
 
     def _kill_all(self, proc):
         """SIGCONT and SIGKILL to whatever of the run is left."""
