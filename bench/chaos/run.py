@@ -128,8 +128,6 @@ def job_processes(tag):
     """{pid: environ dict} of this run's mnist_dist processes."""
     found = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
                 raw = f.read()
@@ -137,11 +135,9 @@ def job_processes(tag):
                 stat = f.read()
         except OSError:
             continue
-        if f"CHAOS_RUN={tag}".encode() not in raw.split(b"\0"):
-            continue
-        comm = stat[stat.find("(") + 1:stat.rfind(")")]
-        state = stat[stat.rfind(")") + 2:][:1]
-        if comm != "mnist_dist" or state == "Z":
+        comm, state = stat[stat.find("(") + 1:].rsplit(") ", 1)
+        if (f"CHAOS_RUN={tag}".encode() not in raw.split(b"\0") or
+                comm != "mnist_dist" or state[:1] == "Z"):
             continue
         found[int(entry)] = dict(v.split("=", 1) for v in
                                  raw.decode(errors="replace").split("\0")
@@ -153,9 +149,8 @@ def find_node(tag, role, rank):
     """The pid of the newest run of that node, or None."""
     best = None
     for pid, env in job_processes(tag).items():
-        if env.get("DMLC_ROLE") != role:
-            continue
-        if rank is not None and env.get("PS_RANK") != str(rank):
+        if env.get("DMLC_ROLE") != role or (
+                rank is not None and env.get("PS_RANK") != str(rank)):
             continue
         n = int(env.get("PS_RESTART_COUNT", "0"))
         if best is None or n > best[0]:
@@ -166,11 +161,10 @@ def find_node(tag, role, rank):
 def fill(folder):
     """Writes folder/filler until the disk is full; returns the path."""
     path = os.path.join(folder, "chaos-filler")
-    chunk = b"\0" * (1 << 20)
     with open(path, "wb") as f:
         try:
             while True:
-                f.write(chunk)
+                f.write(b"\0" * (1 << 20))
                 f.flush()
         except OSError as err:
             if err.errno != errno.ENOSPC:
@@ -283,9 +277,11 @@ class Job:
         if kind == "kill":
             signal_quietly(pid, signal.SIGKILL)
         elif kind == "stop":
+            # SIGCONT to its group: on a netns host the nsenter above it
+            # (same group) stops itself when its child stops.
+            group = os.getpgid(pid)
             signal_quietly(pid, signal.SIGSTOP)
-            self._later(now, hold,
-                        lambda: signal_quietly(pid, signal.SIGCONT))
+            self._later(now, hold, lambda: continue_group(group))
         elif kind == "link":
             host = host_of(f["role"], f["rank"])
             self.hosts.set_link(host, False)
@@ -302,14 +298,21 @@ class Job:
         except OSError:
             pass
         proc.wait()
-        for pid in job_processes(self.tag):
-            signal_quietly(pid, signal.SIGCONT)
+        for pid in job_processes(self.tag):  # and the group around it
+            try:
+                signal_quietly(os.getpgid(pid), signal.SIGKILL, os.killpg)
+            except OSError:
+                pass
             signal_quietly(pid, signal.SIGKILL)
 
 
-def signal_quietly(pid, signum):
+def continue_group(group):
+    signal_quietly(group, signal.SIGCONT, os.killpg)
+
+
+def signal_quietly(pid, signum, kill=os.kill):
     try:
-        os.kill(pid, signum)
+        kill(pid, signum)
     except OSError:
         pass
 
@@ -362,7 +365,7 @@ class Chaos:
         self.flags = ["--data_dir", str(ROOT / "data" / "mnist"),
                       "--train_limit", str(args.steps * WORKERS * BATCH)]
         self.reference = None
-        self.kinds = [k for k in args.faults.split(",")]
+        self.kinds = args.faults.split(",")
         self.hosts_mod = None
 
     def job(self, name, flags, ckpt, faults=(), netns=False, drops=False):
@@ -387,8 +390,7 @@ class Chaos:
             for note in job.notes:
                 log.write(f"chaos: {note}\n")
         weights = out.read_bytes() if out.exists() else None
-        if out.exists():
-            out.unlink()
+        out.unlink(missing_ok=True)
         return rc, lines, weights, took, job.notes
 
     def check_environment(self):
@@ -547,9 +549,11 @@ def main():
     if not (args.build_dir / "examples/mnist/mnist_dist").is_file():
         sys.exit(f"chaos: {args.build_dir}/examples/mnist/mnist_dist is "
                  f"missing; build it first")
-    bad = set(args.faults.split(",")) - set(KINDS)
-    if bad:
-        parser.error(f"--faults: unknown kinds {sorted(bad)}")
+    if set(args.faults.split(",")) - set(KINDS):
+        parser.error(f"--faults: kinds are {','.join(KINDS)}")
+    # Both unwind through the cleanups, even in the background.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     chaos = Chaos(args)
     start = time.monotonic()
     rows = []
@@ -559,22 +563,19 @@ def main():
               f"kinds {','.join(chaos.kinds)}; logs in {chaos.logs}",
               flush=True)
         chaos.make_reference()
-        if args.seed is not None:
-            seeds = iter([args.seed])
-        else:
+        seeds = [args.seed]
+        if args.seed is None:
             first = (args.first_seed if args.first_seed is not None
                      else int(time.time()) % 1000000)
             print(f"chaos: seeds {first}, {first + 1}, ...", flush=True)
-            seeds = iter(range(first, first + 10**6))
+            seeds = range(first, first + 10**6)
         for seed in seeds:
             rows.append(chaos.schedule(seed))
-            if args.seed is not None:
-                break
-            if args.schedules and len(rows) >= args.schedules:
-                break
-            per = (time.monotonic() - start) / (len(rows) + 1)
-            if not args.schedules and (time.monotonic() - start + per >
-                                       args.minutes * 60):
+            # The next one is started if it ends in time, on average.
+            after = (time.monotonic() - start) * (len(rows) + 2) / (
+                len(rows) + 1)
+            if len(rows) == args.schedules or (
+                    not args.schedules and after > args.minutes * 60):
                 break
     except KeyboardInterrupt:
         print("chaos: interrupted")
