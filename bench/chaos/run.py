@@ -292,7 +292,7 @@ class Job:
             self.undo.append((now + hold, action))
 
     def _kill_all(self, proc):
-        """SIGCONT and SIGKILL to whatever of the run is left."""
+        """SIGKILL to whatever of the run is left, stopped or not."""
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
