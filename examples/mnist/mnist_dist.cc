@@ -228,6 +228,9 @@ int PickCheckpoint(const mnist::TrainOptions& o) {
   const mnist::CheckpointJob job = mnist::CheckpointJobOf(o);
   ps::Status ready = mnist::PrepareCheckpointDir(job);
   if (!ready.ok()) Die("--checkpoint_dir: " + ready.message());
+  // A process the launcher started again (--max-restarts) rejoins its job,
+  // which wrote these checkpoints: it learns its step from the servers.
+  if (std::getenv("PS_RESTART_COUNT") != nullptr) return -1;
   if (!FLAGS_restore) {
     ps::Status st = mnist::CheckEmptyCheckpointDir(job);
     if (!st.ok()) Die("--checkpoint_dir: " + st.message());

@@ -448,7 +448,8 @@ void ExpectEveryStepWhole(const std::string& out) {
 // Worker 1 kills itself (kill -9) right after a step drawn at random: the
 // launcher starts it again, it rejoins at that step, and, as it lost no
 // step and BSP without dropout is deterministic, the job ends with the
-// fault-free weights, bit for bit.
+// fault-free weights, bit for bit. The job writes checkpoints: the new
+// worker takes the folder its job filled (it rejoins; it does not restore).
 TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
   std::srand(static_cast<unsigned>(std::time(nullptr)) ^ getpid());
   const int step = 5 + std::rand() % 85;  // of 100
@@ -457,10 +458,14 @@ TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
   std::string clean = TempPath("clean.bin"), restarted = TempPath("re.bin");
   Result a = Launch("", flags + " --dump_weights " + clean);
   ASSERT_EQ(a.rc, 0) << a.out;
-  Result b =
-      Launch("--max-restarts 1", flags + " --dump_weights " + restarted +
-                                     " --die_node worker:1 --die_after_steps " +
-                                     std::to_string(step));
+  const std::string dir = TempPath("restart-ckpt");
+  Shell("rm -rf " + dir + " && mkdir -p " + dir);
+  Result b = Launch("--max-restarts 1",
+                    flags + " --dump_weights " + restarted +
+                        " --checkpoint_every_steps 10 --checkpoint_dir " + dir +
+                        " --die_node worker:1 --die_after_steps " +
+                        std::to_string(step));
+  Shell("rm -rf " + dir);
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_NE(b.out.find("killing itself after " + std::to_string(step)),
             std::string::npos)
