@@ -63,10 +63,10 @@ struct Config {
   int64_t max_message_bytes = int64_t{1} << 30;
   int water_mark = 1000;
   int handshake_timeout_ms = 3000;  // a connection's handshake, at most
-  int resend_timeout_ms = 1000;  // 0: never resend
-  int drop_percent = 0;          // tests: PS_DROP_MSG
-  int replicas = 0;              // 0 or 1 (PS_REPLICAS)
-  int max_restarts = 0;          // > 0: dead workers may rejoin
+  int resend_timeout_ms = 1000;     // 0: never resend
+  int drop_percent = 0;             // tests: PS_DROP_MSG
+  int replicas = 0;                 // 0 or 1 (PS_REPLICAS)
+  int max_restarts = 0;             // > 0: dead workers may rejoin
   int rejoin_timeout_ms = 60000;
 
   // Reads the process environment. Errors name the variable and the value.
