@@ -222,8 +222,9 @@ EXIT_SKIPPED = 77  # What ctest's SKIP_RETURN_CODE expects.
 
 
 def main():
-    """Runs the tests; exits 77 when every one was skipped, so that ctest
-    reports them skipped rather than passed."""
+    """Runs the tests of the script run (unittest's __main__: this file's,
+    or test_link_cut_resend's); exits 77 when every one was skipped, so
+    that ctest reports them skipped rather than passed."""
     result = unittest.main(exit=False, verbosity=2).result
     if not result.wasSuccessful():
         sys.exit(1)

@@ -26,7 +26,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_hosts  # noqa: E402
-from test_cross_host import (EXIT_SKIPPED, MNIST_DIR, MNIST_DIST,  # noqa: E402
+# main: runs this file's tests (unittest's __main__), exit 77 if all skip.
+from test_cross_host import (MNIST_DIR, MNIST_DIST, main,  # noqa: E402
                              why_skip)
 
 JOB_TIMEOUT = 180  # Seconds; each job below takes ~15 on an idle machine.
@@ -122,16 +123,6 @@ class LinkCutResend(unittest.TestCase):
         print(f"cut h{WORKER0}-h{SERVER} for {CUT_SECONDS} s: "
               f"{resent.group(1)} requests resent, {resent.group(2)} "
               f"duplicates let go; weights bit-equal")
-
-
-def main():
-    """Runs the tests; exits 77 when every one was skipped."""
-    result = unittest.main(exit=False, verbosity=2).result
-    if not result.wasSuccessful():
-        sys.exit(1)
-    if result.testsRun > 0 and len(result.skipped) == result.testsRun:
-        sys.exit(EXIT_SKIPPED)
-    sys.exit(0)
 
 
 if __name__ == "__main__":
