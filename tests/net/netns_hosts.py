@@ -409,7 +409,7 @@ class HostJob(launch.Job):
         tested.)"""
         with self._reports_lock:
             by_scheduler = [r for r in self._reports
-                            if r[2].name == "scheduler"]
+                            if r[2] == "scheduler"]
         return by_scheduler[0] if by_scheduler else super().first_report()
 
     def start(self, port):
@@ -423,7 +423,7 @@ class HostJob(launch.Job):
             self.children.append(child)
             prefix = f"[{child.name}] "
 
-            def watch(line, reporter=child):
+            def watch(line, reporter=child.name):
                 self._watch(reporter, line)
             child.readers = [
                 self.mux.start_reader(child.proc.stdout, prefix, sys.stdout,

@@ -195,11 +195,12 @@ class Job:
         self.exits.put((child, proc.wait()))
 
     def _watch(self, reporter, line):
+        """reporter: the name of the process that printed line."""
         text = line.strip()
         if text and not GLOG_LINE.match(text):
-            self._last_said[getattr(reporter, "name", reporter)] = text
+            self._last_said[reporter] = text
         if b"ps-event: " in line:
-            self._read_event(getattr(reporter, "name", reporter), line)
+            self._read_event(reporter, line)
             return
         if b"was declared dead" not in line:  # Cheap test first.
             return
@@ -210,7 +211,7 @@ class Job:
         reason = match.group(2).decode(errors="replace").strip()
         with self._reports_lock:
             self._reports.append((name, reason, reporter))
-        if getattr(reporter, "name", reporter) == "scheduler":
+        if reporter == "scheduler":
             self._declared.put(name)  # Its verdict: the others follow it.
         self._reported.set()
 
