@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -207,11 +208,12 @@ class Stranger {
   void SendRaw(const void* data, size_t size) {
     zmq_send(socket_, data, size, ZMQ_DONTWAIT);
   }
-  // Queues up to `count` garbage messages; stops when the peer takes
-  // nothing for a second (a refused stranger's queue stays full).
-  void Flood(int count) {
+  // Queues up to `count` garbage messages and returns how many; stops when
+  // the peer takes nothing for `patience_ms` (a refused stranger's queue
+  // stays full).
+  int Flood(int count, int patience_ms) {
     const char garbage[] = "\x08\xff\xff\xff\xff\x0f not a header";
-    auto deadline = Clock::now() + std::chrono::seconds(60);
+    auto deadline = Clock::now() + std::chrono::seconds(120);
     int sent = 0;
     while (sent < count && Clock::now() < deadline) {
       if (zmq_send(socket_, garbage, sizeof(garbage), ZMQ_DONTWAIT) >= 0) {
@@ -219,8 +221,12 @@ class Stranger {
         continue;
       }
       zmq_pollitem_t item{socket_, 0, ZMQ_POLLOUT, 0};
-      if (zmq_poll(&item, 1, 1000) <= 0) break;
+      if (zmq_poll(&item, 1, patience_ms) <= 0) break;
     }
+    // What was queued may leave as slowly as the peer takes it.
+    int linger = std::max(patience_ms, 1000) * 2;
+    zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
+    return sent;
   }
 
  private:
@@ -250,10 +256,12 @@ Message SpoofedControl(pb::Command cmd, int sender, int recver, bool request) {
   return msg;
 }
 
-// Everything a stranger tries against the job's nodes.
-void Attack(int scheduler_port, int server0_port, int server1_port,
+// Everything a stranger tries against the job's nodes. Returns how many
+// garbage messages the flood at server 0 queued.
+int Attack(int scheduler_port, int server0_port, int server1_port,
             int worker0_port, const std::string& server_key) {
   void* context = zmq_ctx_new();
+  int flooded = 0;
   {
     // As worker 0: a push of NaNs, then a pull of the weights.
     Stranger s0(context, server0_port, server_key);
@@ -311,7 +319,9 @@ void Attack(int scheduler_port, int server0_port, int server1_port,
     report.meta.mutable_control()->mutable_node(0)->set_rank(0);
     sch.Send(report);
     // A flood of garbage at server 0 and one oversize frame at server 1.
-    s0.Flood(kFloodMessages);
+    // A node that takes what it is sent keeps taking it: a slow (sanitized,
+    // loaded) one is given 30 s, a refused connection's queue 1 s.
+    flooded = s0.Flood(kFloodMessages, server_key.empty() ? 30000 : 1000);
     if (!server_key.empty()) {
       // A stranger that speaks no CurveZMQ at all.
       Stranger plain(context, server0_port, "");
@@ -320,8 +330,9 @@ void Attack(int scheduler_port, int server0_port, int server1_port,
     Stranger s1(context, server1_port, server_key);
     std::vector<char> big(kOversizeBytes);
     s1.SendRaw(big.data(), big.size());
-  }  // each socket lingers until its queue left (10 s at most)
+  }  // each socket lingers until its queue left (a minute at most)
   zmq_ctx_term(context);
+  return flooded;
 }
 
 struct Counters {
@@ -348,9 +359,11 @@ std::map<std::string, Counters> ParseCounters(const std::string& out) {
 }
 
 // Runs kv_job hostile with 2 servers and 2 workers while a stranger attacks,
-// and checks that every sum is exact. Returns the nodes' counters.
+// and checks that every sum is exact. Returns the nodes' counters and sets
+// *flooded to the number of garbage messages queued at server 0.
 std::map<std::string, Counters> RunAttackedJob(bool with_key,
-                                               std::string* output) {
+                                               std::string* output,
+                                               int* flooded) {
   std::string dir = testing::TempDir() + "/hostile_" +
                     std::to_string(getpid()) + (with_key ? "_key" : "_plain");
   mkdir(dir.c_str(), 0700);
@@ -385,7 +398,7 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
   EXPECT_GT(server1, 0);
   EXPECT_GT(worker0, 0);
   if (scheduler > 0 && server0 > 0 && server1 > 0 && worker0 > 0) {
-    Attack(scheduler, server0, server1, worker0, public_key);
+    *flooded = Attack(scheduler, server0, server1, worker0, public_key);
   }
   { std::ofstream(go.c_str()) << "go\n"; }
   int exit_code = job.Finish(kLaunchTimeoutSeconds + 30);
@@ -420,7 +433,8 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
 
 TEST(Hostile, StrangerWithoutTheKeyIsRefusedAtConnect) {
   std::string out;
-  std::map<std::string, Counters> c = RunAttackedJob(true, &out);
+  int flooded = 0;
+  std::map<std::string, Counters> c = RunAttackedJob(true, &out, &flooded);
   SCOPED_TRACE(out);
   ASSERT_EQ(c.size(), 5u);
   for (const char* who : {"scheduler 0", "server 0", "server 1", "worker 0"}) {
@@ -435,11 +449,14 @@ TEST(Hostile, StrangerWithoutTheKeyIsRefusedAtConnect) {
 
 TEST(Hostile, WithoutKeysEverySpoofIsDroppedAndCounted) {
   std::string out;
-  std::map<std::string, Counters> c = RunAttackedJob(false, &out);
+  int flooded = 0;
+  std::map<std::string, Counters> c = RunAttackedJob(false, &out, &flooded);
   SCOPED_TRACE(out);
   ASSERT_EQ(c.size(), 5u);
-  // Spoofed push, pull, NODE_FAILED and NODE_JOINED, and the whole flood.
-  EXPECT_GE(c["server 0"].dropped, kFloodMessages + 4);
+  // Spoofed push, pull, NODE_FAILED and NODE_JOINED, and the whole flood:
+  // server 0 kept reading it all, and dropped every message.
+  EXPECT_EQ(flooded, kFloodMessages);
+  EXPECT_GE(c["server 0"].dropped, flooded + 4);
   EXPECT_GE(c["worker 0"].dropped, 1);  // NODE_FAILED "from the scheduler"
   // TERMINATE and BARRIER as others, one worker too many, and a member's
   // report to a scheduler that did not restart.
