@@ -259,7 +259,7 @@ Message SpoofedControl(pb::Command cmd, int sender, int recver, bool request) {
 // Everything a stranger tries against the job's nodes. Returns how many
 // garbage messages the flood at server 0 queued.
 int Attack(int scheduler_port, int server0_port, int server1_port,
-            int worker0_port, const std::string& server_key) {
+           int worker0_port, const std::string& server_key) {
   void* context = zmq_ctx_new();
   int flooded = 0;
   {
