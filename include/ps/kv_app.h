@@ -91,11 +91,11 @@ class KVWorker {
  public:
   using Callback = std::function<void()>;
 
-  // On DefaultNode() (ps::Start). KVWorker(app_id) is older ps-lite's form:
-  // customer app_id.
+  // On customer_id's node (ps::Start; CustomerNode). KVWorker(app_id) is
+  // older ps-lite's form: customer app_id.
   explicit KVWorker(int app_id) : KVWorker(app_id, app_id) {}
   KVWorker(int app_id, int customer_id)
-      : KVWorker(DefaultNode(), app_id, customer_id) {}
+      : KVWorker(CustomerNode(customer_id), app_id, customer_id) {}
   // `node` must outlive this worker.
   KVWorker(Node* node, int app_id, int customer_id)
       : core_(node, app_id, customer_id, detail::DataTypeOf<Val>(),

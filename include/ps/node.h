@@ -115,6 +115,10 @@ class Node {
 // Ends the process with a message naming the variable on a bad
 // configuration.
 Node* DefaultNode();
+// The node ps::Start(customer_id) started for `customer_id`: its own, for a
+// worker customer started after the process's first (ps-lite counts each
+// worker customer as a worker), else DefaultNode().
+Node* CustomerNode(int customer_id);
 
 }  // namespace ps
 

@@ -39,19 +39,24 @@
 namespace ps {
 
 // Rendezvous, then a barrier of all nodes (so every server's KVServer may be
-// built before workers send; early requests are held anyway). Several
-// threads of a process may each Start their own customer (ps-lite's
-// multi-worker form): the first starts the node (rendezvous and barrier),
-// the others wait for that and share it; the process is one node, so
-// DMLC_NUM_WORKER counts worker processes.
+// built before workers send; early requests are held anyway). As in
+// ps-lite, each worker customer a process starts is a worker of the job:
+// DMLC_NUM_WORKER counts them, and several threads of one worker process
+// may each Start their own (ps-lite's multi-worker form). The first uses
+// the process's default node; each later one gets a node of its own (its
+// own rank and connections, the same configuration), which
+// KVWorker(app_id, customer_id), SimpleApp(app_id, customer_id) and
+// Barrier(customer_id, group) then use. Customers of a server or of the
+// scheduler share the default node.
 void Start(int customer_id, const char* argv0 = nullptr);
 // Rendezvous without the barrier.
 void StartAsync(int customer_id, const char* argv0 = nullptr);
-// Ends `customer_id`. As in ps-lite, customer 0 stops the node, after
-// waiting (up to PS_BARRIER_TIMEOUT_MS) for the process's other started
-// customers to finalize; without a customer 0, the last one does. Stopping
-// is a barrier of all nodes (when do_barrier), an ordered shutdown, then
-// the exit callback.
+// Ends `customer_id`. A worker customer with a node of its own stops that
+// node. As in ps-lite, customer 0 stops the default node, after waiting (up
+// to PS_BARRIER_TIMEOUT_MS) for the process's other customers on it to
+// finalize; without a customer 0, the last one does. Stopping is a barrier
+// of all nodes (when do_barrier), an ordered shutdown, then (the default
+// node's) the exit callback.
 void Finalize(int customer_id, bool do_barrier = true);
 // Older ps-lite releases' forms (one customer per process): Start(0, argv0)
 // and Finalize(0, true).
@@ -67,8 +72,8 @@ int MyRank();
 bool IsWorker();
 bool IsServer();
 bool IsScheduler();
-// Blocks until all of `group` arrived; exits the process naming the missing
-// nodes on timeout or a dead member.
+// Blocks until all of `group` arrived (on customer_id's node); exits the
+// process naming the missing nodes on timeout or a dead member.
 void Barrier(int customer_id, int group);
 void Barrier(int group);
 

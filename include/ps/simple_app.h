@@ -12,8 +12,14 @@
 // thread. Handles must not Wait. Wait ends early, logging why, when a
 // receiver is declared dead (the default node instead ends the process).
 //
-// Thread-safety: Request/Response/Wait from any thread; set the handles
-// before requests can arrive (before ps::Start, as ps-lite programs do).
+// Requests that reach an app before its request handle is set (ps-lite
+// programs make the app and set the handle after ps::Start, when peers may
+// have asked already) wait for it: they are handed over when the request
+// handle is set, at the app's first Request, Wait or Response, or a second
+// after it was made, whichever comes first. Requests for an app that is
+// never made are refused after PS_CONNECT_TIMEOUT_MS, naming it.
+//
+// Thread-safety: Request/Response/Wait from any thread.
 #ifndef PS_SIMPLE_APP_H_
 #define PS_SIMPLE_APP_H_
 
@@ -31,8 +37,9 @@ namespace ps {
 struct SimpleData {
   int head = 0;
   std::string body;
-  int sender = 0;     // node id
-  int timestamp = 0;  // the requester's
+  int sender = 0;       // node id
+  int timestamp = 0;    // the requester's
+  int customer_id = 0;  // the requester's app's customer id
 };
 
 class SimpleApp {
@@ -42,6 +49,8 @@ class SimpleApp {
   // On DefaultNode() (made from the environment if need be; ps::Start may
   // come later).
   explicit SimpleApp(int app_id);
+  // ps-lite's form: on customer_id's node (ps::Start; CustomerNode).
+  SimpleApp(int app_id, int customer_id);
   // `node` must outlive this app.
   SimpleApp(Node* node, int app_id, int customer_id);
   virtual ~SimpleApp();

@@ -22,23 +22,27 @@ namespace ps {
 namespace {
 
 // The default node of this process and its customers (the convenience layer
-// only; the core never reaches for it).
+// only; the core never reaches for it). As in ps-lite, every worker customer
+// that ps::Start starts is a worker of the job (DMLC_NUM_WORKER counts them):
+// the first uses the default node, each later one a node of its own, made
+// from the same configuration. Servers' and the scheduler's customers share
+// the default node.
 struct DefaultState {
   std::mutex node_mu;  // guards `node` creation
   std::unique_ptr<Node> node;
-  // Held through Start's rendezvous and Finalize, so that several threads
-  // (one customer each) start and stop the one node in turn.
-  std::mutex start_mu;
-  bool started = false;                 // guarded by start_mu
-  bool stopped = false;                 // guarded by start_mu
-  std::set<int> customers;              // started, not yet finalized; start_mu
-  bool customer0_started = false;       // start_mu
-  std::condition_variable finalized;    // a customer finalized; start_mu
-  std::function<void()> exit_callback;  // start_mu
+  std::mutex start_mu;  // guards the rest; never held through a rendezvous
+  std::map<int, Node*> node_of;                    // started customers' nodes
+  std::map<int, std::unique_ptr<Node>> own_nodes;  // worker customers' own
+  enum { kIdle, kStarting, kStarted } default_start = kIdle;
+  bool stopping = false;  // the default node's Finalize began
+  std::set<int> sharing;  // started on the default node, not finalized
+  bool customer0_started = false;
+  std::condition_variable changed;  // a start or a Finalize ended
+  std::function<void()> exit_callback;
 };
 
-// Destroyed at exit, after main returns or std::exit: the node's destructor
-// stops it, which tells the scheduler it leaves (a failure unless Finalize
+// Destroyed at exit, after main returns or std::exit: the nodes' destructors
+// stop them, which tells the scheduler they leave (a failure unless Finalize
 // ran first) and gives queued messages PS's linger time to leave.
 DefaultState& State() {
   static DefaultState state;
@@ -54,21 +58,63 @@ DefaultState& State() {
   std::_Exit(1);
 }
 
+// The node of a worker customer started after the process's first: the
+// default node's configuration, with any port and rank the scheduler gives
+// (the launcher's PS_RANK and a fixed port are the first node's).
+std::unique_ptr<Node> MakeCustomerNode(const Node& first, int customer_id) {
+  Config config = first.config();
+  if (config.max_restarts > 0) {
+    Die("ps::Start(" + std::to_string(customer_id) +
+        "): a worker process with several worker customers cannot be "
+        "restarted (PS_MAX_RESTARTS=" +
+        std::to_string(config.max_restarts) +
+        "): its customers are workers of their own, and a restarted "
+        "process would not find its ranks again");
+  }
+  config.rank = -1;
+  config.port = 0;
+  return std::make_unique<Node>(config);
+}
+
 void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
   DefaultState& state = State();
-  Node* node = DefaultNode();
-  std::lock_guard<std::mutex> lock(state.start_mu);
-  if (state.stopped) {
-    Die("ps::Start(" + std::to_string(customer_id) +
-        ") after the node was finalized (its last customer called "
-        "ps::Finalize)");
+  Node* first = DefaultNode();
+  Node* node = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(state.start_mu);
+    if (state.stopping) {
+      Die("ps::Start(" + std::to_string(customer_id) +
+          ") after the node was finalized (its last customer called "
+          "ps::Finalize)");
+    }
+    if (state.node_of.count(customer_id) > 0) return;  // started already
+    if (first->role() == Role::kWorker && !state.node_of.empty()) {
+      auto& own = state.own_nodes[customer_id];
+      own = MakeCustomerNode(*first, customer_id);
+      node = own.get();
+    } else {
+      node = first;
+      state.sharing.insert(customer_id);
+      if (customer_id == 0) state.customer0_started = true;
+    }
+    state.node_of[customer_id] = node;
+    if (node == first) {
+      if (state.default_start != DefaultState::kIdle) {
+        // Another customer of this process starts the node: wait for it.
+        state.changed.wait(lock, [&state] {
+          return state.default_start == DefaultState::kStarted;
+        });
+        return;
+      }
+      state.default_start = DefaultState::kStarting;
+    }
   }
-  state.customers.insert(customer_id);
-  if (customer_id == 0) state.customer0_started = true;
-  if (state.started) return;  // another customer of this process started it
-  if (argv0 != nullptr && !google::IsGoogleLoggingInitialized()) {
-    google::InitGoogleLogging(argv0);
-  }
+  static std::once_flag logging;
+  std::call_once(logging, [argv0] {
+    if (argv0 != nullptr && !google::IsGoogleLoggingInitialized()) {
+      google::InitGoogleLogging(argv0);
+    }
+  });
   node->SetPeerFailureHandler([node](const Status& why) {
     Die(node->DescribeNode(node->id()) + " stops: " + why.message());
   });
@@ -77,9 +123,16 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
     Die(std::string(RoleName(node->role())) +
         " failed to start: " + st.ToString());
   }
-  state.started = true;
+  if (node == first) {
+    std::lock_guard<std::mutex> lock(state.start_mu);
+    state.default_start = DefaultState::kStarted;
+    state.changed.notify_all();
+  }
   // A restarted worker rejoins a job that passed this barrier long ago.
-  if (do_barrier && !node->rejoined()) Barrier(kAllGroups);
+  if (do_barrier && !node->rejoined()) {
+    Status barrier = node->Barrier(kAllGroups);
+    if (!barrier.ok()) Die(barrier.ToString());
+  }
 }
 
 }  // namespace
@@ -112,41 +165,52 @@ void StartAsync(int customer_id, const char* argv0) {
 
 void Finalize(int customer_id, bool do_barrier) {
   DefaultState& state = State();
-  Node* node = DefaultNode();
+  Node* first = DefaultNode();
+  Node* node = first;
   std::function<void()> exit_callback;
   {
     std::unique_lock<std::mutex> lock(state.start_mu);
-    state.customers.erase(customer_id);
-    state.finalized.notify_all();
-    // As in ps-lite, customer 0 stops the node (when it never started, the
-    // last customer does), once every other customer that started is done.
-    bool owner = customer_id == 0 || !state.customer0_started;
-    if (state.stopped || !owner ||
-        (customer_id != 0 && !state.customers.empty())) {
-      return;
-    }
-    auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::milliseconds(node->config().barrier_timeout_ms);
-    while (!state.customers.empty()) {
-      if (state.finalized.wait_until(lock, deadline) ==
-          std::cv_status::timeout) {
+    auto it = state.node_of.find(customer_id);
+    if (it != state.node_of.end()) node = it->second;
+    if (node == first) {
+      state.sharing.erase(customer_id);
+      state.changed.notify_all();
+      // As in ps-lite, customer 0 stops the node (when it never started,
+      // the last customer does), once every other customer that started on
+      // it is done.
+      bool owner = customer_id == 0 || !state.customer0_started;
+      if (state.stopping || !owner ||
+          (customer_id != 0 && !state.sharing.empty())) {
+        return;
+      }
+      auto deadline =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(first->config().barrier_timeout_ms);
+      if (!state.changed.wait_until(
+              lock, deadline, [&state] { return state.sharing.empty(); })) {
         std::string left;
-        for (int c : state.customers) left += " " + std::to_string(c);
+        for (int c : state.sharing) left += " " + std::to_string(c);
         Die("ps::Finalize(0): customers" + left +
             " of this process did not finalize within " +
-            std::to_string(node->config().barrier_timeout_ms) +
+            std::to_string(first->config().barrier_timeout_ms) +
             " ms (PS_BARRIER_TIMEOUT_MS)");
       }
+      state.stopping = true;
+    } else {
+      state.node_of.erase(it);  // a worker customer's own node: it stops it
     }
-    Status st = node->Finalize(do_barrier);
-    if (!st.ok()) Die("Finalize failed: " + st.ToString());
-    state.stopped = true;
+  }
+  // No lock held: the barrier waits for the process's other customers too.
+  Status st = node->Finalize(do_barrier);
+  if (!st.ok()) Die("Finalize failed: " + st.ToString());
+  if (node != first) return;
+  {
+    std::lock_guard<std::mutex> lock(state.start_mu);
     exit_callback = std::move(state.exit_callback);
   }
-  // The node stays (stopped) until exit: KVWorker/KVServer objects that
+  // The nodes stay (stopped) until exit: KVWorker/KVServer objects that
   // outlive this call, or that the exit callback deletes, still unregister
-  // from it.
+  // from them.
   if (exit_callback) exit_callback();
 }
 
@@ -163,7 +227,18 @@ bool IsWorker() { return DefaultNode()->role() == Role::kWorker; }
 bool IsServer() { return DefaultNode()->role() == Role::kServer; }
 bool IsScheduler() { return DefaultNode()->role() == Role::kScheduler; }
 
-void Barrier(int /*customer_id*/, int group) { Barrier(group); }
+Node* CustomerNode(int customer_id) {
+  DefaultState& state = State();
+  Node* first = DefaultNode();
+  std::lock_guard<std::mutex> lock(state.start_mu);
+  auto it = state.node_of.find(customer_id);
+  return it == state.node_of.end() ? first : it->second;
+}
+
+void Barrier(int customer_id, int group) {
+  Status st = CustomerNode(customer_id)->Barrier(group);
+  if (!st.ok()) Die(st.ToString());
+}
 void Barrier(int group) {
   Status st = DefaultNode()->Barrier(group);
   if (!st.ok()) Die(st.ToString());

@@ -57,15 +57,28 @@ bool Postoffice::Post(const std::shared_ptr<Customer>& customer, Message* msg) {
     MutexLock lock(&customer->mu);
     if (customer->closed) return false;
     customer->mailbox.push_back(std::move(*msg));
-    if (customer->delivering) return true;  // its deliverer drains it
+    // Its deliverer drains it, or ResumeCustomer will.
+    if (customer->delivering || customer->paused) return true;
     customer->delivering = true;
   }
   Deliver(customer);
   return true;
 }
 
+// What takes msg's requests on this node, for the lines that refuse them:
+// "KVServer for app 0 on server 1", "SimpleApp 0 (customer 0) on worker 2".
+std::string Postoffice::TakerOf(const pb::Meta& m) const {
+  const std::string app = std::to_string(m.app_id());
+  return (m.simple_app() ? "SimpleApp " + app + " (customer " +
+                               std::to_string(m.customer_id()) + ")"
+                         : "KVServer for app " + app) +
+         " on " + RoleName(config_.role) + " " + std::to_string(rank());
+}
+
 void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
-  const bool request = std::get<0>(key) && msg.meta.request();
+  // KV requests to a server and SimpleApp requests to any node.
+  const bool request =
+      (std::get<0>(key) || msg.meta.simple_app()) && msg.meta.request();
   const Clock::time_point now = Clock::now();
   if (request) ExpireHeldRequests(now);
   std::shared_ptr<Customer> customer;
@@ -78,7 +91,9 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
       customer = it->second;
     } else if (request) {
       // Requests may come before the server set its request handle (a
-      // worker may learn of the start barrier's end first): hold them, for
+      // worker may learn of the start barrier's end first), or before the
+      // receiver made its SimpleApp (ps-lite programs make it after
+      // ps::Start): hold them, for
       // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests), up to a count
       // and PS_MAX_MESSAGE_BYTES in all. A resent copy of one held already
       // is let go (it would count twice).
@@ -107,17 +122,17 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
   }
   if (customer != nullptr && Post(customer, &msg)) return;
   if (request) {
-    // Unregistered in the instant since the look-up (its KVServer is being
+    // Unregistered in the instant since the look-up (it is being
     // destroyed), or too many early requests held already: refused now,
     // not lost.
-    const std::string app = " (app " + std::to_string(msg.meta.app_id()) + ")";
     RefuseRequest(msg, Status::kUnavailable,
-                  "server " + std::to_string(rank()) +
-                      (customer != nullptr
-                           ? " is closing its KVServer" + app
-                           : " holds too many requests for apps without a "
-                             "KVServer yet" +
-                                 app));
+                  customer != nullptr
+                      ? "the " + TakerOf(msg.meta) + " is closing"
+                      : std::string(RoleName(config_.role)) + " " +
+                            std::to_string(rank()) +
+                            " holds too many requests for apps not made "
+                            "yet: no " +
+                            TakerOf(msg.meta));
     return;
   }
   CountDropped(
@@ -148,11 +163,9 @@ void Postoffice::ExpireHeldRequests(Clock::time_point now) {
     }
   }
   if (expired.empty()) return;
-  const int my_rank = rank();
   for (const Message& req : expired) {
     RefuseRequest(req, Status::kNotFound,
-                  "no KVServer for app " + std::to_string(req.meta.app_id()) +
-                      " on server " + std::to_string(my_rank) + " within " +
+                  "no " + TakerOf(req.meta) + " within " +
                       std::to_string(config_.connect_timeout_ms) +
                       " ms (PS_CONNECT_TIMEOUT_MS)");
   }
@@ -171,6 +184,7 @@ void Postoffice::RefuseRequest(const Message& req, Status::Code code,
   m.set_push(q.push());
   m.set_pull(q.pull());
   m.set_head(q.head());
+  m.set_simple_app(q.simple_app());
   m.set_recver(q.sender());
   if (q.has_shard()) m.set_shard(q.shard());
   if (q.has_origin()) m.set_origin(q.origin());
@@ -206,7 +220,8 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
                                   DataHandler on_data,
                                   FailureHandler on_failure,
-                                  TickHandler on_tick, JoinHandler on_join) {
+                                  TickHandler on_tick, JoinHandler on_join,
+                                  bool paused) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_failure = std::move(on_failure);
@@ -219,6 +234,7 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     // Held until the held requests are in its mailbox: a message that
     // finds it in the new snapshot meanwhile queues behind them.
     MutexLock customer_lock(&customer->mu);
+    customer->paused = paused;
     customers_.Update([&](CustomerMap& customers) {
       CHECK(customers.count(key) == 0)
           << "app " << app_id << " customer " << customer_id
@@ -233,10 +249,26 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
       }
       held_count_.fetch_sub(held->second.size());
       held_.erase(held);
-      customer->delivering = drain = true;
+      customer->delivering = drain = !paused;
     }
   }
   if (drain) Deliver(customer);  // the held requests, on this thread, in order
+}
+
+void Postoffice::ResumeCustomer(bool requests, int app_id, int customer_id) {
+  const CustomerKey key{requests, app_id, requests ? -1 : customer_id};
+  const std::shared_ptr<const CustomerMap> customers = LoadCustomers();
+  auto it = customers->find(key);
+  if (it == customers->end()) return;
+  const std::shared_ptr<Customer>& customer = it->second;
+  {
+    MutexLock lock(&customer->mu);
+    if (!customer->paused) return;
+    customer->paused = false;
+    if (customer->delivering || customer->mailbox.empty()) return;
+    customer->delivering = true;
+  }
+  Deliver(customer);  // what waited, on this thread, in order
 }
 
 void Postoffice::TickCustomers(Clock::time_point now) {
@@ -265,6 +297,20 @@ void Postoffice::UnregisterCustomer(bool requests, int app_id,
   if (customer == nullptr) return;
   MutexLock lock(&customer->mu);
   customer->closed = true;  // to a sender that found it in an older snapshot
+  if (customer->paused) {
+    // Gone before it took them: its requests are refused, not left waiting.
+    std::deque<Message> waiting;
+    waiting.swap(customer->mailbox);
+    lock.Unlock();
+    for (const Message& msg : waiting) {
+      if (msg.meta.request()) {
+        RefuseRequest(msg, Status::kUnavailable,
+                      "the " + TakerOf(msg.meta) +
+                          " was destroyed before it took this request");
+      }
+    }
+    return;
+  }
   if (customer->deliverer == std::this_thread::get_id()) return;
   while (customer->delivering) customer->cv.Wait();
 }

@@ -116,10 +116,15 @@ class Postoffice {
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
   // registers (false, app_id, customer_id) for responses.
+  // A `paused` customer gets nothing (its messages, the held requests
+  // included, wait in its mailbox) until ResumeCustomer.
   void RegisterCustomer(bool requests, int app_id, int customer_id,
                         DataHandler on_data, FailureHandler on_failure,
                         TickHandler on_tick = nullptr,
-                        JoinHandler on_join = nullptr);
+                        JoinHandler on_join = nullptr, bool paused = false);
+  // Hands a paused customer what waited, on this thread, and what comes
+  // later as to any other. No-op if it is not paused.
+  void ResumeCustomer(bool requests, int app_id, int customer_id);
   // Waits for a running handler of this customer to return (unless called
   // from inside it).
   void UnregisterCustomer(bool requests, int app_id, int customer_id);
@@ -166,6 +171,7 @@ class Postoffice {
     bool delivering GUARDED_BY(mu) = false;
     std::thread::id deliverer GUARDED_BY(mu);
     bool closed GUARDED_BY(mu) = false;  // unregistered: takes no more
+    bool paused GUARDED_BY(mu) = false;  // takes, delivers nothing yet
   };
   using CustomerMap = std::map<CustomerKey, std::shared_ptr<Customer>>;
   // What the data path needs to check a member's message without mu_.
@@ -196,8 +202,11 @@ class Postoffice {
   // message it forwarded for `origin`) to the app's server customer,
   // another answer to the customer that asked, SimpleApp's to its app.
   CustomerKey CustomerOf(const pb::Meta& m) const;
-  // No customer (registered) for msg: a request waits for its KVServer
-  // (held_), within budgets, else is refused; anything else is dropped.
+  // What takes m's requests here, named for the lines that refuse them.
+  std::string TakerOf(const pb::Meta& m) const;
+  // No customer (registered) for msg: a request waits for its KVServer or
+  // SimpleApp (held_), within budgets, else is refused; anything else is
+  // dropped.
   void HoldOrDrop(const CustomerKey& key, Message&& msg)
       EXCLUDES(customers_mu_);  // Refuses (NotFound) the requests held for a
                                 // KVServer that has not

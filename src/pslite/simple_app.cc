@@ -2,6 +2,7 @@
 // routed to the customer (app_id, customer_id) of the receiving node.
 #include "ps/simple_app.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -20,17 +21,33 @@ class SimpleApp::Impl {
       a->Response(req);
     };
     response_handle_ = [](const SimpleData&, SimpleApp*) {};
+    // Paused: a program sets its handles after making the app (ps-lite's
+    // form), and requests may be here already (a peer's app was made
+    // first). They wait for the request handle, or the app's first use, or
+    // kGrace, whichever comes first; then the handles run.
+    const auto made = std::chrono::steady_clock::now();
     node_->postoffice()->RegisterCustomer(
         false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_),
         [this](Message&& msg) { OnMessage(msg); },
-        [this](int id, const Status& why) { OnFailure(id, why); });
+        [this](int id, const Status& why) { OnFailure(id, why); },
+        [this, made](std::chrono::steady_clock::time_point now) {
+          if (now - made >= kGrace) Resume();
+        },
+        nullptr, /*paused=*/true);
   }
   ~Impl() {
     node_->postoffice()->UnregisterCustomer(
         false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_));
   }
 
+  // Hands the app what waited for it (once; later calls are no-ops).
+  void Resume() {
+    node_->postoffice()->ResumeCustomer(
+        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_));
+  }
+
   int Request(int head, const std::string& body, int recv_id) {
+    Resume();
     // An id of 8 or more names one server or worker; below, a group.
     std::vector<int> recvers =
         recv_id >= 8 ? std::vector<int>{recv_id} : node_->GetNodeIds(recv_id);
@@ -43,10 +60,10 @@ class SimpleApp::Impl {
     }
     for (int r : recvers) {
       if (r == node_->id()) {
-        OnData(SimpleData{head, body, r, ts}, true);
+        OnData(SimpleData{head, body, r, ts, customer_id_}, true);
         continue;
       }
-      Message msg = Build(head, body, ts, true, r);
+      Message msg = Build(head, body, ts, true, r, customer_id_);
       Status st = node_->postoffice()->Send(&msg);
       if (!st.ok()) {
         LOG(ERROR) << "SimpleApp request to " << node_->DescribeNode(r) << ": "
@@ -58,6 +75,7 @@ class SimpleApp::Impl {
   }
 
   void Wait(int ts) {
+    Resume();  // its answers may wait in the mailbox
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] {
       auto it = pending_.find(ts);
@@ -68,11 +86,16 @@ class SimpleApp::Impl {
   }
 
   void Response(const SimpleData& req, const std::string& body) {
+    Resume();
     if (req.sender == node_->id()) {
-      OnData(SimpleData{req.head, body, req.sender, req.timestamp}, false);
+      OnData(SimpleData{req.head, body, req.sender, req.timestamp,
+                        req.customer_id},
+             false);
       return;
     }
-    Message msg = Build(req.head, body, req.timestamp, false, req.sender);
+    // To the app that asked: its customer id, as ps-lite routes it.
+    Message msg = Build(req.head, body, req.timestamp, false, req.sender,
+                        req.customer_id);
     Status st = node_->postoffice()->Send(&msg);
     if (!st.ok()) {
       LOG(ERROR) << "SimpleApp response to " << node_->DescribeNode(req.sender)
@@ -81,9 +104,12 @@ class SimpleApp::Impl {
   }
 
   void SetHandles(const Handle* request, const Handle* response) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (request != nullptr) request_handle_ = *request;
-    if (response != nullptr) response_handle_ = *response;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (request != nullptr) request_handle_ = *request;
+      if (response != nullptr) response_handle_ = *response;
+    }
+    if (request != nullptr) Resume();
   }
 
  private:
@@ -93,7 +119,7 @@ class SimpleApp::Impl {
   };
 
   Message Build(int head, const std::string& body, int ts, bool request,
-                int recver) const {
+                int recver, int customer_id) const {
     Message msg;
     msg.meta.set_head(head);
     msg.meta.set_body(body);
@@ -101,14 +127,23 @@ class SimpleApp::Impl {
     msg.meta.set_request(request);
     msg.meta.set_simple_app(true);
     msg.meta.set_app_id(app_id_);
-    msg.meta.set_customer_id(customer_id_);
+    msg.meta.set_customer_id(customer_id);
     msg.meta.set_recver(recver);
     return msg;
   }
 
   void OnMessage(const Message& msg) {
+    if (!msg.meta.request() && msg.meta.has_control() &&
+        !msg.meta.control().error().empty()) {
+      // The receiver refused the request (no SimpleApp there in time).
+      LOG(ERROR) << "SimpleApp request " << msg.meta.timestamp() << " to "
+                 << node_->DescribeNode(msg.meta.sender())
+                 << " refused: " << msg.meta.control().error();
+      Answered(msg.meta.timestamp());
+      return;
+    }
     OnData(SimpleData{msg.meta.head(), msg.meta.body(), msg.meta.sender(),
-                      msg.meta.timestamp()},
+                      msg.meta.timestamp(), msg.meta.customer_id()},
            msg.meta.request());
   }
 
@@ -145,6 +180,9 @@ class SimpleApp::Impl {
     cv_.notify_all();
   }
 
+  // How long requests that came first wait for the request handle.
+  static constexpr std::chrono::milliseconds kGrace{1000};
+
   SimpleApp* const app_;
   Node* const node_;  // outlives this app
   const int app_id_;
@@ -158,6 +196,9 @@ class SimpleApp::Impl {
 };
 
 SimpleApp::SimpleApp(int app_id) : SimpleApp(DefaultNode(), app_id, app_id) {}
+
+SimpleApp::SimpleApp(int app_id, int customer_id)
+    : SimpleApp(CustomerNode(customer_id), app_id, customer_id) {}
 
 SimpleApp::SimpleApp(Node* node, int app_id, int customer_id)
     : impl_(std::make_unique<Impl>(this, node, app_id, customer_id)) {}
