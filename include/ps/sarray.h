@@ -205,8 +205,14 @@ class SArray {
   V* begin() const { return data(); }
   V* end() const { return data() + size_; }
   V& operator[](size_t i) const { return data()[i]; }
-  V& front() const { return data()[0]; }
-  V& back() const { return data()[size_ - 1]; }
+  V& front() const {
+    CHECK(!empty());
+    return data()[0];
+  }
+  V& back() const {
+    CHECK(!empty());
+    return data()[size_ - 1];
+  }
   const std::shared_ptr<V>& ptr() const { return ptr_; }
   std::shared_ptr<V>& ptr() { return ptr_; }
 

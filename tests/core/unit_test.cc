@@ -15,6 +15,7 @@
 #include "kv/slicer.h"
 #include "ps/config.h"
 #include "ps/internal/env.h"
+#include "ps/internal/utils.h"
 #include "ps/placement.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
@@ -879,6 +880,20 @@ TEST(Environment, InitValuesOverrideTheProcessEnvironment) {
   EXPECT_TRUE(env->vars().empty());
   unsetenv("PS_TEST_ENV_A");
   unsetenv("PS_TEST_ENV_B");
+}
+
+// ps-lite's GetEnv: Environment::find's value converted, else the default.
+TEST(Environment, GetEnvConvertsOrDefaults) {
+  setenv("PS_TEST_ENV_C", "12", 1);
+  Environment::Init({{"PS_TEST_ENV_D", "5"}, {"PS_TEST_ENV_E", "name"}});
+  EXPECT_EQ(GetEnv("PS_TEST_ENV_C", 0), 12);
+  EXPECT_EQ(GetEnv("PS_TEST_ENV_D", 0), 5);
+  EXPECT_EQ(GetEnv("PS_TEST_ENV_E", 9), 0);  // atoi, as in ps-lite
+  EXPECT_EQ(GetEnv("PS_TEST_ENV_NEVER_SET", 9), 9);
+  EXPECT_EQ(GetEnv<std::string>("PS_TEST_ENV_E", "x"), "name");
+  EXPECT_EQ(GetEnv<std::string>("PS_TEST_ENV_NEVER_SET", "x"), "x");
+  Environment::Init({});
+  unsetenv("PS_TEST_ENV_C");
 }
 
 }  // namespace

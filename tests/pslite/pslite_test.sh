@@ -19,6 +19,17 @@ cmake --build "$tmp/build" -j2 > "$tmp/build.log" 2>&1 || {
   exit 1
 }
 
+# ps-lite's public names (built above); run without a job, it checks the
+# ones that need no node.
+"$tmp/build/api_names" > "$tmp/api_names.log" 2>&1 || {
+  cat "$tmp/api_names.log"
+  exit 1
+}
+grep -q "^api names ok$" "$tmp/api_names.log" || {
+  cat "$tmp/api_names.log"
+  exit 1
+}
+
 # expect LOG PATTERN COUNT: LOG holds COUNT lines matching PATTERN.
 expect() {
   local got

@@ -1,5 +1,6 @@
 // What ps-lite's ps/internal/utils.h gives its users: glog's LOG and CHECK
-// macros, LL (an always-printed log line), DISALLOW_COPY_AND_ASSIGN, and the
+// macros (ps-lite's come from its bundled dmlc/logging.h), LL (an
+// always-printed log line), LG, GetEnv, DISALLOW_COPY_AND_ASSIGN, and the
 // standard headers ps-lite's ps.h brings in, so that ps-lite programs that
 // lean on them compile unchanged.
 #ifndef PS_INTERNAL_UTILS_H_
@@ -27,10 +28,35 @@
 #include <utility>
 #include <vector>
 
+#include "ps/internal/env.h"
+
 // A log line printed whatever the log level (ps-lite's LL).
 #ifndef LL
 #define LL LOG(ERROR)
 #endif
+
+// An info log line (dmlc/logging.h's LG).
+#ifndef LG
+#define LG LOG(INFO)
+#endif
+
+namespace ps {
+
+// The value of `key` (Environment::find: set from code, else the process
+// environment's), converted as V(value); `default_val` when unset.
+template <typename V>
+inline V GetEnv(const char* key, V default_val) {
+  const char* val = Environment::Get()->find(key);
+  return val == nullptr ? default_val : V(val);
+}
+
+// The same for an int: atoi(value) (0 for a value that is not a number).
+inline int GetEnv(const char* key, int default_val) {
+  const char* val = Environment::Get()->find(key);
+  return val == nullptr ? default_val : std::atoi(val);
+}
+
+}  // namespace ps
 
 #ifndef DISALLOW_COPY_AND_ASSIGN
 #define DISALLOW_COPY_AND_ASSIGN(T) \
