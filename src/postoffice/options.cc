@@ -95,8 +95,9 @@ const char kMarkdownOutro[] = R"(
   `DMLC_NUM_WORKER`, `DMLC_NODE_HOST`, `PS_RANK`, `PS_KEY_FD` (or
   `PS_KEY_FILE`) and `PS_MAX_RESTARTS` (above) for each process it
   starts, and `PS_RESTART_COUNT=k` in a process's k-th restart: the
-  library does not read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE` and
-  `PS_LAUNCH_NODE_ADDRS` pass between launch.py's own processes.
+  library does not read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE`,
+  `PS_LAUNCH_NODE_ADDRS` and `PS_LAUNCH_WORKER_PROCESSES` pass between
+  launch.py's own processes.
   `launch.py --help` lists its options.
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,
   python/ps_build_backend.py) and the `PS_*` CMake options (README).

@@ -3,6 +3,9 @@
 # variables, the scheduler, then the servers, then the workers, all on
 # 127.0.0.1, no key file. Every process is bounded by `timeout`; exits 0
 # only when every process did, else names the first that did not.
+# PS_LOCAL_WORKER_PROCESSES=N starts N worker processes instead of
+# NUM_WORKERS, for programs whose worker processes start several worker
+# customers each (ps-lite's local_multi_workers.sh is N=1).
 # Usage: local.sh NUM_SERVERS NUM_WORKERS PROGRAM [ARGS...]
 set -u
 export DMLC_NUM_SERVER=$1
@@ -22,7 +25,7 @@ for ((i = 0; i < DMLC_NUM_SERVER; ++i)); do
   DMLC_ROLE=server timeout "$limit" "$bin" "$@" &
   pids+=($!); names+=("server process $i")
 done
-for ((i = 0; i < DMLC_NUM_WORKER; ++i)); do
+for ((i = 0; i < ${PS_LOCAL_WORKER_PROCESSES:-$DMLC_NUM_WORKER}; ++i)); do
   DMLC_ROLE=worker timeout "$limit" "$bin" "$@" &
   pids+=($!); names+=("worker process $i")
 done

@@ -41,16 +41,21 @@ expect() {
   fi
 }
 
-# run WAY S W PROGRAM: runs one job, output in $tmp/out.log.
+# run WAY S W PROGRAM [K]: runs one job, output in $tmp/out.log; with K,
+# each worker process starts K worker customers (W/K processes).
 run() {
-  local way=$1 s=$2 w=$3 prog=$4
-  echo "== $prog, $s servers, $w workers, $way"
+  local way=$1 s=$2 w=$3 prog=$4 k=${5:-1}
+  echo "== $prog, $s servers, $w workers, $((w / k)) worker processes, $way"
   if [ "$way" = tracker ]; then
-    "$python" "$launch" -s "$s" -w "$w" --timeout 120 -- "$tmp/build/$prog" \
+    "$python" "$launch" -s "$s" -w "$w" --worker-customers "$k" \
+      --timeout 120 -- "$tmp/build/$prog" \
       > "$tmp/out.log" 2>&1 || { cat "$tmp/out.log"; exit 1; }
   else
-    bash "$src/local.sh" "$s" "$w" "$tmp/build/$prog" \
-      > "$tmp/out.log" 2>&1 || { cat "$tmp/out.log"; exit 1; }
+    PS_LOCAL_WORKER_PROCESSES=$((w / k)) bash "$src/local.sh" "$s" "$w" \
+      "$tmp/build/$prog" > "$tmp/out.log" 2>&1 || {
+      cat "$tmp/out.log"
+      exit 1
+    }
   fi
 }
 
@@ -63,8 +68,12 @@ for way in tracker hand; do
   expect "$tmp/out.log" "worker [01] ok" 2
   expect "$tmp/out.log" "server [01] holds" 2
 
-  run $way 2 2 multi_workers
-  expect "$tmp/out.log" "worker [01] customer [01] ok" 4
+  # As ps-lite's local_multi_workers.sh: one worker process, two worker
+  # customers, DMLC_NUM_WORKER=2; then two processes of two.
+  run $way 2 2 multi_workers 2
+  expect "$tmp/out.log" "worker [01] customer [01] ok, shared 2$" 2
+  run $way 2 4 multi_workers 2
+  expect "$tmp/out.log" "worker [0-3] customer [01] ok, shared 4$" 4
 
   run $way 2 2 slicer_app
   expect "$tmp/out.log" "worker [01] ok" 2

@@ -19,7 +19,8 @@ is the launcher's own plus:
   DMLC_PS_ROOT_URI   the scheduler's host (--host)
   DMLC_PS_ROOT_PORT  the scheduler's port (--port, or a free one)
   DMLC_NUM_SERVER    S
-  DMLC_NUM_WORKER    W
+  DMLC_NUM_WORKER    W (worker customers with --worker-customers K: W/K
+                     worker processes run)
   DMLC_NODE_HOST     127.0.0.1 (a --env may override it)
   PS_RANK            i for the i-th server and the i-th worker (0-based);
                      not set for the scheduler
@@ -191,6 +192,13 @@ def parse_args(argv):
                         help="number of servers (>= 1); required")
     parser.add_argument("-w", "--num-workers", type=int, metavar="W",
                         help="number of workers (>= 1); required")
+    parser.add_argument("--worker-customers", type=int, default=1,
+                        metavar="K",
+                        help="each worker process starts K worker customers "
+                        "(ps::Start(c) in K threads, ps-lite's multi-worker "
+                        "form), each a worker of the job: W counts them and "
+                        "W/K worker processes run, as ps-lite's "
+                        "local_multi_workers.sh does (default: %(default)s)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
                         help="how the processes are started (default: "
                         "%(default)s; see 'launchers' below)")
@@ -275,6 +283,19 @@ def parse_args(argv):
                     "a job needs a server")
     if args.num_workers < 1:
         usage_error(f"-w/--num-workers must be >= 1, got {args.num_workers}")
+    if args.worker_customers < 1:
+        usage_error("--worker-customers must be >= 1, got "
+                    f"{args.worker_customers}")
+    if args.num_workers % args.worker_customers != 0:
+        usage_error(f"-w/--num-workers {args.num_workers} is not a multiple "
+                    f"of --worker-customers {args.worker_customers}: each "
+                    "worker process starts that many worker customers")
+    if args.worker_customers > 1 and args.max_restarts > 0:
+        usage_error("--max-restarts is not offered with --worker-customers: "
+                    "a restarted process would not find its customers' "
+                    "ranks again")
+    # The worker processes to launch; DMLC_NUM_WORKER stays W.
+    args.worker_processes = args.num_workers // args.worker_customers
     if not 0 <= args.port <= 65535:
         usage_error(f"--port must be in [0, 65535], got {args.port}")
     if args.grace < 0:

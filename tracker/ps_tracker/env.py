@@ -86,6 +86,9 @@ def job_settings(args, root, port):
         "DMLC_NUM_SERVER": str(args.num_servers),
         "DMLC_NUM_WORKER": str(args.num_workers),
     })
+    if args.worker_processes != args.num_workers:
+        # For --as-rank, which tells roles from the process's rank.
+        env["PS_LAUNCH_WORKER_PROCESSES"] = str(args.worker_processes)
     env.update(restart_env(args))
     env.update(token_env(args))
     env.update(args.extra_env)

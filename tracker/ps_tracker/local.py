@@ -13,7 +13,7 @@ class LocalJob(Job):
     def plan(self):
         return ([Child("scheduler", None)]
                 + [Child("server", i) for i in range(self.args.num_servers)]
-                + [Child("worker", i) for i in range(self.args.num_workers)])
+                + [Child("worker", i) for i in range(self.args.worker_processes)])
 
     def popen(self, child, port):
         """The job's key: its memfd inherited (PS_KEY_FD), or the user's

@@ -50,6 +50,12 @@ def as_rank(argv):
         numbers[var] = int(value)
     rank, size = numbers[rank_var], numbers[size_var]
     servers, workers = numbers["DMLC_NUM_SERVER"], numbers["DMLC_NUM_WORKER"]
+    # --worker-customers K: W/K worker processes.
+    processes = os.environ.get("PS_LAUNCH_WORKER_PROCESSES", str(workers))
+    if not processes.isdigit():
+        return fail(f"PS_LAUNCH_WORKER_PROCESSES='{processes}' is not a "
+                    "non-negative integer")
+    workers = int(processes)
     if size != 1 + servers + workers:
         return fail(f"{size_var}={size}, but the job has 1 + {servers} + "
                     f"{workers} = {1 + servers + workers} processes")

@@ -126,7 +126,7 @@ class SshJob(Job):
 
     def plan(self):
         servers, workers = place(self.args.hosts, self.args.num_servers,
-                                 self.args.num_workers)
+                                 self.args.worker_processes)
         return ([Child("scheduler", None, self.args.scheduler_host)]
                 + [Child("server", i, h) for i, h in enumerate(servers)]
                 + [Child("worker", i, h) for i, h in enumerate(workers)])

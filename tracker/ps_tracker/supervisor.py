@@ -135,7 +135,7 @@ class Job:
     @property
     def total(self):
         """How many processes the job has."""
-        return 1 + self.args.num_servers + self.args.num_workers
+        return 1 + self.args.num_servers + self.args.worker_processes
 
     @property
     def key_fd(self):

@@ -112,14 +112,10 @@ void NameNodeCalls() {
 
   // ps/simple_app.h
   SimpleApp app(0);  // older ps-lite's SimpleApp(app_id)
-#if PS_HAS_SIMPLE_APP_CUSTOMER
   SimpleApp customer_app(0, 1);
-#endif
   SimpleApp::Handle on_request = [](const SimpleData& req, SimpleApp* a) {
     int from = req.head + req.sender + req.timestamp;
-#if PS_HAS_SIMPLE_APP_CUSTOMER
     from += req.customer_id;
-#endif
     a->Response(req, req.body + std::to_string(from));
     a->Response(req);
   };
