@@ -64,9 +64,13 @@ struct Config {
   int water_mark = 1000;
   int handshake_timeout_ms = 3000;  // a connection's handshake, at most
   int resend_timeout_ms = 1000;     // 0: never resend
-  int drop_percent = 0;             // tests: PS_DROP_MSG
-  int replicas = 0;                 // 0 or 1 (PS_REPLICAS)
-  int max_restarts = 0;             // > 0: dead workers may rejoin
+  // Resends follow each peer's measured round trip, resend_timeout_ms
+  // being the first timeout (src/postoffice/resender.h); false (set
+  // PS_RESEND_TIMEOUT_MS): a fixed timer of resend_timeout_ms.
+  bool resend_adaptive = true;
+  int drop_percent = 0;  // tests: PS_DROP_MSG
+  int replicas = 0;      // 0 or 1 (PS_REPLICAS)
+  int max_restarts = 0;  // > 0: dead workers may rejoin
   int rejoin_timeout_ms = 60000;
 
   // Reads the process environment. Errors name the variable and the value.

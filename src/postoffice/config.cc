@@ -209,6 +209,13 @@ Status ReadLocal(const Value& v, Config* c) {
   return Status::OK();
 }
 
+// PS_RESEND_TIMEOUT_MS (or ps-lite's name) set: a fixed timer.
+Status ReadResendTimeout(const Value& v, Config* c) {
+  c->resend_timeout_ms = static_cast<int>(v.number);
+  c->resend_adaptive = false;
+  return Status::OK();
+}
+
 // Read after the resend timeouts: 0 turns resending off.
 Status ReadResend(const Value& v, Config* c) {
   if (v.number == 0) c->resend_timeout_ms = 0;
@@ -406,6 +413,7 @@ std::string Config::ToString() const {
      << " water_mark=" << water_mark
      << " handshake_timeout_ms=" << handshake_timeout_ms
      << " resend_timeout_ms=" << resend_timeout_ms
+     << " resend_adaptive=" << resend_adaptive
      << " drop_percent=" << drop_percent << " replicas=" << replicas
      << " max_restarts=" << max_restarts
      << " rejoin_timeout_ms=" << rejoin_timeout_ms;

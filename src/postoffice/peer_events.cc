@@ -185,6 +185,14 @@ void Postoffice::OnPeerEventForLog(const PeerEvent& e) const {
 }
 
 void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
+  // What waits for a dead peer's acknowledgement is not sent again: not to
+  // its successor (a restart's timestamps start afresh), nor into the
+  // void; the KV layer resends to a replica itself.
+  if (resender_ &&
+      (e.kind == PeerEvent::kPeerRejoined || e.kind == PeerEvent::kPeerLost ||
+       e.kind == PeerEvent::kPeerCovered)) {
+    resender_->ForgetPeer(e.id);
+  }
   if (e.kind == PeerEvent::kPeerRejoined) {
     // A member's KV layer forgets the old process's requests before the
     // new one can be heard (MemberOnNodeJoined answers after this).

@@ -66,6 +66,17 @@ Postoffice::Postoffice(const Config& config)
   membership_.Subscribe(
       [this](const PeerEvent& e) { OnPeerEventForCustomers(e); });
   membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForUser(e); });
+  if (config_.resend_timeout_ms > 0 && config_.resend_adaptive &&
+      !IsScheduler()) {
+    // Resends skip Send: they are kept already.
+    resender_ = std::make_unique<Resender>(
+        config_.resend_timeout_ms, [this](Message* msg) {
+          CountResent();
+          if (config_.verbose >= 1)
+            LOG(INFO) << "resending " << DebugString(*msg);
+          return van_.Send(msg);
+        });
+  }
 }
 
 Postoffice::~Postoffice() { Stop(); }
@@ -119,6 +130,7 @@ Status Postoffice::Start() {
       IsScheduler() ? -1 : kSchedulerId,
       [this](int id) { OnConnectionRegained(id); });
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
+  if (resender_) resender_->Start();
   Status st = IsScheduler() ? StartScheduler() : StartMember();
   if (!st.ok()) return st;
   monitor_ = std::thread([this] {
@@ -183,7 +195,12 @@ StatusOr<SArray<char>> Postoffice::ResolveShared(const pb::SharedRef& ref,
 Status Postoffice::Send(Message* msg) {
   msg->meta.set_sender(my_id_.load());
   if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
-  return van_.Send(msg);
+  // Kept before the send: its acknowledgement may come first.
+  const bool kept = resender_ && Resender::Wants(msg->meta, config_.role);
+  if (kept) resender_->Keep(msg, Clock::now());
+  Status st = van_.Send(msg);
+  if (!st.ok() && kept) resender_->Forget(msg->meta);
+  return st;
 }
 
 void Postoffice::SendAll(std::vector<Message>* outbox) {
@@ -247,6 +264,29 @@ void Postoffice::OnMessage(Message&& msg) {
   } else {
     OnControl(std::move(msg));
   }
+}
+
+bool Postoffice::TakeAck(const Message& msg) {
+  const pb::Meta& m = msg.meta;
+  if (m.ack_wanted() && !m.ack()) {
+    Message ack = Resender::AckOf(m);
+    Status st = Send(&ack);
+    if (!st.ok() && config_.verbose >= 1) {
+      LOG(INFO) << "acknowledging " << DebugString(msg) << ": " << st;
+    }
+  }
+  if (config_.role == Role::kWorker && resender_ && !m.request() && !m.ack() &&
+      !m.simple_app()) {
+    resender_->OnAnswer(m.sender(), m);
+  }
+  if (!m.ack()) return false;
+  if (!msg.data.empty() || m.ack_wanted()) {
+    CountDropped(m.sender(),
+                 "a malformed acknowledgement: " + DebugString(msg));
+  } else if (resender_) {
+    resender_->OnAck(m.sender(), m, Clock::now());
+  }
+  return true;
 }
 
 bool Postoffice::DropForTest(const Message& msg) {
@@ -521,6 +561,7 @@ void Postoffice::Stop() {
       monitor_.join();
     }
   }
+  if (resender_) resender_->Stop();
   ReportResends();
   if (say_goodbye) {
     // Only Finalize is a clean departure: a node stopped without it (its

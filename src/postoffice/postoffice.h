@@ -37,6 +37,7 @@
 #include "postoffice/node_table.h"
 #include "postoffice/rejoin_coordinator.h"
 #include "postoffice/rendezvous_coordinator.h"
+#include "postoffice/resender.h"
 #include "postoffice/takeover_coordinator.h"
 #include "ps/config.h"
 #include "ps/status.h"
@@ -143,6 +144,8 @@ class Postoffice {
   // Counts a request sent again for want of an answer.
   void CountResent() { num_resent_.fetch_add(1); }
   uint64_t num_resent() const { return num_resent_.load(); }
+  // The adaptive resend timer; null when resends use a fixed timer or none.
+  const Resender* resender() const { return resender_.get(); }
   // Messages the test switch PS_DROP_MSG let go.
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
 
@@ -183,6 +186,9 @@ class Postoffice {
 
   // Receive thread.
   void OnMessage(Message&& msg);
+  // The acknowledgements of the adaptive resend timer (resender.h): takes
+  // msg if it is one; acknowledges it if it asks.
+  bool TakeAck(const Message& msg);
   // The test switch PS_DROP_MSG: whether to let this message go unread.
   bool DropForTest(const Message& msg);
   void OnControl(Message&& msg);
@@ -385,6 +391,9 @@ class Postoffice {
   std::function<void(int, const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   std::thread monitor_;
+  // The adaptive resend timer (null: fixed or none, Config::resend_adaptive);
+  // its thread runs from Start to Stop.
+  std::unique_ptr<Resender> resender_;
 
   std::atomic<uint64_t> num_duplicates_{0};
   std::atomic<uint64_t> num_resent_{0};

@@ -23,14 +23,15 @@ namespace ps {
 namespace {
 
 // A fifth of all KV messages lost at random (PS_DROP_MSG), resent every
-// 20 ms: every push is applied exactly once (the sums are exact), every
-// push+pull answers with the running sum it asked for, and nothing is left
-// waiting.
+// 20 ms (a fixed timer, as PS_RESEND_TIMEOUT_MS=20 sets): every push is applied
+// exactly once (the sums are exact), every push+pull answers with the running
+// sum it asked for, and nothing is left waiting.
 TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
   const int kS = 2, kW = 2, kRounds = 40;
   DefaultJob c(kS, kW, [](Config* cfg) {
     cfg->drop_percent = 20;
     cfg->resend_timeout_ms = 20;
+    cfg->resend_adaptive = false;
   });
   ASSERT_TRUE(c.Start());
   const std::vector<Key> keys = {3, 40000};  // one per server
@@ -78,6 +79,55 @@ TEST(InProc, LostMessagesAreResentAndAppliedOnce) {
   // About 2 x (2 x 40 + 2 + 2 x 10) x 2 = 400 messages: 20% is ~80.
   EXPECT_GT(drops, 0u);
   EXPECT_GE(resent, drops) << "every loss was made good by a resend";
+  EXPECT_TRUE(c.Finalize());
+}
+
+// The default resend timer follows the measured round trip: a tenth of
+// all KV messages (and acknowledgements) lost, nothing tuned, and every
+// push is applied once; each worker's timer toward each server (and each
+// server's toward each worker) came down from the initial 1000 ms, so a
+// loss costs about a round trip (at 1000 ms a loss, the ~150 losses would
+// outlast the suite's timeout).
+TEST(InProc, LostMessagesAreResentAfterTheMeasuredRoundTrip) {
+  const int kS = 2, kW = 2, kRounds = 200;
+  DefaultJob c(kS, kW, [](Config* cfg) { cfg->drop_percent = 10; });
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    std::vector<float> out;
+    for (int i = 1; i <= kRounds; ++i) {
+      std::vector<float> vals = {1, float(i)};
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Push(keys, vals)));
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out)));
+    }
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out)));
+    const float want0 = kW * kRounds, want1 = kW * kRounds * (kRounds + 1) / 2;
+    if (out != std::vector<float>{want0, want1}) {
+      return Status::Internal("pulled " + std::to_string(out[0]) + ", " +
+                              std::to_string(out[1]));
+    }
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  uint64_t drops = 0, resent = 0;
+  for (Node* n : c.All()) {
+    drops += n->num_test_drops();
+    resent += n->num_resent_messages();
+    if (n->role() == Role::kScheduler) continue;
+    const Resender* r = n->postoffice()->resender();
+    ASSERT_NE(r, nullptr) << "the default timer is the adaptive one";
+    const int peers = n->role() == Role::kWorker ? kS : kW;
+    for (int rank = 0; rank < peers; ++rank) {
+      const int peer = n->role() == Role::kWorker ? ServerRankToId(rank)
+                                                  : WorkerRankToId(rank);
+      EXPECT_LT(r->RtoMs(peer), 1000) << DescribeId(n->id()) << " to " << peer;
+    }
+  }
+  EXPECT_GT(drops, 0u);
+  EXPECT_GT(resent, 0u);
   EXPECT_TRUE(c.Finalize());
 }
 

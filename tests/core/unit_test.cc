@@ -119,8 +119,9 @@ TEST(Config, BadValuesNameVariableAndValue) {
             "DMLC_NUM_SERVER is not set (expected a positive integer)");
 }
 
-// Resending is on by default; PS_RESEND_TIMEOUT_MS sets it, ps-lite's names
-// work too, and the drop switch is a percentage.
+// Resending is on by default, its timer following the measured round trip;
+// PS_RESEND_TIMEOUT_MS sets a fixed one, ps-lite's names work too, and the
+// drop switch is a percentage.
 TEST(Config, ResendSettings) {
   std::map<std::string, std::string> base = {{"DMLC_ROLE", "worker"},
                                              {"DMLC_PS_ROOT_PORT", "9000"},
@@ -132,6 +133,10 @@ TEST(Config, ResendSettings) {
     return Config::FromEnv(env);
   };
   EXPECT_EQ(with({})->resend_timeout_ms, 1000);
+  EXPECT_TRUE(with({})->resend_adaptive);
+  EXPECT_TRUE(with({{"PS_RESEND", "1"}})->resend_adaptive);
+  EXPECT_FALSE(with({{"PS_RESEND_TIMEOUT_MS", "1000"}})->resend_adaptive);
+  EXPECT_FALSE(with({{"PS_RESEND_TIMEOUT", "1000"}})->resend_adaptive);
   EXPECT_EQ(with({})->drop_percent, 0);
   EXPECT_EQ(with({{"PS_RESEND_TIMEOUT_MS", "250"}})->resend_timeout_ms, 250);
   EXPECT_EQ(with({{"PS_RESEND_TIMEOUT", "300"}})->resend_timeout_ms, 300);

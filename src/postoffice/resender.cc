@@ -1,0 +1,185 @@
+// Resender: messages kept until acknowledged, sent again after an RTO that
+// follows each peer's acknowledged round trips.
+#include "postoffice/resender.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+namespace ps {
+
+Resender::Resender(int initial_ms, SendFn send)
+    : initial_ms_(std::max<double>(initial_ms, kFloorMs)),
+      send_(std::move(send)) {}
+
+void Resender::Start() {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ps-resend");
+    Loop();
+  });
+}
+
+void Resender::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Resender::Wants(const pb::Meta& m, Role role) {
+  if (m.control().cmd() != pb::EMPTY || m.simple_app() || m.ack() ||
+      m.has_origin()) {
+    return false;  // replica traffic rides on the worker's resends
+  }
+  return m.request() ? role == Role::kWorker && IsServerId(m.recver())
+                     : role == Role::kServer && IsWorkerId(m.recver());
+}
+
+Resender::Key Resender::KeyOf(int peer, const pb::Meta& m, bool request) {
+  return Key{peer,
+             m.app_id(),
+             m.customer_id(),
+             m.timestamp(),
+             m.has_shard() ? m.shard() : -1,
+             request};
+}
+
+RttEstimator& Resender::PeerLocked(int peer) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    it = peers_
+             .emplace(peer, RttEstimator(initial_ms_, kFloorMs,
+                                         kMaxBackoff * initial_ms_))
+             .first;
+  }
+  return it->second;
+}
+
+Resender::Clock::time_point Resender::DueLocked(int peer,
+                                                Clock::time_point now) {
+  const double rto_ms = PeerLocked(peer).rto_ms();
+  return now + std::chrono::microseconds(static_cast<int64_t>(rto_ms * 1000));
+}
+
+void Resender::Keep(Message* msg, Clock::time_point now) {
+  msg->meta.set_ack_wanted(true);
+  const int peer = msg->meta.recver();
+  MutexLock lock(&mu_);
+  Kept& k = kept_[KeyOf(peer, msg->meta, msg->meta.request())];
+  k.sends = k.msg.meta.ack_wanted() ? k.sends + 1 : 1;  // new: meta unset
+  k.msg.meta = msg->meta;
+  k.msg.data = msg->data;
+  k.sent = now;
+  k.due = DueLocked(peer, now);
+  if (k.due < wake_) cv_.Signal();
+}
+
+void Resender::Forget(const pb::Meta& m) {
+  MutexLock lock(&mu_);
+  kept_.erase(KeyOf(m.recver(), m, m.request()));
+}
+
+void Resender::ForgetPeer(int peer) {
+  MutexLock lock(&mu_);
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    it = std::get<0>(it->first) == peer ? kept_.erase(it) : std::next(it);
+  }
+}
+
+void Resender::OnAck(int peer, const pb::Meta& ack, Clock::time_point now) {
+  MutexLock lock(&mu_);
+  auto it = kept_.find(KeyOf(peer, ack, ack.request()));
+  if (it == kept_.end()) return;  // settled already: a late or second ack
+  if (it->second.sends == 1) {
+    std::chrono::duration<double, std::milli> rtt = now - it->second.sent;
+    PeerLocked(peer).OnSample(rtt.count());
+  }
+  kept_.erase(it);
+}
+
+void Resender::OnAnswer(int peer, const pb::Meta& answer) {
+  MutexLock lock(&mu_);
+  kept_.erase(KeyOf(peer, answer, true));
+}
+
+Message Resender::AckOf(const pb::Meta& m) {
+  Message ack;
+  pb::Meta& a = ack.meta;
+  a.set_ack(true);
+  a.set_app_id(m.app_id());
+  a.set_customer_id(m.customer_id());
+  a.set_timestamp(m.timestamp());
+  a.set_request(m.request());
+  if (m.has_shard()) a.set_shard(m.shard());
+  a.set_recver(m.sender());
+  return ack;
+}
+
+std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
+  std::vector<Message> due;
+  std::vector<int> late_peers;
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    Kept& k = it->second;
+    if (k.due > now) {
+      ++it;
+      continue;
+    }
+    if (k.sends >= kMaxSends) {
+      it = kept_.erase(it);
+      continue;
+    }
+    due.push_back(k.msg);
+    ++k.sends;
+    k.sent = now;
+    late_peers.push_back(std::get<0>(it->first));
+    ++it;
+  }
+  // One backoff per peer a round, however many of its messages were late.
+  std::sort(late_peers.begin(), late_peers.end());
+  late_peers.erase(std::unique(late_peers.begin(), late_peers.end()),
+                   late_peers.end());
+  for (int peer : late_peers) PeerLocked(peer).OnTimeout();
+  for (auto& [key, k] : kept_) {
+    if (k.sent == now) k.due = DueLocked(std::get<0>(key), now);
+  }
+  return due;
+}
+
+void Resender::Loop() {
+  MutexLock lock(&mu_);
+  while (!stop_) {
+    wake_ = Clock::time_point::max();
+    for (const auto& [key, k] : kept_) wake_ = std::min(wake_, k.due);
+    if (wake_ == Clock::time_point::max()) {
+      cv_.Wait();
+    } else {
+      cv_.WaitUntil(wake_);
+    }
+    if (stop_) break;
+    std::vector<Message> due = TakeDueLocked(Clock::now());
+    if (due.empty()) continue;
+    lock.Unlock();
+    for (Message& msg : due) {
+      Status st = send_(&msg);
+      if (!st.ok()) Forget(msg.meta);  // no connection: nobody to resend to
+    }
+    lock.Lock();
+  }
+}
+
+size_t Resender::num_kept() const {
+  MutexLock lock(&mu_);
+  return kept_.size();
+}
+
+double Resender::RtoMs(int peer) const {
+  MutexLock lock(&mu_);
+  auto it = peers_.find(peer);
+  return it == peers_.end() ? initial_ms_ : it->second.rto_ms();
+}
+
+}  // namespace ps

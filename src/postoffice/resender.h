@@ -1,0 +1,112 @@
+// Resender: resending on a timer that follows each peer's measured round
+// trip (Config::resend_adaptive, the default), as TCP's does (RFC 6298).
+//
+// A worker's KV requests and a server's KV answers to workers are kept
+// here (Keep, before the send) until the receiver acknowledges their
+// arrival: the receiving Postoffice sends an acknowledgement (Meta.ack, no
+// frames; AckOf) as soon as it dispatches a message marked
+// Meta.ack_wanted, before any handler sees it. A request is settled by its
+// answer too. One not acknowledged within its peer's RTO (RttEstimator) is
+// sent again, up to kMaxSends times (after that the KV layer's own resend,
+// at PS_RESEND_TIMEOUT_MS, is what is left); the receivers already apply
+// a request once and let a second answer go. The RTO follows the round
+// trips of acknowledgements, never of answers: under BSP an answer may
+// wait a whole step. Karn's rule: no sample from a message sent twice.
+//
+// Thread-safety: every method may be called from any thread. The thread
+// "ps-resend" (Start/Stop) sleeps until the earliest resend is due and
+// sends, under no lock, through the `send` given (which must not Keep).
+#ifndef PS_SRC_POSTOFFICE_RESENDER_H_
+#define PS_SRC_POSTOFFICE_RESENDER_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include "postoffice/rtt_estimator.h"
+#include "ps/config.h"
+#include "ps/status.h"
+#include "van/message.h"
+#include "van/sync.h"
+
+namespace ps {
+
+class Resender {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using SendFn = std::function<Status(Message* msg)>;
+  // The least RTO. Round trips on one host or a rack are tens of
+  // microseconds, but the receive thread that acknowledges may wait a
+  // scheduler slice (a few ms) on a busy host, and a message of megabytes
+  // takes milliseconds to arrive whole: below this, resends would be
+  // spurious copies of messages still on their way.
+  static constexpr double kFloorMs = 5;
+  // The most RTO: this many times the initial one (backoff's cap).
+  static constexpr int kMaxBackoff = 16;
+  static constexpr int kMaxSends = 8;
+
+  // initial_ms: the RTO before a peer's first sample.
+  Resender(int initial_ms, SendFn send);
+  ~Resender() { Stop(); }
+  void Start();
+  void Stop();
+
+  // Whether a node of `role` keeps m: a worker's KV request to a server,
+  // a server's KV answer to a worker.
+  static bool Wants(const pb::Meta& m, Role role);
+  // Before *msg is sent: marks it ack_wanted and keeps a copy (sharing its
+  // frames). A copy of one still kept (the KV layer resent it) replaces it
+  // and counts as a second send.
+  void Keep(Message* msg, Clock::time_point now) EXCLUDES(mu_);
+  // m could not be sent: forgets it.
+  void Forget(const pb::Meta& m) EXCLUDES(mu_);
+  // `peer` (as its connection proves) acknowledged message `ack` names.
+  void OnAck(int peer, const pb::Meta& ack, Clock::time_point now)
+      EXCLUDES(mu_);
+  // `peer` answered: the request is settled (no sample: see above).
+  void OnAnswer(int peer, const pb::Meta& answer) EXCLUDES(mu_);
+  // `peer` died or was restarted: forgets what was kept for it.
+  void ForgetPeer(int peer) EXCLUDES(mu_);
+  // The acknowledgement of received message m, to its sender.
+  static Message AckOf(const pb::Meta& m);
+
+  // Tests.
+  size_t num_kept() const EXCLUDES(mu_);
+  double RtoMs(int peer) const EXCLUDES(mu_);
+
+ private:
+  // A message: to (or, acknowledged, from) `peer`.
+  using Key = std::tuple<int /*peer*/, int /*app*/, int /*customer*/,
+                         int /*timestamp*/, int /*shard*/, bool /*request*/>;
+  static Key KeyOf(int peer, const pb::Meta& m, bool request);
+  struct Kept {
+    Message msg;
+    Clock::time_point sent;  // the last send
+    Clock::time_point due;   // of the next
+    int sends = 1;
+  };
+  void Loop() EXCLUDES(mu_);
+  // Takes what is due (rescheduled, the peers' RTO backed off) to send.
+  std::vector<Message> TakeDueLocked(Clock::time_point now) REQUIRES(mu_);
+  RttEstimator& PeerLocked(int peer) REQUIRES(mu_);
+  Clock::time_point DueLocked(int peer, Clock::time_point now) REQUIRES(mu_);
+
+  const double initial_ms_;
+  const SendFn send_;
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};
+  // A few per request in flight.
+  std::map<Key, Kept> kept_ GUARDED_BY(mu_);
+  std::unordered_map<int, RttEstimator> peers_ GUARDED_BY(mu_);
+  // When the thread wakes next (max: when told).
+  Clock::time_point wake_ GUARDED_BY(mu_) = Clock::time_point::max();
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SRC_POSTOFFICE_RESENDER_H_

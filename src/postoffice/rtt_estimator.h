@@ -1,0 +1,67 @@
+// RttEstimator: one peer's resend timeout, computed as TCP's (RFC 6298)
+// from the round trips of acknowledged messages. Pure: no clock, no lock;
+// the caller (Resender) owns one per peer under its own lock.
+//
+//   first sample R:  SRTT = R, RTTVAR = R / 2
+//   later sample R:  RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|,
+//                    SRTT = 7/8 SRTT + 1/8 R
+//   RTO = clamp(SRTT + 4 RTTVAR, floor, ceiling) x backoff
+//
+// Before the first sample the RTO is the initial value (RFC 6298 2.1; here
+// PS_RESEND_TIMEOUT_MS's default). A timeout doubles the backoff (5.5), up
+// to the ceiling; a fresh sample resets it to 1 (5.7, with Karn's rule the
+// caller's to keep: no sample from a message sent more than once).
+#ifndef PS_SRC_POSTOFFICE_RTT_ESTIMATOR_H_
+#define PS_SRC_POSTOFFICE_RTT_ESTIMATOR_H_
+
+#include <algorithm>
+#include <cmath>
+
+namespace ps {
+
+class RttEstimator {
+ public:
+  // Times in milliseconds (fractions allowed); floor <= initial <= ceiling.
+  RttEstimator(double initial_ms, double floor_ms, double ceiling_ms)
+      : initial_ms_(initial_ms), floor_ms_(floor_ms), ceiling_ms_(ceiling_ms) {}
+
+  void OnSample(double rtt_ms) {
+    if (!sampled_) {
+      srtt_ms_ = rtt_ms;
+      rttvar_ms_ = rtt_ms / 2;
+      sampled_ = true;
+    } else {
+      rttvar_ms_ = 0.75 * rttvar_ms_ + 0.25 * std::fabs(srtt_ms_ - rtt_ms);
+      srtt_ms_ = 0.875 * srtt_ms_ + 0.125 * rtt_ms;
+    }
+    backoff_ = 1;
+  }
+  // A message to this peer went unacknowledged for an RTO.
+  void OnTimeout() {
+    if (rto_ms() < ceiling_ms_) backoff_ *= 2;
+  }
+
+  double rto_ms() const {
+    double base =
+        sampled_ ? std::clamp(srtt_ms_ + 4 * rttvar_ms_, floor_ms_, ceiling_ms_)
+                 : initial_ms_;
+    return std::min(ceiling_ms_, base * backoff_);
+  }
+  bool sampled() const { return sampled_; }
+  double srtt_ms() const { return srtt_ms_; }
+  double rttvar_ms() const { return rttvar_ms_; }
+  int backoff() const { return backoff_; }
+
+ private:
+  const double initial_ms_;
+  const double floor_ms_;
+  const double ceiling_ms_;
+  bool sampled_ = false;
+  double srtt_ms_ = 0;
+  double rttvar_ms_ = 0;
+  int backoff_ = 1;
+};
+
+}  // namespace ps
+
+#endif  // PS_SRC_POSTOFFICE_RTT_ESTIMATOR_H_

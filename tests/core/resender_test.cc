@@ -1,0 +1,175 @@
+// The adaptive resend timer (src/postoffice/resender.h): RttEstimator's
+// numbers are RFC 6298's formulas worked by hand; Resender is fed
+// messages, acknowledgements and answers, with a send function that
+// records instead of a socket.
+#include "postoffice/resender.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace ps {
+namespace {
+
+TEST(RttEstimator, FollowsRfc6298) {
+  RttEstimator e(/*initial_ms=*/1000, /*floor_ms=*/5, /*ceiling_ms=*/16000);
+  EXPECT_FALSE(e.sampled());
+  EXPECT_EQ(e.rto_ms(), 1000);  // before a sample: the initial value
+  e.OnSample(100);              // SRTT = R, RTTVAR = R / 2
+  EXPECT_EQ(e.srtt_ms(), 100);
+  EXPECT_EQ(e.rttvar_ms(), 50);
+  EXPECT_EQ(e.rto_ms(), 300);  // 100 + 4 x 50
+  e.OnSample(60);
+  // RTTVAR = 3/4 x 50 + 1/4 x |100 - 60| = 47.5; SRTT = 7/8 x 100 + 1/8 x 60
+  EXPECT_DOUBLE_EQ(e.rttvar_ms(), 47.5);
+  EXPECT_DOUBLE_EQ(e.srtt_ms(), 95);
+  EXPECT_DOUBLE_EQ(e.rto_ms(), 285);  // 95 + 4 x 47.5
+}
+
+TEST(RttEstimator, BacksOffOnTimeoutAndResetsOnASample) {
+  RttEstimator e(1000, 5, 16000);
+  e.OnTimeout();  // no sample yet: the initial value backs off
+  EXPECT_EQ(e.rto_ms(), 2000);
+  e.OnSample(100);
+  EXPECT_EQ(e.backoff(), 1);
+  EXPECT_EQ(e.rto_ms(), 300);
+  e.OnTimeout();
+  EXPECT_EQ(e.rto_ms(), 600);
+  e.OnTimeout();
+  EXPECT_EQ(e.rto_ms(), 1200);
+  e.OnSample(100);  // RTTVAR = 3/4 x 50 + 0 = 37.5, SRTT = 100
+  EXPECT_EQ(e.backoff(), 1);
+  EXPECT_DOUBLE_EQ(e.rto_ms(), 250);
+  for (int i = 0; i < 20; ++i) e.OnTimeout();
+  EXPECT_EQ(e.rto_ms(), 16000);  // the ceiling
+  EXPECT_LE(e.backoff(), 64);    // and no more doubling past it
+}
+
+TEST(RttEstimator, FloorAndCeiling) {
+  RttEstimator fast(1000, 5, 16000);
+  fast.OnSample(0.2);  // 0.2 + 4 x 0.1 = 0.6 ms: the floor
+  EXPECT_EQ(fast.rto_ms(), 5);
+  RttEstimator slow(1000, 5, 16000);
+  slow.OnSample(10000);  // 10000 + 4 x 5000: the ceiling
+  EXPECT_EQ(slow.rto_ms(), 16000);
+}
+
+// A worker's request to server id 8 (app 0, customer 0, timestamp ts).
+Message Request(int ts, int server = 8) {
+  Message msg;
+  msg.meta.set_request(true);
+  msg.meta.set_push(true);
+  msg.meta.set_timestamp(ts);
+  msg.meta.set_sender(9);
+  msg.meta.set_recver(server);
+  return msg;
+}
+
+TEST(Resender, KeepsAWorkersRequestsAndAServersAnswers) {
+  Message req = Request(1);
+  EXPECT_TRUE(Resender::Wants(req.meta, Role::kWorker));
+  EXPECT_FALSE(Resender::Wants(req.meta, Role::kServer));
+  Message answer;
+  answer.meta.set_recver(9);
+  EXPECT_TRUE(Resender::Wants(answer.meta, Role::kServer));
+  answer.meta.set_origin(11);  // to a primary, for a worker: not kept
+  EXPECT_FALSE(Resender::Wants(answer.meta, Role::kServer));
+  Message simple = Request(1);
+  simple.meta.set_simple_app(true);
+  EXPECT_FALSE(Resender::Wants(simple.meta, Role::kWorker));
+  Message control = Request(1);
+  control.meta.mutable_control()->set_cmd(pb::BARRIER);
+  EXPECT_FALSE(Resender::Wants(control.meta, Role::kWorker));
+}
+
+TEST(Resender, AckSamplesTheRoundTripButNotOfAResentMessage) {
+  Resender r(1000, [](Message*) { return Status::OK(); });
+  const auto t0 = Resender::Clock::now();
+  Message req = Request(1);
+  r.Keep(&req, t0);
+  EXPECT_TRUE(req.meta.ack_wanted());
+  EXPECT_EQ(r.num_kept(), 1u);
+  EXPECT_EQ(r.RtoMs(8), 1000);
+  Message ack = Resender::AckOf(req.meta);
+  EXPECT_TRUE(ack.meta.ack());
+  EXPECT_EQ(ack.meta.recver(), 9);
+  EXPECT_EQ(ack.meta.timestamp(), 1);
+  r.OnAck(/*peer=*/10, ack.meta, t0);  // another peer's: nothing
+  EXPECT_EQ(r.num_kept(), 1u);
+  r.OnAck(8, ack.meta, t0 + std::chrono::milliseconds(10));
+  EXPECT_EQ(r.num_kept(), 0u);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 30);  // 10 + 4 x 5
+  // Karn's rule: a message sent twice gives no sample.
+  Message again = Request(2);
+  r.Keep(&again, t0);
+  r.Keep(&again, t0);
+  r.OnAck(8, Resender::AckOf(again.meta).meta,
+          t0 + std::chrono::milliseconds(500));
+  EXPECT_EQ(r.num_kept(), 0u);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 30);
+  // An answer settles its request, without a sample.
+  Message third = Request(3);
+  r.Keep(&third, t0);
+  Message answer;
+  answer.meta.set_timestamp(3);
+  r.OnAnswer(8, answer.meta);
+  EXPECT_EQ(r.num_kept(), 0u);
+}
+
+TEST(Resender, SendsAgainAfterTheRtoUntilAcknowledged) {
+  Mutex mu;
+  CondVar cv(&mu);
+  std::vector<Message> sent;
+  Resender r(1000, [&](Message* msg) {
+    MutexLock lock(&mu);
+    sent.push_back(*msg);
+    cv.SignalAll();
+    return Status::OK();
+  });
+  r.Start();
+  // One sample of 1 ms: the RTO is the floor, 5 ms.
+  const auto t0 = Resender::Clock::now();
+  Message first = Request(1);
+  r.Keep(&first, t0);
+  r.OnAck(8, Resender::AckOf(first.meta).meta,
+          t0 + std::chrono::milliseconds(1));
+  ASSERT_EQ(r.RtoMs(8), Resender::kFloorMs);
+  Message lost = Request(2);
+  r.Keep(&lost, Resender::Clock::now());
+  {
+    MutexLock lock(&mu);
+    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
+    while (sent.empty() && cv.WaitUntil(deadline)) {
+    }
+    ASSERT_FALSE(sent.empty()) << "not resent within 30 s";
+    EXPECT_EQ(sent[0].meta.timestamp(), 2);
+    EXPECT_TRUE(sent[0].meta.ack_wanted());
+  }
+  EXPECT_GT(r.RtoMs(8), Resender::kFloorMs);  // backed off
+  r.OnAck(8, Resender::AckOf(lost.meta).meta, Resender::Clock::now());
+  EXPECT_EQ(r.num_kept(), 0u);
+  r.Stop();
+}
+
+TEST(Resender, GivesUpAfterMaxSends) {
+  std::atomic<int> sends{0};
+  Resender r(1, [&](Message*) {
+    ++sends;
+    return Status::OK();
+  });
+  r.Start();
+  Message lost = Request(1);
+  r.Keep(&lost, Resender::Clock::now());
+  // 5, 10, 20, 40, ... capped at 16 x 5 ms: gone well within 30 s.
+  for (int i = 0; i < 3000 && r.num_kept() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(r.num_kept(), 0u);
+  EXPECT_EQ(sends.load(), Resender::kMaxSends - 1);
+  r.Stop();
+}
+
+}  // namespace
+}  // namespace ps
