@@ -16,7 +16,11 @@
 // answers (KeepForResend, before it is sent); Resend (on the monitor
 // thread's tick) builds its message again and sends it when due, and
 // OnResponse lets go of a second answer (Answered). The server
-// applies a request once (RequestDedup::Seen). Replication (PS_REPLICAS):
+// applies a request once (RequestDedup::Seen). With the default timer
+// (PS_RESEND_TIMEOUT_MS unset) the Postoffice below also resends each
+// request and answer its receiver did not acknowledge within the peer's
+// measured RTO (src/postoffice/resender.h); this resend, at 1000 ms, is
+// then the backstop. Replication (PS_REPLICAS):
 // ReplicaRoutes (src/kv/replica_takeover.h) says who serves each server's
 // keys. When a server dies and its replica takes over (OnFailure:
 // ReplicaRoutes::Cover, then FailOver), its slices go to the replica naming

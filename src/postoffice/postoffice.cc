@@ -268,7 +268,7 @@ void Postoffice::OnMessage(Message&& msg) {
 
 bool Postoffice::TakeAck(const Message& msg) {
   const pb::Meta& m = msg.meta;
-  if (m.ack_wanted() && !m.ack()) {
+  if (m.attempt() > 0 && !m.ack()) {
     Message ack = Resender::AckOf(m);
     Status st = Send(&ack);
     if (!st.ok() && config_.verbose >= 1) {
@@ -280,7 +280,7 @@ bool Postoffice::TakeAck(const Message& msg) {
     resender_->OnAnswer(m.sender(), m);
   }
   if (!m.ack()) return false;
-  if (!msg.data.empty() || m.ack_wanted()) {
+  if (!msg.data.empty() || m.attempt() <= 0) {
     CountDropped(m.sender(),
                  "a malformed acknowledgement: " + DebugString(msg));
   } else if (resender_) {

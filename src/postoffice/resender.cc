@@ -66,14 +66,13 @@ Resender::Clock::time_point Resender::DueLocked(int peer,
 }
 
 void Resender::Keep(Message* msg, Clock::time_point now) {
-  msg->meta.set_ack_wanted(true);
   const int peer = msg->meta.recver();
   MutexLock lock(&mu_);
   Kept& k = kept_[KeyOf(peer, msg->meta, msg->meta.request())];
-  k.sends = k.msg.meta.ack_wanted() ? k.sends + 1 : 1;  // new: meta unset
+  k.sent.push_back(now);
+  msg->meta.set_attempt(static_cast<int>(k.sent.size()));
   k.msg.meta = msg->meta;
   k.msg.data = msg->data;
-  k.sent = now;
   k.due = DueLocked(peer, now);
   if (k.due < wake_) cv_.Signal();
 }
@@ -94,8 +93,10 @@ void Resender::OnAck(int peer, const pb::Meta& ack, Clock::time_point now) {
   MutexLock lock(&mu_);
   auto it = kept_.find(KeyOf(peer, ack, ack.request()));
   if (it == kept_.end()) return;  // settled already: a late or second ack
-  if (it->second.sends == 1) {
-    std::chrono::duration<double, std::milli> rtt = now - it->second.sent;
+  const std::vector<Clock::time_point>& sent = it->second.sent;
+  const size_t attempt = static_cast<size_t>(ack.attempt());
+  if (attempt >= 1 && attempt <= sent.size() && now >= sent[attempt - 1]) {
+    std::chrono::duration<double, std::milli> rtt = now - sent[attempt - 1];
     PeerLocked(peer).OnSample(rtt.count());
   }
   kept_.erase(it);
@@ -110,6 +111,7 @@ Message Resender::AckOf(const pb::Meta& m) {
   Message ack;
   pb::Meta& a = ack.meta;
   a.set_ack(true);
+  a.set_attempt(m.attempt());
   a.set_app_id(m.app_id());
   a.set_customer_id(m.customer_id());
   a.set_timestamp(m.timestamp());
@@ -128,13 +130,13 @@ std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
       ++it;
       continue;
     }
-    if (k.sends >= kMaxSends) {
+    if (k.sent.size() >= static_cast<size_t>(kMaxSends)) {
       it = kept_.erase(it);
       continue;
     }
+    k.sent.push_back(now);
+    k.msg.meta.set_attempt(static_cast<int>(k.sent.size()));
     due.push_back(k.msg);
-    ++k.sends;
-    k.sent = now;
     late_peers.push_back(std::get<0>(it->first));
     ++it;
   }
@@ -144,7 +146,7 @@ std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
                    late_peers.end());
   for (int peer : late_peers) PeerLocked(peer).OnTimeout();
   for (auto& [key, k] : kept_) {
-    if (k.sent == now) k.due = DueLocked(std::get<0>(key), now);
+    if (k.sent.back() == now) k.due = DueLocked(std::get<0>(key), now);
   }
   return due;
 }

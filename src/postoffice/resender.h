@@ -4,14 +4,17 @@
 // A worker's KV requests and a server's KV answers to workers are kept
 // here (Keep, before the send) until the receiver acknowledges their
 // arrival: the receiving Postoffice sends an acknowledgement (Meta.ack, no
-// frames; AckOf) as soon as it dispatches a message marked
-// Meta.ack_wanted, before any handler sees it. A request is settled by its
-// answer too. One not acknowledged within its peer's RTO (RttEstimator) is
+// frames; AckOf) as soon as it dispatches a message marked with an
+// attempt (Meta.attempt), before any handler sees it. A request is settled by
+// its answer too. One not acknowledged within its peer's RTO (RttEstimator) is
 // sent again, up to kMaxSends times (after that the KV layer's own resend,
 // at PS_RESEND_TIMEOUT_MS, is what is left); the receivers already apply
 // a request once and let a second answer go. The RTO follows the round
 // trips of acknowledgements, never of answers: under BSP an answer may
-// wait a whole step. Karn's rule: no sample from a message sent twice.
+// wait a whole step. Karn's problem (whose send does an acknowledgement
+// answer?) does not arise: the acknowledgement echoes the attempt, so a
+// late acknowledgement of a first send is a sample from that send (as TCP
+// timestamps, RFC 7323), the one that says the RTO was too short.
 //
 // Thread-safety: every method may be called from any thread. The thread
 // "ps-resend" (Start/Stop) sleeps until the earliest resend is due and
@@ -25,6 +28,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "postoffice/rtt_estimator.h"
 #include "ps/config.h"
@@ -57,9 +61,9 @@ class Resender {
   // Whether a node of `role` keeps m: a worker's KV request to a server,
   // a server's KV answer to a worker.
   static bool Wants(const pb::Meta& m, Role role);
-  // Before *msg is sent: marks it ack_wanted and keeps a copy (sharing its
+  // Before *msg is sent: stamps its attempt and keeps a copy (sharing its
   // frames). A copy of one still kept (the KV layer resent it) replaces it
-  // and counts as a second send.
+  // as its next attempt.
   void Keep(Message* msg, Clock::time_point now) EXCLUDES(mu_);
   // m could not be sent: forgets it.
   void Forget(const pb::Meta& m) EXCLUDES(mu_);
@@ -84,9 +88,8 @@ class Resender {
   static Key KeyOf(int peer, const pb::Meta& m, bool request);
   struct Kept {
     Message msg;
-    Clock::time_point sent;  // the last send
-    Clock::time_point due;   // of the next
-    int sends = 1;
+    std::vector<Clock::time_point> sent;  // of each attempt
+    Clock::time_point due;                // of the next
   };
   void Loop() EXCLUDES(mu_);
   // Takes what is due (rescheduled, the peers' RTO backed off) to send.

@@ -9,8 +9,8 @@
 //
 // Before the first sample the RTO is the initial value (RFC 6298 2.1; here
 // PS_RESEND_TIMEOUT_MS's default). A timeout doubles the backoff (5.5), up
-// to the ceiling; a fresh sample resets it to 1 (5.7, with Karn's rule the
-// caller's to keep: no sample from a message sent more than once).
+// to the ceiling; a fresh sample resets it to 1 (5.7; the caller keeps
+// samples unambiguous: Karn's rule, or an echo of which send was answered).
 #ifndef PS_SRC_POSTOFFICE_RTT_ESTIMATOR_H_
 #define PS_SRC_POSTOFFICE_RTT_ESTIMATOR_H_
 

@@ -84,31 +84,45 @@ TEST(Resender, KeepsAWorkersRequestsAndAServersAnswers) {
   EXPECT_FALSE(Resender::Wants(control.meta, Role::kWorker));
 }
 
-TEST(Resender, AckSamplesTheRoundTripButNotOfAResentMessage) {
+TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   Resender r(1000, [](Message*) { return Status::OK(); });
   const auto t0 = Resender::Clock::now();
   Message req = Request(1);
   r.Keep(&req, t0);
-  EXPECT_TRUE(req.meta.ack_wanted());
+  EXPECT_EQ(req.meta.attempt(), 1);
   EXPECT_EQ(r.num_kept(), 1u);
   EXPECT_EQ(r.RtoMs(8), 1000);
   Message ack = Resender::AckOf(req.meta);
   EXPECT_TRUE(ack.meta.ack());
   EXPECT_EQ(ack.meta.recver(), 9);
   EXPECT_EQ(ack.meta.timestamp(), 1);
+  EXPECT_EQ(ack.meta.attempt(), 1);
   r.OnAck(/*peer=*/10, ack.meta, t0);  // another peer's: nothing
   EXPECT_EQ(r.num_kept(), 1u);
   r.OnAck(8, ack.meta, t0 + std::chrono::milliseconds(10));
   EXPECT_EQ(r.num_kept(), 0u);
   EXPECT_DOUBLE_EQ(r.RtoMs(8), 30);  // 10 + 4 x 5
-  // Karn's rule: a message sent twice gives no sample.
+  // Sent twice (t0, t0 + 100 ms): an acknowledgement of the first send
+  // at t0 + 150 ms is a sample of 150 ms, not 50 (no ambiguity to skip,
+  // Karn's problem): RTTVAR = 3/4 x 5 + 1/4 x 140 = 38.75, SRTT = 7/8 x 10
+  // + 1/8 x 150 = 27.5.
   Message again = Request(2);
   r.Keep(&again, t0);
-  r.Keep(&again, t0);
-  r.OnAck(8, Resender::AckOf(again.meta).meta,
-          t0 + std::chrono::milliseconds(500));
+  r.Keep(&again, t0 + std::chrono::milliseconds(100));
+  EXPECT_EQ(again.meta.attempt(), 2);
+  Message first_ack = Resender::AckOf(again.meta);
+  first_ack.meta.set_attempt(1);
+  r.OnAck(8, first_ack.meta, t0 + std::chrono::milliseconds(150));
   EXPECT_EQ(r.num_kept(), 0u);
-  EXPECT_DOUBLE_EQ(r.RtoMs(8), 30);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 27.5 + 4 * 38.75);
+  // One naming no attempt of ours settles the message, without a sample.
+  Message odd = Request(4);
+  r.Keep(&odd, t0);
+  Message odd_ack = Resender::AckOf(odd.meta);
+  odd_ack.meta.set_attempt(7);
+  r.OnAck(8, odd_ack.meta, t0 + std::chrono::seconds(9));
+  EXPECT_EQ(r.num_kept(), 0u);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 27.5 + 4 * 38.75);
   // An answer settles its request, without a sample.
   Message third = Request(3);
   r.Keep(&third, t0);
@@ -145,7 +159,7 @@ TEST(Resender, SendsAgainAfterTheRtoUntilAcknowledged) {
     }
     ASSERT_FALSE(sent.empty()) << "not resent within 30 s";
     EXPECT_EQ(sent[0].meta.timestamp(), 2);
-    EXPECT_TRUE(sent[0].meta.ack_wanted());
+    EXPECT_EQ(sent[0].meta.attempt(), 2);
   }
   EXPECT_GT(r.RtoMs(8), Resender::kFloorMs);  // backed off
   r.OnAck(8, Resender::AckOf(lost.meta).meta, Resender::Clock::now());
