@@ -29,12 +29,14 @@ read off the job's output lines as they arrive.
 """
 
 import argparse
+import hashlib
 import os
 import re
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,15 +119,25 @@ def value(lines, regex):
     return None
 
 
-def alternate(build, pairs, servers, flags, variants):
+def alternate(build, pairs, servers, flags, variants, weights=None):
     """samples/s of each variant (name -> (flags, launch options)),
-    alternated in pairs; returns {name: [rates]}."""
+    alternated in pairs; returns {name: [rates]}. With a dict `weights`,
+    each job dumps its final weights and weights[name] gets their
+    SHA-256s."""
     rates = {name: [] for name in variants}
     names = list(variants)
     for i in range(pairs):
         for name in (names if i % 2 == 0 else names[::-1]):
             vflags, extra = variants[name]
-            rc, lines = launch(build, servers, 2, flags + vflags, extra)
+            with tempfile.TemporaryDirectory() as tmp:
+                dump = Path(tmp) / "weights"
+                wflags = ["--dump_weights", str(dump)] if weights is not None \
+                    else []
+                rc, lines = launch(build, servers, 2, flags + vflags + wflags,
+                                   extra)
+                if weights is not None and dump.exists():
+                    weights.setdefault(name, []).append(
+                        hashlib.sha256(dump.read_bytes()).hexdigest()[:12])
             rate = value(lines, RATE)
             if rc != 0 or rate is None:
                 print(f"  {name}: job failed (exit {rc}); left out")
@@ -160,13 +172,27 @@ def replication(build, pairs, limit):
 
 def drops(build, pairs, limit):
     print(f"\n== Cost of 1% lost messages: S = W = 2, --train_limit {limit}, "
-          f"{pairs} pairs (PS_RESEND_TIMEOUT_MS=100)", flush=True)
+          f"{pairs} rounds: no drops and 1% dropped with the default "
+          f"(adaptive) resend timer; no drops with PS_RESEND_TIMEOUT_MS=1000 "
+          f"(fixed, the old default), 1% dropped with =100",
+          flush=True)
     flags = ["--train_limit", str(limit)]
+    weights = {}
     rates = alternate(build, pairs, 2, flags, {
-        "no drops": ([], ["--env", "PS_RESEND_TIMEOUT_MS=100"]),
-        "1% dropped": ([], ["--env", "PS_RESEND_TIMEOUT_MS=100",
-                             "--env", "PS_DROP_MSG=1"])})
-    ratio_line("S = 2, W = 2", rates, "no drops", "1% dropped")
+        "no drops": ([], []),
+        "1% dropped": ([], ["--env", "PS_DROP_MSG=1"]),
+        "no drops, fixed 1000 ms": ([], ["--env", "PS_RESEND_TIMEOUT_MS=1000"]),
+        "1% dropped, fixed 100 ms": ([], ["--env", "PS_RESEND_TIMEOUT_MS=100",
+                                          "--env", "PS_DROP_MSG=1"])},
+        weights)
+    ratio_line("S = 2, W = 2, default timer", rates, "no drops", "1% dropped")
+    ratio_line("S = 2, W = 2, fixed 100 ms", rates, "no drops",
+               "1% dropped, fixed 100 ms")
+    ratio_line("S = 2, W = 2, no drops: default timer vs fixed 1000 ms",
+               rates, "no drops, fixed 1000 ms", "no drops")
+    hashes = {h for hs in weights.values() for h in hs}
+    print(f"final weights (SHA-256): {weights}; "
+          f"{'all the same' if len(hashes) == 1 else 'DIFFERENT'}")
 
 
 def faults(build, limit):
