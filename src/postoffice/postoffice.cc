@@ -183,7 +183,23 @@ StatusOr<SArray<char>> Postoffice::ResolveShared(const pb::SharedRef& ref,
 Status Postoffice::Send(Message* msg) {
   msg->meta.set_sender(my_id_.load());
   if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
+  if (msg->meta.simple_app() && !van_.IsConnected(msg->meta.recver())) {
+    Status st = ConnectForSimpleApp(msg->meta.recver());
+    if (!st.ok()) return st;
+  }
   return van_.Send(msg);
+}
+
+Status Postoffice::ConnectForSimpleApp(int id) {
+  MutexLock lock(&mu_);
+  if (van_.IsConnected(id)) return Status::OK();  // another thread did
+  const NodeInfo* n = ready_ ? table_.Find(id) : nullptr;
+  if (n == nullptr || membership_.IsDown(id)) {
+    return Status::Unavailable("no connection to " + table_.Describe(id) +
+                               ": not a live member of the job");
+  }
+  // Unwatched: a peer that leaves after its last answer is no failure.
+  return van_.Connect(id, n->host, n->port, /*watch=*/false);
 }
 
 void Postoffice::SendAll(std::vector<Message>* outbox) {

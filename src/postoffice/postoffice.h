@@ -132,7 +132,9 @@ class Postoffice {
   // (false, app_id, SimpleAppCustomerId(c)) and gets the messages with
   // meta.simple_app set for that app and customer, from any member.
   static int SimpleAppCustomerId(int customer_id) { return -2 - customer_id; }
-  // Sends msg to meta.recver(), stamping the sender. Any thread.
+  // Sends msg to meta.recver(), stamping the sender. Any thread. A node
+  // connects only to the peers it talks to (rendezvous); a SimpleApp
+  // message to another member opens a connection to it first.
   Status Send(Message* msg);
   // Counts and logs a dropped message from node `sender`.
   void CountDropped(int sender, const std::string& why);
@@ -202,6 +204,8 @@ class Postoffice {
   // message it forwarded for `origin`) to the app's server customer,
   // another answer to the customer that asked, SimpleApp's to its app.
   CustomerKey CustomerOf(const pb::Meta& m) const;
+  // Connects to member `id` (unwatched) for SimpleApp messages.
+  Status ConnectForSimpleApp(int id) EXCLUDES(mu_);
   // What takes m's requests here, named for the lines that refuse them.
   std::string TakerOf(const pb::Meta& m) const;
   // No customer (registered) for msg: a request waits for its KVServer or

@@ -30,8 +30,7 @@ bool WaitBounded(SimpleApp* app, int ts, int seconds) {
     app->Wait(ts);
     done->set_value();
   }).detach();
-  return f.wait_for(std::chrono::seconds(seconds)) ==
-         std::future_status::ready;
+  return f.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
 }
 
 // ps-lite's order: the scheduler asks everyone at once, and the others make
@@ -74,8 +73,8 @@ TEST(SimpleApp, RequestsBeforeTheAppWaitForItsRequestHandle) {
   }
   for (int t : ts) ASSERT_TRUE(WaitBounded(&asker, t, 60)) << "request " << t;
   for (size_t i = 0; i < others.size(); ++i) {
-    EXPECT_EQ(got[i]->load(), kRequests) << others[i]->DescribeNode(
-        others[i]->id());
+    EXPECT_EQ(got[i]->load(), kRequests)
+        << others[i]->DescribeNode(others[i]->id());
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_EQ(answers[others[i]->id()], kRequests);
   }
@@ -119,8 +118,7 @@ TEST(SimpleApp, ARequestForAnAppNeverMadeIsRefused) {
   Node* worker = c.workers[0].get();
   SimpleApp asker(c.scheduler.get(), 5, 0);
   std::atomic<int> answered{0};
-  asker.set_response_handle(
-      [&](const SimpleData&, SimpleApp*) { ++answered; });
+  asker.set_response_handle([&](const SimpleData&, SimpleApp*) { ++answered; });
   const uint64_t dropped = worker->num_dropped_messages();
   int ts = asker.Request(1, "anyone?", worker->id());
   ASSERT_TRUE(WaitBounded(&asker, ts, 60));
