@@ -108,7 +108,7 @@ const char kMarkdownOutro[] = R"(
   `PS_PYTHONPATH` (where the Python tests and benchmarks find the built
   module), `PS_LOCAL_TIMEOUT` and `PS_LOCAL_WORKER_PROCESSES`
   (tests/pslite/local.sh).
-- **Code**: `PS_VLOG` is ps-lite's logging macro (ps/internal/utils.h).
+- **Code**: `PS_VLOG` is ps-lite's logging macro (ps/internal/postoffice.h).
 - **Logging** (glog): a node logs to stderr; it writes log files only when
   asked to, by `GLOG_log_dir=DIR` or `--log_dir=DIR` (files in DIR) or by
   `GLOG_logtostderr=0` or `--logtostderr=false` (files where glog puts them:
