@@ -117,7 +117,8 @@ class Node {
 Node* DefaultNode();
 // The node ps::Start(customer_id) started for `customer_id`: its own, for a
 // worker customer started after the process's first (ps-lite counts each
-// worker customer as a worker), else DefaultNode().
+// worker customer as a worker), else DefaultNode(), also before that
+// customer's Start: make its KVWorker or SimpleApp after ps::Start.
 Node* CustomerNode(int customer_id);
 
 }  // namespace ps

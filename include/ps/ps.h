@@ -62,7 +62,8 @@ void Finalize(int customer_id, bool do_barrier = true);
 // and Finalize(0, true).
 void Start(const char* argv0 = nullptr);
 void Finalize();
-// Runs `cb` after the node stopped, in the last Finalize (ps-lite: e.g. to
+// Runs `cb` after the default node stopped, in the Finalize that stops it
+// (ps-lite: e.g. to
 // delete a KVServer). A later registration replaces an earlier one.
 void RegisterExitCallback(const std::function<void()>& cb);
 

@@ -3,9 +3,10 @@
 // one node id or to every node of a group id (kScheduler, kServerGroup,
 // kWorkerGroup or a bit-or of them); the receiver's SimpleApp of the same
 // app id answers it (by default with an empty body), and Wait(ts) returns
-// once every receiver answered. The receiving app is the one of the same
-// app id and customer id (SimpleApp(app_id) is customer app_id, as in
-// ps-lite).
+// once every receiver answered. As in ps-lite, the receiving app on a
+// worker is the one of the same app id and the asker's customer id; on a
+// server or the scheduler, the app's (SimpleApp(app_id) is customer
+// app_id). An answer goes to the asking customer's app.
 //
 // Handles run on the node's receive thread, one message at a time per app;
 // a request to this node itself runs its request handle on the calling
@@ -14,10 +15,12 @@
 //
 // Requests that reach an app before its request handle is set (ps-lite
 // programs make the app and set the handle after ps::Start, when peers may
-// have asked already) wait for it: they are handed over when the request
-// handle is set, at the app's first Request, Wait or Response, or a second
-// after it was made, whichever comes first. Requests for an app that is
-// never made are refused after PS_CONNECT_TIMEOUT_MS, naming it.
+// have asked already) wait for it: they are handed to the new handle on
+// the thread that sets it, or, when none is set within a second of the
+// app's making, to the default handle on a thread of the app's own. A
+// request for an app that is never made is refused after
+// PS_CONNECT_TIMEOUT_MS, naming it; so are those waiting for an app
+// destroyed before it took them.
 //
 // Thread-safety: Request/Response/Wait from any thread.
 #ifndef PS_SIMPLE_APP_H_

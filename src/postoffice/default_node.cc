@@ -33,9 +33,11 @@ struct DefaultState {
   std::mutex start_mu;  // guards the rest; never held through a rendezvous
   std::map<int, Node*> node_of;                    // started customers' nodes
   std::map<int, std::unique_ptr<Node>> own_nodes;  // worker customers' own
-  enum { kIdle, kStarting, kStarted } default_start = kIdle;
-  bool stopping = false;  // the default node's Finalize began
-  std::set<int> sharing;  // started on the default node, not finalized
+  std::set<Node*> starting;  // Start (and its barrier) under way
+  std::set<Node*> started;   // ... done
+  std::set<int> finalized;   // customers with a node of their own
+  bool stopping = false;     // the default node's Finalize began
+  std::set<int> sharing;     // started on the default node, not finalized
   bool customer0_started = false;
   std::condition_variable changed;  // a start or a Finalize ended
   std::function<void()> exit_callback;
@@ -82,13 +84,19 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
   Node* node = nullptr;
   {
     std::unique_lock<std::mutex> lock(state.start_mu);
+    const std::string start = "ps::Start(" + std::to_string(customer_id) + ")";
     if (state.stopping) {
-      Die("ps::Start(" + std::to_string(customer_id) +
-          ") after the node was finalized (its last customer called "
+      Die(start +
+          " after the node was finalized (its last customer called "
           "ps::Finalize)");
     }
-    if (state.node_of.count(customer_id) > 0) return;  // started already
-    if (first->role() == Role::kWorker && !state.node_of.empty()) {
+    if (state.finalized.count(customer_id) > 0) {
+      Die(start + " after ps::Finalize(" + std::to_string(customer_id) + ")");
+    }
+    auto it = state.node_of.find(customer_id);
+    if (it != state.node_of.end()) {
+      node = it->second;  // started already, or being started
+    } else if (first->role() == Role::kWorker && !state.node_of.empty()) {
       auto& own = state.own_nodes[customer_id];
       own = MakeCustomerNode(*first, customer_id);
       node = own.get();
@@ -98,23 +106,18 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
       if (customer_id == 0) state.customer0_started = true;
     }
     state.node_of[customer_id] = node;
-    if (node == first) {
-      if (state.default_start != DefaultState::kIdle) {
-        // Another customer of this process starts the node: wait for it.
-        state.changed.wait(lock, [&state] {
-          return state.default_start == DefaultState::kStarted;
-        });
-        return;
-      }
-      state.default_start = DefaultState::kStarting;
+    if (state.starting.count(node) > 0 || state.started.count(node) > 0) {
+      // Another thread starts it (a customer sharing the default node, or
+      // this customer's own Start again): wait until it is done.
+      state.changed.wait(
+          lock, [&state, node] { return state.started.count(node) > 0; });
+      return;
     }
-  }
-  static std::once_flag logging;
-  std::call_once(logging, [argv0] {
+    state.starting.insert(node);
     if (argv0 != nullptr && !google::IsGoogleLoggingInitialized()) {
       google::InitGoogleLogging(argv0);
     }
-  });
+  }
   node->SetPeerFailureHandler([node](const Status& why) {
     Die(node->DescribeNode(node->id()) + " stops: " + why.message());
   });
@@ -123,16 +126,15 @@ void StartDefault(int customer_id, const char* argv0, bool do_barrier) {
     Die(std::string(RoleName(node->role())) +
         " failed to start: " + st.ToString());
   }
-  if (node == first) {
-    std::lock_guard<std::mutex> lock(state.start_mu);
-    state.default_start = DefaultState::kStarted;
-    state.changed.notify_all();
-  }
   // A restarted worker rejoins a job that passed this barrier long ago.
   if (do_barrier && !node->rejoined()) {
     Status barrier = node->Barrier(kAllGroups);
     if (!barrier.ok()) Die(barrier.ToString());
   }
+  std::lock_guard<std::mutex> lock(state.start_mu);
+  state.starting.erase(node);
+  state.started.insert(node);
+  state.changed.notify_all();
 }
 
 }  // namespace
@@ -197,7 +199,8 @@ void Finalize(int customer_id, bool do_barrier) {
       }
       state.stopping = true;
     } else {
-      state.node_of.erase(it);  // a worker customer's own node: it stops it
+      // A worker customer's own node: it stops it (once).
+      if (!state.finalized.insert(customer_id).second) return;
     }
   }
   // No lock held: the barrier waits for the process's other customers too.

@@ -27,7 +27,10 @@ bool Postoffice::FastDispatch(Message* msg) {
 
 Postoffice::CustomerKey Postoffice::CustomerOf(const pb::Meta& m) const {
   if (m.simple_app()) {
-    return {false, m.app_id(), SimpleAppCustomerId(m.customer_id())};
+    // ps-lite's rule: on a worker, the customer the message names; on a
+    // server or the scheduler, the app's (customer app_id).
+    const int c = config_.role == Role::kWorker ? m.customer_id() : m.app_id();
+    return {false, m.app_id(), SimpleAppCustomerId(c)};
   }
   // A server gets requests, and the answers to what it forwarded on
   // behalf of another node (`origin`: a push copied to its replica).
@@ -59,9 +62,12 @@ bool Postoffice::Post(const std::shared_ptr<Customer>& customer, Message* msg) {
   {
     MutexLock lock(&customer->mu);
     if (customer->closed) return false;
+    if (customer->paused && msg->meta.request()) {
+      customer->waiting.push_back(std::move(*msg));  // for ResumeCustomer
+      return true;
+    }
     customer->mailbox.push_back(std::move(*msg));
-    // Its deliverer drains it, or ResumeCustomer will.
-    if (customer->delivering || customer->paused) return true;
+    if (customer->delivering) return true;  // its deliverer drains it
     customer->delivering = true;
   }
   Deliver(customer);
@@ -75,7 +81,10 @@ std::string Postoffice::TakerOf(const pb::Meta& m) const {
   return (m.simple_app() ? "SimpleApp " + app + " (customer " +
                                std::to_string(m.customer_id()) + ")"
                          : "KVServer for app " + app) +
-         " on " + RoleName(config_.role) + " " + std::to_string(rank());
+         " on " +
+         (IsScheduler() ? std::string("the scheduler")
+                        : std::string(RoleName(config_.role)) + " " +
+                              std::to_string(rank()));
 }
 
 void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
@@ -131,11 +140,14 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
     RefuseRequest(msg, Status::kUnavailable,
                   customer != nullptr
                       ? "the " + TakerOf(msg.meta) + " is closing"
-                      : std::string(RoleName(config_.role)) + " " +
-                            std::to_string(rank()) +
-                            " holds too many requests for apps not made "
-                            "yet: no " +
-                            TakerOf(msg.meta));
+                      : "no " + TakerOf(msg.meta) +
+                            " yet, and this node holds too many requests for "
+                            "apps not made yet (" +
+                            std::to_string(held_count_.load()) +
+                            " held; at most " +
+                            std::to_string(kMaxEarlyMessages) + ", and " +
+                            std::to_string(config_.max_message_bytes) +
+                            " bytes in all, PS_MAX_MESSAGE_BYTES)");
     return;
   }
   CountDropped(
@@ -248,7 +260,8 @@ void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
     if (held != held_.end()) {
       for (HeldRequest& h : held->second) {
         held_bytes_ -= MessageBytes(h.msg);
-        customer->mailbox.push_back(std::move(h.msg));
+        (paused ? customer->waiting : customer->mailbox)
+            .push_back(std::move(h.msg));
       }
       held_count_.fetch_sub(held->second.size());
       held_.erase(held);
@@ -268,6 +281,10 @@ void Postoffice::ResumeCustomer(bool requests, int app_id, int customer_id) {
     MutexLock lock(&customer->mu);
     if (!customer->paused) return;
     customer->paused = false;
+    for (Message& msg : customer->waiting) {
+      customer->mailbox.push_back(std::move(msg));
+    }
+    customer->waiting.clear();
     if (customer->delivering || customer->mailbox.empty()) return;
     customer->delivering = true;
   }
@@ -300,19 +317,18 @@ void Postoffice::UnregisterCustomer(bool requests, int app_id,
   if (customer == nullptr) return;
   MutexLock lock(&customer->mu);
   customer->closed = true;  // to a sender that found it in an older snapshot
-  if (customer->paused) {
-    // Gone before it took them: its requests are refused, not left waiting.
+  if (!customer->waiting.empty()) {
+    // Gone while paused: the requests that waited for it are refused, not
+    // left unanswered.
     std::deque<Message> waiting;
-    waiting.swap(customer->mailbox);
+    waiting.swap(customer->waiting);
     lock.Unlock();
     for (const Message& msg : waiting) {
-      if (msg.meta.request()) {
-        RefuseRequest(msg, Status::kUnavailable,
-                      "the " + TakerOf(msg.meta) +
-                          " was destroyed before it took this request");
-      }
+      RefuseRequest(msg, Status::kUnavailable,
+                    "the " + TakerOf(msg.meta) +
+                        " was destroyed before it took this request");
     }
-    return;
+    lock.Lock();
   }
   if (customer->deliverer == std::this_thread::get_id()) return;
   while (customer->delivering) customer->cv.Wait();

@@ -100,11 +100,15 @@ const char kMarkdownOutro[] = R"(
   launch.py's own processes.
   `launch.py --help` lists its options.
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,
-  python/ps_build_backend.py) and the `PS_*` CMake options (README).
+  python/ps_build_backend.py) and the `PS_*` CMake options (README), with
+  `PS_PSLITE_SOURCE_DIR` (a ps-lite checkout whose own tests the suite
+  runs, docs/pslite.md).
 - **The scripts' and tests'**: `PS_FUZZ_SECONDS` (scripts/test.sh),
   `PS_PYTHON_DEPS` and `PS_CLUSTER_DEPS` (scripts/install_deps.sh),
   `PS_PYTHONPATH` (where the Python tests and benchmarks find the built
-  module).
+  module), `PS_LOCAL_TIMEOUT` and `PS_LOCAL_WORKER_PROCESSES`
+  (tests/pslite/local.sh).
+- **Code**: `PS_VLOG` is ps-lite's logging macro (ps/internal/postoffice.h).
 - **Logging** (glog): a node logs to stderr; it writes log files only when
   asked to, by `GLOG_log_dir=DIR` or `--log_dir=DIR` (files in DIR) or by
   `GLOG_logtostderr=0` or `--logtostderr=false` (files where glog puts them:

@@ -195,12 +195,47 @@ StatusOr<SArray<char>> Postoffice::ResolveShared(const pb::SharedRef& ref,
 Status Postoffice::Send(Message* msg) {
   msg->meta.set_sender(my_id_.load());
   if (config_.verbose >= 2) LOG(INFO) << "send " << DebugString(*msg);
+  if (msg->meta.simple_app()) {
+    Status st = ConnectForSimpleApp(msg->meta.recver());
+    if (!st.ok()) return st;
+  }
   // Kept before the send: its acknowledgement may come first.
   const bool kept = resender_ && Resender::Wants(msg->meta, config_.role);
   if (kept) resender_->Keep(msg, Clock::now());
   Status st = van_.Send(msg);
   if (!st.ok() && kept) resender_->Forget(msg->meta);
   return st;
+}
+
+Status Postoffice::ConnectForSimpleApp(int id) {
+  MutexLock lock(&mu_);
+  if (id == kSchedulerId && !IsScheduler()) return Status::OK();
+  if (!ready_) {
+    return Status::Unavailable(
+        "this node has no node table yet (its "
+        "rendezvous is not done): no SimpleApp "
+        "message to node id " +
+        std::to_string(id));
+  }
+  const NodeInfo* n = table_.Find(id);
+  if (n == nullptr) {
+    return Status::NotFound("node id " + std::to_string(id) +
+                            " is not a member of the job");
+  }
+  if (membership_.IsDown(id)) {
+    return Status::Unavailable(table_.Describe(id) + " is " +
+                               PeerStateName(membership_.state(id)));
+  }
+  // Connected at rendezvous, or here to the address it has now (a restarted
+  // worker comes back at another).
+  auto it = simple_app_peers_.find(id);
+  if (van_.IsConnected(id) &&
+      (it == simple_app_peers_.end() || it->second == n->Address())) {
+    return Status::OK();
+  }
+  simple_app_peers_[id] = n->Address();
+  // Unwatched: a peer that leaves after its last answer is no failure.
+  return van_.Connect(id, n->host, n->port, /*watch=*/false);
 }
 
 void Postoffice::SendAll(std::vector<Message>* outbox) {

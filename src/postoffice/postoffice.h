@@ -117,15 +117,17 @@ class Postoffice {
 
   // KV layer. A server registers (true, app_id, -1) for requests; a worker
   // registers (false, app_id, customer_id) for responses.
-  // A `paused` customer gets nothing (its messages, the held requests
-  // included, wait in its mailbox) until ResumeCustomer.
+  // A `paused` customer gets no request (those held for it included) until
+  // ResumeCustomer; answers reach it as ever.
   void RegisterCustomer(bool requests, int app_id, int customer_id,
                         DataHandler on_data, FailureHandler on_failure,
                         TickHandler on_tick = nullptr,
                         JoinHandler on_join = nullptr, bool paused = false);
-  // Hands a paused customer what waited, on this thread, and what comes
-  // later as to any other. No-op if it is not paused.
-  void ResumeCustomer(bool requests, int app_id, int customer_id);
+  // Hands a paused customer the requests that waited, on this thread unless
+  // its deliverer runs (then on that one); later ones come as to any other.
+  // No-op if it is not paused.
+  void ResumeCustomer(bool requests, int app_id, int customer_id)
+      EXCLUDES(customers_mu_);
   // Waits for a running handler of this customer to return (unless called
   // from inside it).
   void UnregisterCustomer(bool requests, int app_id, int customer_id);
@@ -133,8 +135,10 @@ class Postoffice {
   // (false, app_id, SimpleAppCustomerId(c)) and gets the messages with
   // meta.simple_app set for that app and customer, from any member.
   static int SimpleAppCustomerId(int customer_id) { return -2 - customer_id; }
-  // Sends msg to meta.recver(), stamping the sender. Any thread.
-  Status Send(Message* msg);
+  // Sends msg to meta.recver(), stamping the sender. Any thread. A node
+  // connects only to the peers it talks to (rendezvous); a SimpleApp
+  // message to another member opens a connection to it first.
+  Status Send(Message* msg) EXCLUDES(mu_);
   // Counts and logs a dropped message from node `sender`.
   void CountDropped(int sender, const std::string& why);
   // Counts a message received again (a resent request or its answer) and
@@ -174,7 +178,10 @@ class Postoffice {
     bool delivering GUARDED_BY(mu) = false;
     std::thread::id deliverer GUARDED_BY(mu);
     bool closed GUARDED_BY(mu) = false;  // unregistered: takes no more
-    bool paused GUARDED_BY(mu) = false;  // takes, delivers nothing yet
+    // Paused: requests wait in `waiting` until ResumeCustomer (answers are
+    // delivered as ever).
+    bool paused GUARDED_BY(mu) = false;
+    std::deque<Message> waiting GUARDED_BY(mu);
   };
   using CustomerMap = std::map<CustomerKey, std::shared_ptr<Customer>>;
   // What the data path needs to check a member's message without mu_.
@@ -208,6 +215,9 @@ class Postoffice {
   // message it forwarded for `origin`) to the app's server customer,
   // another answer to the customer that asked, SimpleApp's to its app.
   CustomerKey CustomerOf(const pb::Meta& m) const;
+  // Connects to member `id` (unwatched) for a SimpleApp message, unless
+  // connected to its present address; refuses a node that is down.
+  Status ConnectForSimpleApp(int id) EXCLUDES(mu_);
   // What takes m's requests here, named for the lines that refuse them.
   std::string TakerOf(const pb::Meta& m) const;
   // No customer (registered) for msg: a request waits for its KVServer or
@@ -413,7 +423,9 @@ class Postoffice {
     Clock::time_point since;
   };
   std::map<CustomerKey, std::vector<HeldRequest>> held_
-      GUARDED_BY(customers_mu_);       // no customer yet
+      GUARDED_BY(customers_mu_);  // no customer yet
+  // Members connected to for SimpleApp messages: id -> address.
+  std::map<int, std::string> simple_app_peers_ GUARDED_BY(mu_);
   std::atomic<size_t> held_count_{0};  // changed under customers_mu_
   uint64_t held_bytes_ GUARDED_BY(customers_mu_) = 0;  // their data bytes
 };

@@ -6,8 +6,10 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
+#include "kv/call_gate.h"
 #include "postoffice/postoffice.h"
 #include "van/message.h"
 
@@ -16,38 +18,58 @@ namespace ps {
 class SimpleApp::Impl {
  public:
   Impl(SimpleApp* app, Node* node, int app_id, int customer_id)
-      : app_(app), node_(node), app_id_(app_id), customer_id_(customer_id) {
+      : app_(app),
+        node_(node),
+        app_id_(app_id),
+        customer_id_(customer_id),
+        // ps-lite's rule: a worker's messages go to the customer they name,
+        // a server's or the scheduler's to the app's (customer app_id).
+        key_(Postoffice::SimpleAppCustomerId(
+            node->role() == Role::kWorker ? customer_id : app_id)) {
     request_handle_ = [](const SimpleData& req, SimpleApp* a) {
       a->Response(req);
     };
     response_handle_ = [](const SimpleData&, SimpleApp*) {};
-    // Paused: a program sets its handles after making the app (ps-lite's
-    // form), and requests may be here already (a peer's app was made
-    // first). They wait for the request handle, or the app's first use, or
-    // kGrace, whichever comes first; then the handles run.
-    const auto made = std::chrono::steady_clock::now();
+    // Paused: a program sets its request handle after making the app
+    // (ps-lite's form), and requests may be here already (a peer's app was
+    // made first). They wait for the request handle, or kGrace.
     node_->postoffice()->RegisterCustomer(
-        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_),
-        [this](Message&& msg) { OnMessage(msg); },
-        [this](int id, const Status& why) { OnFailure(id, why); },
-        [this, made](std::chrono::steady_clock::time_point now) {
-          if (now - made >= kGrace) Resume();
+        false, app_id_, key_, [this](Message&& msg) { OnMessage(msg); },
+        [this, gate = gate_](int id, const Status& why) {
+          gate->Call([&] { OnFailure(id, why); });
         },
-        nullptr, /*paused=*/true);
+        nullptr, nullptr, /*paused=*/true);
+    grace_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(grace_mu_);
+      if (!grace_cv_.wait_for(lock, kGrace,
+                              [this] { return resumed_ || closing_; })) {
+        lock.unlock();
+        Resume();  // no request handle came: the default one answers
+      }
+    });
   }
   ~Impl() {
-    node_->postoffice()->UnregisterCustomer(
-        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_));
+    {
+      std::lock_guard<std::mutex> lock(grace_mu_);
+      closing_ = true;
+    }
+    grace_cv_.notify_all();
+    grace_.join();
+    gate_->Close();
+    node_->postoffice()->UnregisterCustomer(false, app_id_, key_);
   }
 
-  // Hands the app what waited for it (once; later calls are no-ops).
+  // Hands the app the requests that waited for it, on this thread (once).
   void Resume() {
-    node_->postoffice()->ResumeCustomer(
-        false, app_id_, Postoffice::SimpleAppCustomerId(customer_id_));
+    {
+      std::lock_guard<std::mutex> lock(grace_mu_);
+      resumed_ = true;
+    }
+    grace_cv_.notify_all();
+    node_->postoffice()->ResumeCustomer(false, app_id_, key_);
   }
 
   int Request(int head, const std::string& body, int recv_id) {
-    Resume();
     // An id of 8 or more names one server or worker; below, a group.
     std::vector<int> recvers =
         recv_id >= 8 ? std::vector<int>{recv_id} : node_->GetNodeIds(recv_id);
@@ -75,7 +97,6 @@ class SimpleApp::Impl {
   }
 
   void Wait(int ts) {
-    Resume();  // its answers may wait in the mailbox
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] {
       auto it = pending_.find(ts);
@@ -86,7 +107,6 @@ class SimpleApp::Impl {
   }
 
   void Response(const SimpleData& req, const std::string& body) {
-    Resume();
     if (req.sender == node_->id()) {
       OnData(SimpleData{req.head, body, req.sender, req.timestamp,
                         req.customer_id},
@@ -187,6 +207,14 @@ class SimpleApp::Impl {
   Node* const node_;  // outlives this app
   const int app_id_;
   const int customer_id_;
+  const int key_;  // the customer id it is registered under
+  // Keeps failure notices off a destroyed app.
+  const std::shared_ptr<CallGate> gate_ = std::make_shared<CallGate>();
+  std::mutex grace_mu_;
+  std::condition_variable grace_cv_;
+  bool resumed_ = false;  // guarded by grace_mu_
+  bool closing_ = false;  // guarded by grace_mu_
+  std::thread grace_;     // resumes the app after kGrace
   std::mutex mu_;
   std::condition_variable cv_;
   Handle request_handle_;   // guarded by mu_

@@ -204,7 +204,7 @@ void Van::SetHeartbeats(void* socket) const {
   SetIntOption(socket, ZMQ_HEARTBEAT_TIMEOUT, options_.heartbeat_timeout_ms);
 }
 
-Status Van::Connect(int id, const std::string& host, int port) {
+Status Van::Connect(int id, const std::string& host, int port, bool watch) {
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
   // Not shared yet; the lock only tells the analysis who owns `socket`.
@@ -230,7 +230,8 @@ Status Van::Connect(int id, const std::string& host, int port) {
     return Status::Unavailable("cannot connect to " + peer->address + ": " +
                                ZmqError());
   }
-  if (watch_grace_ms_ > 0 && (watch_only_id_ < 0 || id == watch_only_id_)) {
+  if (watch && watch_grace_ms_ > 0 &&
+      (watch_only_id_ < 0 || id == watch_only_id_)) {
     Watch(peer, socket);
   }
   peer_lock.Unlock();

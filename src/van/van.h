@@ -131,8 +131,9 @@ class Van {
   void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1,
                         RegainedHandler regained = nullptr);
 
-  // Opens (or replaces) the DEALER to node `id` at tcp://host:port.
-  Status Connect(int id, const std::string& host, int port);
+  // Opens (or replaces) the DEALER to node `id` at tcp://host:port; with
+  // `watch`, under WatchConnections' watch (if on).
+  Status Connect(int id, const std::string& host, int port, bool watch = true);
   // Node `id` can map our shared memory: send it references.
   void SendReferencesTo(int id);
   // We can map the shared memory of node `id`, process `pid`, whose

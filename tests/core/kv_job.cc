@@ -17,6 +17,11 @@
 //                whole and pulls step 1, worker 1 (a member holding the
 //                key) pushes step 0 cut otherwise and then stays alive,
 //                silent, for up to 5 minutes: the shard stops naming it
+//   customers-bsp  1 server with a DenseShard (BSP); each worker process
+//                runs two worker customers (launch.py --worker-customers
+//                2), each a worker of the job: for 5 steps each pushes
+//                (its rank + 1) and pulls the next step's weights, which
+//                are exact only if every step waited for every customer
 //   hostile      as sum, but every node prints its port at start and each
 //                worker waits for the file $KV_JOB_GO before it pushes (an
 //                attacker acts meanwhile); at the end every node prints
@@ -177,6 +182,83 @@ int RunCutMemberWorker() {
   return st.ok() ? 0 : 1;
 }
 
+// mode customers-bsp: the weights after step s are -(s + 1) * (W + 1) / 2
+// (every step's gradients are the ranks + 1 of the W worker customers,
+// averaged).
+constexpr int kCustomerSteps = 5;
+
+int RunCustomersBspServer() {
+  ps::KVServer<float> server(0);
+  ps::DenseShard shard(
+      &server, kCutLayout, 0, 3, std::vector<float>(10, 0.0f),
+      ps::DenseShardOptions{ps::Consistency::kBsp, 0, ps::NumWorkers()},
+      [](float* w, const float* g, size_t, size_t len, int n, int, int) {
+        for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
+      });
+  bool done = shard.WaitAllDone(std::chrono::minutes(2));
+  std::printf(
+      "server %d: %s\n", ps::MyRank(),
+      done ? "all worker customers done" : shard.failure().ToString().c_str());
+  std::fflush(stdout);
+  ps::Finalize(0, true);
+  return done ? 0 : 1;
+}
+
+// Worker customer c of this process: a worker of the job, with its own
+// rank (ps::CustomerNode).
+bool RunCustomerBspWorker(int c, const char* argv0) {
+  ps::Start(c, argv0);
+  const int rank = ps::CustomerNode(c)->rank();
+  const float w = static_cast<float>(ps::NumWorkers());
+  bool ok = true;
+  {
+    ps::KVWorker<float> kv(0, c);
+    std::vector<float> weights;
+    for (int s = 0; s < kCustomerSteps && ok; ++s) {
+      ps::Status st = kv.Wait(
+          kv.Push({0, 1, 2}, std::vector<float>(10, rank + 1.0f), {4, 4, 2},
+                  ps::EncodeDenseCmd(ps::DenseOp::kStep, s)));
+      if (st.ok()) {
+        st = kv.Wait(kv.Pull({0, 1, 2}, &weights, nullptr,
+                             ps::EncodeDenseCmd(ps::DenseOp::kStep, s + 1)));
+      }
+      const float expect = -(s + 1) * (w + 1) / 2;
+      ok = st.ok() && weights == std::vector<float>(10, expect);
+      if (!ok) {
+        std::printf("worker %d (customer %d) step %d: %s, weight %g, not %g\n",
+                    rank, c, s, st.ToString().c_str(),
+                    weights.empty() ? 0.0 : weights[0], expect);
+      }
+    }
+    ok =
+        ok &&
+        kv.Wait(kv.Push({0}, std::vector<float>(4, 0.0f), {4},
+                        ps::EncodeDenseCmd(ps::DenseOp::kDone, kCustomerSteps)))
+            .ok();
+    std::printf("worker %d customer %d step %d weight %g %s\n", rank, c,
+                kCustomerSteps, weights.empty() ? 0.0 : weights[0],
+                ok ? "ok" : "WRONG");
+    std::fflush(stdout);
+  }
+  ps::Finalize(c, true);
+  return ok;
+}
+
+int RunCustomersBsp(const char* argv0) {
+  if (!ps::IsWorker()) {
+    ps::Start(0, argv0);
+    if (ps::IsServer()) return RunCustomersBspServer();
+    ps::Finalize(0, true);
+    return 0;
+  }
+  bool ok[2] = {false, false};
+  std::thread t0([&] { ok[0] = RunCustomerBspWorker(0, argv0); });
+  std::thread t1([&] { ok[1] = RunCustomerBspWorker(1, argv0); });
+  t0.join();
+  t1.join();
+  return ok[0] && ok[1] ? 0 : 1;
+}
+
 int RunWorker(const std::string& mode) {
   bool varlen = mode == "varlen";
   ps::KVWorker<float> kv(0, 0);
@@ -240,6 +322,7 @@ int main(int argc, char** argv) {
     const char* w = std::getenv("DMLC_NUM_WORKER");
     setenv("DMLC_NUM_WORKER", std::to_string(std::atoi(w) + 1).c_str(), 1);
   }
+  if (mode == "customers-bsp") return RunCustomersBsp(argv[0]);
   ps::Start(0, argv[0]);
   if (mode == "hostile") {
     std::printf("%s %d port %d\n", ps::RoleName(ps::DefaultNode()->role()),

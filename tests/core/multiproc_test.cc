@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -61,13 +62,14 @@ bool ReadUntil(int fd, Clock::time_point deadline, std::string* out) {
   return false;
 }
 
-// Runs `python3 launch.py -s S -w W --timeout T --env ... -- kv_job MODE
-// [FLAG]` with stdout and stderr on one pipe, kJobEnv and `env` (KEY=VALUE
-// each) in the processes' environment. Past kHardBoundSeconds the launcher
-// gets SIGTERM (it stops its children), then SIGKILL.
+// Runs `python3 launch.py -s S -w W --timeout T --env ... LAUNCH_ARGS --
+// kv_job MODE [FLAG]` with stdout and stderr on one pipe, kJobEnv and `env`
+// (KEY=VALUE each) in the processes' environment. Past kHardBoundSeconds
+// the launcher gets SIGTERM (it stops its children), then SIGKILL.
 RunResult Launch(int servers, int workers, const std::string& mode,
                  const std::string& flag = "",
-                 const std::vector<std::string>& env = {}) {
+                 const std::vector<std::string>& env = {},
+                 const std::vector<std::string>& launch_args = {}) {
   std::vector<std::string> args = {
       PS_PYTHON,   PS_LAUNCH_PY,
       "-s",        std::to_string(servers),
@@ -81,6 +83,7 @@ RunResult Launch(int servers, int workers, const std::string& mode,
     args.push_back("--env");
     args.push_back(setting);
   }
+  args.insert(args.end(), launch_args.begin(), launch_args.end());
   for (const char* arg : {"--", PS_KV_JOB}) args.push_back(arg);
   args.push_back(mode);
   if (!flag.empty()) args.push_back(flag);
@@ -270,6 +273,38 @@ TEST(MultiProc, ConcurrentThreadsOfEachWorker) {
           prefix == rank && std::string(verdict) == "ok";
   }
   EXPECT_EQ(ok, 2);
+}
+
+// ps-lite's semantics: each worker customer is a worker. Two processes of
+// two customers make a BSP job of 4 workers, and every step waits for all
+// of them (kv_job customers-bsp checks the weights exactly).
+TEST(MultiProc, WorkerCustomersAreWorkersOfEveryBspStep) {
+  RunResult r =
+      Launch(1, 4, "customers-bsp", "", {}, {"--worker-customers", "2"});
+  SCOPED_TRACE(r.output);
+  EXPECT_EQ(r.exit_code, 0);
+  std::set<int> ranks;
+  int ok = 0;
+  for (const std::string& line : Lines(r.output)) {
+    int prefix = -1, rank = -1, customer = -1, steps = -1;
+    float weight = 0;
+    char verdict[16] = {};
+    if (std::sscanf(line.c_str(),
+                    "[worker %d] worker %d customer %d step %d weight %f %15s",
+                    &prefix, &rank, &customer, &steps, &weight, verdict) == 6 &&
+        std::string(verdict) == "ok") {
+      ++ok;
+      ranks.insert(rank);
+      EXPECT_EQ(steps, 5);
+      EXPECT_EQ(weight, -12.5f) << "5 steps of the mean of 1, 2, 3 and 4";
+    }
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_NE(r.output.find("server 0: all worker customers done"),
+            std::string::npos);
+  EXPECT_NE(r.output.find("launch: all 4 processes exited 0"),
+            std::string::npos);
 }
 
 TEST(MultiProc, KilledWorkerFailsTheJobNamingIt) {

@@ -30,8 +30,7 @@ bool WaitBounded(SimpleApp* app, int ts, int seconds) {
     app->Wait(ts);
     done->set_value();
   }).detach();
-  return f.wait_for(std::chrono::seconds(seconds)) ==
-         std::future_status::ready;
+  return f.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
 }
 
 // ps-lite's order: the scheduler asks everyone at once, and the others make
@@ -74,8 +73,8 @@ TEST(SimpleApp, RequestsBeforeTheAppWaitForItsRequestHandle) {
   }
   for (int t : ts) ASSERT_TRUE(WaitBounded(&asker, t, 60)) << "request " << t;
   for (size_t i = 0; i < others.size(); ++i) {
-    EXPECT_EQ(got[i]->load(), kRequests) << others[i]->DescribeNode(
-        others[i]->id());
+    EXPECT_EQ(got[i]->load(), kRequests)
+        << others[i]->DescribeNode(others[i]->id());
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_EQ(answers[others[i]->id()], kRequests);
   }
@@ -83,14 +82,15 @@ TEST(SimpleApp, RequestsBeforeTheAppWaitForItsRequestHandle) {
   EXPECT_TRUE(c.Finalize());
 }
 
-// The requester's customer id reaches the handle, and the answer goes back
-// to that customer's app.
+// ps-lite's routing: a server's app is the app's (customer app_id), whatever
+// customer asks; the asker's customer id reaches the handle, and the answer
+// goes back to that customer's app.
 TEST(SimpleApp, TheAnswerGoesToTheAskingCustomer) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.Start());
   Node* worker = c.workers[0].get();
   Node* server = c.servers[0].get();
-  SimpleApp server_app(server, 0, 3);
+  SimpleApp server_app(server, 0, 0);
   std::atomic<int> seen_customer{-1};
   server_app.set_request_handle([&](const SimpleData& req, SimpleApp* app) {
     seen_customer = req.customer_id;
@@ -100,14 +100,65 @@ TEST(SimpleApp, TheAnswerGoesToTheAskingCustomer) {
   std::atomic<int> wrong{0};
   other.set_response_handle([&](const SimpleData&, SimpleApp*) { ++wrong; });
   SimpleApp asker(worker, 0, 3);
+  std::mutex mu;
   std::string body;
-  asker.set_response_handle(
-      [&](const SimpleData& res, SimpleApp*) { body = res.body; });
+  asker.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    std::lock_guard<std::mutex> lock(mu);
+    body = res.body;
+  });
   int ts = asker.Request(7, "hi", server->id());
   ASSERT_TRUE(WaitBounded(&asker, ts, 60));
   EXPECT_EQ(seen_customer.load(), 3);
-  EXPECT_EQ(body, "for 3");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(body, "for 3");
+  }
   EXPECT_EQ(wrong.load(), 0);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// An app that never sets a request handle answers what waited for it with
+// the default handle (an empty body), a second after it was made.
+TEST(SimpleApp, WithoutARequestHandleTheDefaultOneAnswers) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.Start());
+  SimpleApp asker(c.scheduler.get(), 0, 0);
+  std::atomic<int> empty{0};
+  asker.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    if (res.body.empty()) ++empty;
+  });
+  Node* worker = c.workers[0].get();
+  SimpleApp silent(worker, 0, 0);  // made before: the requests wait in it
+  std::vector<int> ts;
+  for (int i = 0; i < kRequests; ++i) {
+    ts.push_back(asker.Request(1, "x", worker->id()));
+  }
+  for (int t : ts) ASSERT_TRUE(WaitBounded(&asker, t, 60));
+  EXPECT_EQ(empty.load(), kRequests);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Requests waiting for an app that is destroyed before it took them are
+// refused: the asker's Wait returns, with no answer.
+TEST(SimpleApp, RequestsWaitingForADestroyedAppAreRefused) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.Start());
+  SimpleApp asker(c.scheduler.get(), 0, 0);
+  std::atomic<int> answered{0};
+  asker.set_response_handle([&](const SimpleData&, SimpleApp*) { ++answered; });
+  Node* worker = c.workers[0].get();
+  const uint64_t dropped = worker->num_dropped_messages();
+  int ts;
+  {
+    SimpleApp gone(worker, 0, 0);
+    ts = asker.Request(1, "x", worker->id());
+    // Let it reach the app, paused for a second (should it come after the
+    // app is gone, it is refused as for an app never made: the same end).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(WaitBounded(&asker, ts, 60));
+  EXPECT_EQ(answered.load(), 0) << "a refusal is no answer";
+  EXPECT_EQ(worker->num_dropped_messages(), dropped + 1);
   EXPECT_TRUE(c.Finalize());
 }
 
@@ -119,8 +170,7 @@ TEST(SimpleApp, ARequestForAnAppNeverMadeIsRefused) {
   Node* worker = c.workers[0].get();
   SimpleApp asker(c.scheduler.get(), 5, 0);
   std::atomic<int> answered{0};
-  asker.set_response_handle(
-      [&](const SimpleData&, SimpleApp*) { ++answered; });
+  asker.set_response_handle([&](const SimpleData&, SimpleApp*) { ++answered; });
   const uint64_t dropped = worker->num_dropped_messages();
   int ts = asker.Request(1, "anyone?", worker->id());
   ASSERT_TRUE(WaitBounded(&asker, ts, 60));

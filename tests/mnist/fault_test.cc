@@ -422,6 +422,57 @@ TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
                         " was killed (seed " + std::to_string(seed) + ")");
 }
 
+// A server frozen (SIGSTOP) past the heartbeat timeout at a moment drawn
+// at random, then let go on (SIGCONT) a few seconds later: as an operator
+// would try it (an earlier build lost or repeated a step this way in 4 of
+// 6 tries). The job declares it dead, its replica takes its keys over, and
+// the launcher kills it (the SIGCONT finds it gone). The job ends with the
+// weights of the job that never failed, bit for bit.
+TEST(Replication, FrozenPrimaryIsReplacedExactly) {
+  const unsigned seed = FaultSeed();
+  std::mt19937 draw(seed);
+  constexpr int kServers = 3;
+  const int victim = static_cast<int>(draw() % kServers);
+  const int step = 5 + static_cast<int>(draw() % 70);  // of 100
+  const int delay_ms = static_cast<int>(draw() % 300);
+  const std::string drawn =
+      "seed " + std::to_string(seed) + ": server " + std::to_string(victim) +
+      " frozen " + std::to_string(delay_ms) +
+      " ms after a worker logged step " + std::to_string(step);
+  std::printf("%s\n", drawn.c_str());
+  SCOPED_TRACE(drawn);
+  const std::string flags =
+      "--train_limit 3200 --overlap off --ps_shm 0 --log_every_s 0.05";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("frozen.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean, kServers);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("frozen-primary");
+  const int port = 20000 + (getpid() + 71) % 20000;
+  // Heartbeats time out after 1.5 s here; the server stays frozen for 4.
+  ASSERT_TRUE(job.Start(LaunchCommand(
+      "--tolerate server --port " + std::to_string(port) +
+          " --env PS_HEARTBEAT_TIMEOUT_MS=1500",
+      flags + " --replicas 1 --dump_weights " + failed, kServers)));
+  ASSERT_TRUE(WaitForStep(job, step, 180)) << job.Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  const int pid =
+      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim),
+                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  ASSERT_GT(pid, 0) << job.Output();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const std::string heir = std::to_string((victim + 1) % kServers);
+  const bool declared =
+      job.WaitFor("server " + heir + " takes over its keys", 30);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  kill(pid, SIGCONT);
+  ASSERT_TRUE(declared) << job.Output();
+  ASSERT_EQ(job.Code(300), "0\n") << job.Output();
+  ExpectSameWeights(clean, failed,
+                    "after server " + std::to_string(victim) +
+                        " was frozen and let go on (seed " +
+                        std::to_string(seed) + ")");
+}
+
 // The "server R done: ..." line's count of range updates made with fewer
 // than every worker's gradient (-1: no such line).
 int ShortUpdatesOf(const std::string& out, int server) {

@@ -61,8 +61,7 @@ run() {
 
 for way in tracker hand; do
   run $way 2 2 simple_app
-  expect "$tmp/out.log" "simple_app ok 20" 5
-  expect "$tmp/out.log" "answers 100" 1
+  expect "$tmp/out.log" "simple_app ok 100 of 100" 5
 
   run $way 2 2 kv_app
   expect "$tmp/out.log" "worker [01] ok" 2
@@ -74,6 +73,9 @@ for way in tracker hand; do
   expect "$tmp/out.log" "worker [01] customer [01] ok, shared 2$" 2
   run $way 2 4 multi_workers 2
   expect "$tmp/out.log" "worker [0-3] customer [01] ok, shared 4$" 4
+
+  run $way 2 2 benchmark
+  expect "$tmp/out.log" "worker [01] pushed and pulled 10000000 keys exactly" 2
 
   run $way 2 2 slicer_app
   expect "$tmp/out.log" "worker [01] ok" 2

@@ -29,7 +29,14 @@ for p in $programs; do
   }
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+group=""  # the session of the ps-lite script running, if any
+kill_group() {
+  if [ -n "$group" ]; then
+    kill -KILL -- "-$group" 2> /dev/null || true
+    group=""
+  fi
+}
+trap 'kill_group; rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 mkdir "$tmp/src"
 {
@@ -89,15 +96,31 @@ run() {
   for ((i = 1; i <= repeat; ++i)); do
     echo "== $prog, run $i of $repeat: ps-lite's $script 2 2"
     : > "$tmp/status"
-    # ps-lite's scripts set DMLC_PS_ROOT_PORT=8000 themselves.
+    # ps-lite's scripts set DMLC_PS_ROOT_PORT=8000 themselves and start
+    # the processes in the background: the script runs in a session of its
+    # own, so that a run past 300 s is ended whole (kill_group).
     (cd "$pslite/tests" &&
       PSLITE_PROGRAM="$tmp/build/$prog" PSLITE_STATUS="$tmp/status" \
-        timeout 300 bash "./$script" 2 2 "$tmp/wrap.sh") \
-      > "$tmp/out.log" 2>&1 || {
+        exec setsid bash "./$script" 2 2 "$tmp/wrap.sh") \
+      > "$tmp/out.log" 2>&1 &
+    group=$!
+    local t
+    for ((t = 0; t < 3000; ++t)); do
+      kill -0 "$group" 2> /dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$group" 2> /dev/null; then
+      kill_group
+      echo "FAIL: $script ran past 300 s" >&2
+      cat "$tmp/out.log" >&2
+      exit 1
+    fi
+    wait "$group" || {
       echo "FAIL: $script exited $?" >&2
       cat "$tmp/out.log" >&2
       exit 1
     }
+    group=""
     check "$tmp/out.log" $((3 + wprocs)) "$marker" "$count"
     echo "== $prog, run $i of $repeat: launch.py -s 2 -w 2" \
       "--worker-customers $k"

@@ -443,6 +443,13 @@ class LaunchTest(LaunchCase):
               "true"], "cannot set PS_MAX_RESTARTS"),
             (["-s", "1", "-w", "1", "--env", "PS_RESTART_COUNT=1", "--",
               "true"], "cannot set PS_RESTART_COUNT"),
+            (["-s", "1", "-w", "3", "--worker-customers", "2", "--", "true"],
+             "-w/--num-workers 3 is not a multiple of --worker-customers 2"),
+            (["-s", "1", "-w", "2", "--worker-customers", "0", "--", "true"],
+             "--worker-customers must be >= 1, got 0"),
+            (["-s", "1", "-w", "2", "--worker-customers", "2",
+              "--max-restarts", "1", "--", "true"],
+             "--max-restarts is not offered with --worker-customers"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):

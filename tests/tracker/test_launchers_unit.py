@@ -66,7 +66,8 @@ class SshEnvTest(unittest.TestCase):
         """launch.ssh_env of child, the launcher's environment holding
         PS_VERBOSE=1 and variables that must not be sent."""
         args = type("Args", (), dict(
-            num_servers=1, num_workers=2, scheduler_host="me@head",
+            num_servers=1, num_workers=2, worker_processes=2,
+            scheduler_host="me@head",
             extra_env={"EXTRA": "x"}, **settings))()
         env = dict(os.environ)
         try:
@@ -181,6 +182,26 @@ class AsRankTest(unittest.TestCase):
             self.assertEqual(env, {"DMLC_ROLE": role, "PS_RANK": index or None,
                                    "DMLC_NODE_HOST": "127.0.0.1",
                                    "DMLC_PS_ROOT_URI": "127.0.0.1"})
+
+    def test_worker_processes_of_several_customers(self):
+        # launch.py -w 4 --worker-customers 2 (DMLC_NUM_WORKER=4): two
+        # worker processes, ranks 3 and 4 of 1 + 2 + 2.
+        for rank, name in ((3, "worker 0"), (4, "worker 1")):
+            result = self.as_rank({"OMPI_COMM_WORLD_RANK": str(rank),
+                                   "OMPI_COMM_WORLD_SIZE": "5",
+                                   "DMLC_NUM_WORKER": "4",
+                                   "PS_LAUNCH_WORKER_PROCESSES": "2"})
+            self.assertEqual(result.returncode, 0, result.stderr)
+            tag, env = self.seen(result)
+            self.assertRegex(tag, rf"^{name} @\S+$")
+            self.assertEqual(env["PS_RANK"], name[-1])
+        result = self.as_rank({"OMPI_COMM_WORLD_RANK": "0",
+                               "OMPI_COMM_WORLD_SIZE": "7",
+                               "DMLC_NUM_WORKER": "4",
+                               "PS_LAUNCH_WORKER_PROCESSES": "2"})
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("OMPI_COMM_WORLD_SIZE=7, but the job has 1 + 2 + 2 = 5 "
+                      "processes", result.stderr)
 
     def test_slurm_node_addresses(self):
         result = self.as_rank({

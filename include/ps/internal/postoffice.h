@@ -1,9 +1,11 @@
 // ps::Postoffice: ps-lite's process-wide view of the default node
 // (Postoffice::Get()), for programs written against ps-lite. Every call
-// goes to the node of the ps.h convenience layer (ps::Start), which this
-// facade creates from the environment on first use, so that, as in ps-lite,
-// roles and counts are known before Start and apps (KVServer, SimpleApp)
-// may be built before it. Our own API (ps::Node) needs none of this.
+// goes to the node of the ps.h convenience layer (ps::Start), except
+// Barrier(customer_id, ...), which goes to that customer's node (ps.h:
+// a worker customer after a process's first has one of its own). The
+// facade creates the default node from the environment on first use, so that,
+// as in ps-lite, roles and counts are known before Start and apps (KVServer,
+// SimpleApp) may be built before it. Our own API (ps::Node) needs none of this.
 //
 // Thread-safety: every call may be made from any thread; Start/Finalize by
 // several threads of one process, one customer each (see ps.h).
@@ -30,7 +32,7 @@ class Postoffice {
   // ps::Start / ps::StartAsync / ps::Finalize (ps.h).
   void Start(int customer_id, const char* argv0, const bool do_barrier);
   void Finalize(const int customer_id, const bool do_barrier = true);
-  // Runs once the node has stopped, in the Finalize of the last customer.
+  // Runs once the default node has stopped, in the Finalize that stops it.
   // A later registration replaces an earlier one (as in ps-lite).
   void RegisterExitCallback(const Callback& cb);
 

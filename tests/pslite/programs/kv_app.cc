@@ -1,6 +1,7 @@
 // Each worker pushes keys spread over the whole key space (as ps-lite's
-// test does) 20 times and pulls the sums back; each server reports how
-// many keys it holds, which must be about 1/S of them.
+// test does) 20 times and pulls the sums back, then push-pulls keys of its
+// own 20 times, each answer the sum so far; each server reports how many
+// keys it holds, which must be about 1/S of them.
 #include <cmath>
 
 #include "ps/ps.h"
@@ -46,6 +47,20 @@ void RunWorker() {
   kv.Wait(kv.ZPull(skeys, &svals));
   CHECK_EQ(svals.size(), keys.size());
   CHECK_EQ(svals[5], vals[5] * repeat * NumWorkers());
+  // PushPull on keys of its own (next to the shared ones): each answer is
+  // the sum after this push.
+  std::vector<Key> own(num);
+  for (int i = 0; i < num; ++i) own[i] = keys[i] + 1 + MyRank();
+  std::vector<float> outs;
+  for (int i = 0; i < repeat; ++i) {
+    kv.Wait(kv.PushPull(own, vals, &outs));
+    CHECK_EQ(outs.size(), own.size());
+    CHECK_EQ(outs[7], vals[7] * (i + 1));
+  }
+  for (int i = 0; i < num; ++i) CHECK_EQ(outs[i], vals[i] * repeat);
+  SArray<float> zouts;
+  kv.Wait(kv.ZPushPull(SArray<Key>(own), SArray<float>(vals), &zouts));
+  CHECK_EQ(zouts[9], vals[9] * (repeat + 1));
   std::cout << "worker " << MyRank() << " ok" << std::endl;
 }
 
@@ -59,12 +74,14 @@ int main(int argc, char* argv[]) {
   RunWorker();
   Finalize(0, true);
   if (handle != nullptr) {
+    // 1000 shared keys and 1000 of each worker's own, beside them.
     size_t held = handle->store.size();
-    size_t expect = 1000 / NumServers();
+    size_t group = 1 + NumWorkers();
+    size_t expect = 1000 * group / NumServers();
     std::cout << "server " << MyRank() << " holds " << held << " keys"
               << std::endl;
-    CHECK_LE(held, expect + 1);
-    CHECK_GE(held + 1, expect);
+    CHECK_LE(held, expect + group);
+    CHECK_GE(held + group, expect);
   }
   return 0;
 }
