@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,23 +135,26 @@ void WaitForGo() {
   }
 }
 
-// mode cut-member: the dense shard's 10 floats in keys 0, 1, 2 of 4, 4, 2.
-const ps::DenseLayout kCutLayout{10, 4};
-
-int RunCutMemberServer() {
-  ps::KVServer<float> server(0);
-  ps::DenseShard shard(
-      &server, kCutLayout, 0, 3, std::vector<float>(10, 0.0f),
+// modes cut-member and customers-bsp: a BSP shard of 10 floats in keys 0,
+// 1, 2 of 4, 4, 2, each step taking the mean of the workers' gradients.
+std::unique_ptr<ps::DenseShard> MakeBspShard(ps::KVServer<float>* server) {
+  return std::make_unique<ps::DenseShard>(
+      server, ps::DenseLayout{10, 4}, 0, 3, std::vector<float>(10, 0.0f),
       ps::DenseShardOptions{ps::Consistency::kBsp, 0, ps::NumWorkers()},
       [](float* w, const float* g, size_t, size_t len, int n, int, int) {
         for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
       });
-  if (shard.WaitAllDone(std::chrono::minutes(5))) {
+}
+
+int RunCutMemberServer() {
+  ps::KVServer<float> server(0);
+  std::unique_ptr<ps::DenseShard> shard = MakeBspShard(&server);
+  if (shard->WaitAllDone(std::chrono::minutes(5))) {
     ps::Finalize(0, true);
     return 0;
   }
   std::printf("server %d: %s\n", ps::MyRank(),
-              shard.failure().ToString().c_str());
+              shard->failure().ToString().c_str());
   std::fflush(stdout);
   // As mnist_dist's servers: the workers act on the refusals first (a
   // server leaving now would be the failure the job reports).
@@ -189,16 +193,11 @@ constexpr int kCustomerSteps = 5;
 
 int RunCustomersBspServer() {
   ps::KVServer<float> server(0);
-  ps::DenseShard shard(
-      &server, kCutLayout, 0, 3, std::vector<float>(10, 0.0f),
-      ps::DenseShardOptions{ps::Consistency::kBsp, 0, ps::NumWorkers()},
-      [](float* w, const float* g, size_t, size_t len, int n, int, int) {
-        for (size_t i = 0; i < len; ++i) w[i] -= g[i] / n;
-      });
-  bool done = shard.WaitAllDone(std::chrono::minutes(2));
+  std::unique_ptr<ps::DenseShard> shard = MakeBspShard(&server);
+  bool done = shard->WaitAllDone(std::chrono::minutes(2));
   std::printf(
       "server %d: %s\n", ps::MyRank(),
-      done ? "all worker customers done" : shard.failure().ToString().c_str());
+      done ? "all worker customers done" : shard->failure().ToString().c_str());
   std::fflush(stdout);
   ps::Finalize(0, true);
   return done ? 0 : 1;

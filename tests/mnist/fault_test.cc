@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <regex>
@@ -374,103 +375,90 @@ bool WaitForStep(const BackgroundJob& job, int step, int seconds) {
   return false;
 }
 
-// kill -9 of a server from outside, at a moment drawn at random while the
-// workers train (a step, then a delay into it), with every value through
-// the sockets (PS_SHM=0): the primary forwards the frames it received,
-// which its shard then sums into, so the replica must get bytes of its
-// own. Its replica takes over, and the job ends with the weights of the
-// job that never failed, bit for bit.
-TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
+// A fault from outside on a server drawn at random, at a moment drawn at
+// random while the workers train (a step below `steps_before`, then a delay
+// into it), in a job of 3 servers with --replicas 1 and every value through
+// the sockets (PS_SHM=0). `fault(pid, heir)` acts on the server's process
+// (`heir`: the server that takes its keys over). The job must exit 0 with
+// the weights of the job that never failed, bit for bit. `env`: launch.py
+// options. Returns the faulted job's output and sets *victim.
+std::string ExpectServerFaultCostsNothing(
+    const std::string& what, const std::string& env, int steps_before,
+    const std::function<void(int pid, int heir, const BackgroundJob& job)>&
+        fault,
+    int* victim) {
   const unsigned seed = FaultSeed();
   std::mt19937 draw(seed);
   constexpr int kServers = 3;
-  const int victim = static_cast<int>(draw() % kServers);
-  const int step = 5 + static_cast<int>(draw() % 80);  // of 100
+  *victim = static_cast<int>(draw() % kServers);
+  const int step = 5 + static_cast<int>(draw() % steps_before);  // of 100
   const int delay_ms = static_cast<int>(draw() % 300);
   const std::string drawn =
-      "seed " + std::to_string(seed) + ": server " + std::to_string(victim) +
-      " killed " + std::to_string(delay_ms) +
+      "seed " + std::to_string(seed) + ": server " + std::to_string(*victim) +
+      " " + what + " " + std::to_string(delay_ms) +
       " ms after a worker logged step " + std::to_string(step);
   std::printf("%s\n", drawn.c_str());
   SCOPED_TRACE(drawn);
   const std::string flags =
       "--train_limit 3200 --overlap off --ps_shm 0 --log_every_s 0.05";
-  std::string clean = TempPath("clean.bin"), failed = TempPath("killed.bin");
+  std::string clean = TempPath("clean.bin"), failed = TempPath("fault.bin");
   Result a = Launch("", flags + " --dump_weights " + clean, kServers);
-  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_EQ(a.rc, 0) << a.out;
   EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
-  BackgroundJob job("killed-through-sockets");
+  BackgroundJob job("server-fault");
   const int port = 20000 + (getpid() + 67) % 20000;
-  ASSERT_TRUE(job.Start(LaunchCommand(
-      "--tolerate server --port " + std::to_string(port),
+  EXPECT_TRUE(job.Start(LaunchCommand(
+      "--tolerate server --port " + std::to_string(port) + " " + env,
       flags + " --replicas 1 --dump_weights " + failed, kServers)));
-  ASSERT_TRUE(WaitForStep(job, step, 180)) << job.Output();
+  EXPECT_TRUE(WaitForStep(job, step, 180)) << job.Output();
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   const int pid =
-      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim),
+      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(*victim),
                    "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
-  ASSERT_GT(pid, 0) << job.Output();
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
-  ASSERT_EQ(job.Code(300), "0\n") << job.Output();
-  const std::string out = job.Output();
+  EXPECT_GT(pid, 0) << job.Output();
+  if (pid > 0) fault(pid, (*victim + 1) % kServers, job);
+  EXPECT_EQ(job.Code(300), "0\n") << job.Output();
+  ExpectSameWeights(clean, failed,
+                    "after server " + std::to_string(*victim) + " was " + what +
+                        " (seed " + std::to_string(seed) + ")");
+  return job.Output();
+}
+
+// kill -9 of a server from outside: the primary forwards the frames it
+// received, which its shard then sums into, so the replica must get bytes
+// of its own. Its replica takes over, and nothing is lost.
+TEST(Replication, ServerKilledFromOutsideThroughSocketsCostsNoStep) {
+  int victim = -1;
+  const std::string out = ExpectServerFaultCostsNothing(
+      "killed", "", 80,
+      [](int pid, int, const BackgroundJob&) {
+        EXPECT_EQ(kill(pid, SIGKILL), 0);
+      },
+      &victim);
   EXPECT_LT(LastLoggedStep(out.substr(0, out.find("was killed by signal"))),
             100)
       << "killed after the last step: " << out;
-  ExpectTakenOver(out, kServers, victim);
-  ExpectSameWeights(clean, failed,
-                    "after server " + std::to_string(victim) +
-                        " was killed (seed " + std::to_string(seed) + ")");
+  ExpectTakenOver(out, 3, victim);
 }
 
-// A server frozen (SIGSTOP) past the heartbeat timeout at a moment drawn
-// at random, then let go on (SIGCONT) a few seconds later: as an operator
-// would try it (an earlier build lost or repeated a step this way in 4 of
-// 6 tries). The job declares it dead, its replica takes its keys over, and
-// the launcher kills it (the SIGCONT finds it gone). The job ends with the
-// weights of the job that never failed, bit for bit.
+// A server frozen (SIGSTOP) past the heartbeat timeout (1.5 s here), then
+// let go on (SIGCONT) 4 s later, as an operator would try it (an earlier
+// build lost or repeated a step this way in 4 of 6 tries). The job
+// declares it dead, its replica takes its keys over, and the launcher
+// kills it (the SIGCONT finds it gone); nothing is lost.
 TEST(Replication, FrozenPrimaryIsReplacedExactly) {
-  const unsigned seed = FaultSeed();
-  std::mt19937 draw(seed);
-  constexpr int kServers = 3;
-  const int victim = static_cast<int>(draw() % kServers);
-  const int step = 5 + static_cast<int>(draw() % 70);  // of 100
-  const int delay_ms = static_cast<int>(draw() % 300);
-  const std::string drawn =
-      "seed " + std::to_string(seed) + ": server " + std::to_string(victim) +
-      " frozen " + std::to_string(delay_ms) +
-      " ms after a worker logged step " + std::to_string(step);
-  std::printf("%s\n", drawn.c_str());
-  SCOPED_TRACE(drawn);
-  const std::string flags =
-      "--train_limit 3200 --overlap off --ps_shm 0 --log_every_s 0.05";
-  std::string clean = TempPath("clean.bin"), failed = TempPath("frozen.bin");
-  Result a = Launch("", flags + " --dump_weights " + clean, kServers);
-  ASSERT_EQ(a.rc, 0) << a.out;
-  BackgroundJob job("frozen-primary");
-  const int port = 20000 + (getpid() + 71) % 20000;
-  // Heartbeats time out after 1.5 s here; the server stays frozen for 4.
-  ASSERT_TRUE(job.Start(LaunchCommand(
-      "--tolerate server --port " + std::to_string(port) +
-          " --env PS_HEARTBEAT_TIMEOUT_MS=1500",
-      flags + " --replicas 1 --dump_weights " + failed, kServers)));
-  ASSERT_TRUE(WaitForStep(job, step, 180)) << job.Output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  const int pid =
-      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim),
-                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
-  ASSERT_GT(pid, 0) << job.Output();
-  ASSERT_EQ(kill(pid, SIGSTOP), 0);
-  const std::string heir = std::to_string((victim + 1) % kServers);
-  const bool declared =
-      job.WaitFor("server " + heir + " takes over its keys", 30);
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  kill(pid, SIGCONT);
-  ASSERT_TRUE(declared) << job.Output();
-  ASSERT_EQ(job.Code(300), "0\n") << job.Output();
-  ExpectSameWeights(clean, failed,
-                    "after server " + std::to_string(victim) +
-                        " was frozen and let go on (seed " +
-                        std::to_string(seed) + ")");
+  int victim = -1;
+  ExpectServerFaultCostsNothing(
+      "frozen", "--env PS_HEARTBEAT_TIMEOUT_MS=1500", 70,
+      [](int pid, int heir, const BackgroundJob& job) {
+        EXPECT_EQ(kill(pid, SIGSTOP), 0);
+        EXPECT_TRUE(job.WaitFor(
+            "server " + std::to_string(heir) + " takes over its keys", 30))
+            << job.Output();
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+        kill(pid, SIGCONT);
+      },
+      &victim);
 }
 
 // The "server R done: ..." line's count of range updates made with fewer

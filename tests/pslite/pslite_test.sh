@@ -30,16 +30,8 @@ grep -q "^api names ok$" "$tmp/api_names.log" || {
   exit 1
 }
 
-# expect LOG PATTERN COUNT: LOG holds COUNT lines matching PATTERN.
-expect() {
-  local got
-  got=$(grep -c -- "$2" "$1" || true)
-  if [ "$got" -ne "$3" ]; then
-    echo "FAIL: expected $3 lines matching '$2', got $got:" >&2
-    cat "$1" >&2
-    exit 1
-  fi
-}
+# shellcheck source=expect.sh
+source "$src/expect.sh"
 
 # run WAY S W PROGRAM [K]: runs one job, output in $tmp/out.log; with K,
 # each worker process starts K worker customers (W/K processes).

@@ -71,23 +71,14 @@ chmod +x "$tmp/wrap.sh"
 # scripts: from the status file; skipped when empty), and LOG has COUNT
 # lines matching MARKER (skipped when MARKER is -: the program prints
 # nothing when it passes).
+# shellcheck source=expect.sh
+source "$(dirname "$0")/expect.sh"
 check() {
-  local log=$1 processes=$2 marker=$3 count=$4 got
+  local log=$1 processes=$2 marker=$3 count=$4
   if [ -n "$processes" ]; then
-    got=$(grep -c ' 0$' "$tmp/status" || true)
-    if [ "$got" -ne "$processes" ]; then
-      echo "FAIL: $got of $processes processes exited 0:" >&2
-      cat "$tmp/status" "$log" >&2
-      exit 1
-    fi
+    expect "$tmp/status" ' 0$' "$processes"
   fi
-  [ "$marker" = - ] && return 0
-  got=$(grep -c -- "$marker" "$log" || true)
-  if [ "$got" -ne "$count" ]; then
-    echo "FAIL: expected $count lines matching '$marker', got $got:" >&2
-    cat "$log" >&2
-    exit 1
-  fi
+  [ "$marker" = - ] || expect "$log" "$marker" "$count"
 }
 
 # run PROGRAM SCRIPT W_PROCESSES K MARKER COUNT
