@@ -14,6 +14,9 @@ packages=(
   # the headers and libOpenCL.so link come only with this (a Recommends).
   ocl-icd-opencl-dev
   zlib1g-dev
+  # Sealed frames (src/van/seal.h): X25519 and BLAKE2b from libsodium (also
+  # libzmq3-dev's), AES-256-GCM from OpenSSL's libcrypto.
+  libsodium-dev libssl-dev
   dataset-fashion-mnist
   # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
   libtsan2

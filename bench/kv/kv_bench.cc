@@ -25,9 +25,9 @@
 // which the references were not taken aborts instead of reporting socket
 // numbers as shared ones.
 //
-// Each worker also prints "kv security curve=1" when its job runs CurveZMQ
-// (PS_KEY_FILE set, as tracker/launch.py does unless --insecure), else
-// "curve=0", so run.py's cost-of-encryption section can check each run.
+// Each worker also prints "kv security sealed=1" when its job seals every
+// frame (a job key, as tracker/launch.py gives unless --insecure), else
+// "sealed=0", so run.py's cost-of-encryption section can check each run.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -497,9 +497,9 @@ int main(int argc, char** argv) {
   }
   ps::Barrier(0, ps::kAllGroups);
   if (ps::IsWorker()) {
-    // Whether this job runs CurveZMQ (PS_KEY_FILE), so a comparison of the
+    // Whether this job seals its frames (a job key), so a comparison of the
     // two can check which one it measured.
-    std::printf("kv security curve=%d\n",
+    std::printf("kv security sealed=%d\n",
                 ps::DefaultNode()->config().key_file.empty() ? 0 : 1);
     ps::KVWorker<float> kv(0, 0);
     bool shared = false;

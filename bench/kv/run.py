@@ -10,7 +10,7 @@ measured in back-to-back pairs, whose median ratio is the bar), the
 ps::SharedArray against ordinary SArrays, and whether each bar holds. These
 jobs run with --insecure (plain TCP), like raw ZeroMQ, so the ratios compare
 like with like. Last, the cost of encryption: 1+1 jobs with --insecure and
-with the launcher's default CurveZMQ key, alternated in back-to-back pairs
+with the launcher's default job key (sealed frames), alternated in back-to-back pairs
 (--only encryption runs just that section), and the cost of resending at
 0% drops: 1+1 and 2+2 jobs with resending off and on, alternated in pairs
 (--only resend). It prints; it never asserts.
@@ -263,30 +263,26 @@ def bars(raw, pairs, results):
                       f"{verdict(b >= a)}")
 
 
-def encryption(build, pairs, seconds):
-    """Runs 1+1 kv_bench jobs with --insecure and with the launcher's default
-    CurveZMQ key, alternated in back-to-back pairs (the first of each pair
-    swaps every pair), and prints each op's medians both ways with the ratio
-    of times, ordinary SArrays and ps::SharedArray, and the one-float round
-    trip. Returns whether a run failed."""
-    print(f"\n== Cost of encryption (CurveZMQ): 1+1, {pairs} pairs of runs, "
-          "--insecure vs the launcher's default job key", flush=True)
-    extra = [f"--sizes={','.join(map(str, ENC_SIZES))}",
-             f"--shm_sizes={','.join(map(str, ENC_SHM_SIZES))}"]
-    runs = {False: [], True: []}  # secure -> one dict per run
+def sealed_runs(build, servers, workers, pairs, seconds, extra):
+    """{secure: [one {cell key: ms} per run]} of S+W kv_bench jobs with
+    --insecure and with the launcher's default job key, alternated in
+    back-to-back pairs (the first of each pair swaps every pair); ms is the
+    median over the workers. Returns (runs, whether a run failed)."""
+    runs = {False: [], True: []}
     failed = False
     for i in range(pairs):
         for secure in ((False, True) if i % 2 == 0 else (True, False)):
-            rc, cells, rtts, _, shm, security = run_kv(build, 1, 1, seconds,
-                                                       extra, secure)
+            rc, cells, rtts, _, shm, security = run_kv(
+                build, servers, workers, seconds, extra, secure)
             failed |= rc != 0
-            curve = {f.get("curve") for f in security}
-            if curve != {"1" if secure else "0"}:
+            sealed = {f.get("sealed") for f in security}
+            if sealed != {"1" if secure else "0"}:
                 print(f"run.py: a {'keyed' if secure else '--insecure'} job "
-                      f"reported curve={sorted(curve)}; its run is left out")
+                      f"reported sealed={sorted(sealed)}; its run is left out")
                 failed = True
                 continue
-            ms = {k: float(v[0]["median_ms"]) for k, v in cells.items()}
+            ms = {k: statistics.median(float(f["median_ms"]) for f in v)
+                  for k, v in cells.items()}
             for _, f in shm:
                 if f["kind"] == "shm" and "skipped" not in f:
                     ms[(int(f["floats"]), "shm", f["op"], f["memory"])] = \
@@ -294,10 +290,35 @@ def encryption(build, pairs, seconds):
             if rtts:
                 ms["rtt"] = float(rtts[0][1]["median_us"])
             runs[secure].append(ms)
+    return runs, failed
+
+
+def encryption(build, pairs, seconds):
+    """Runs 1+1 kv_bench jobs with --insecure and with the launcher's default
+    job key (every frame sealed), alternated in back-to-back pairs, and
+    prints each op's medians both ways with the ratio of times, ordinary
+    SArrays and ps::SharedArray, and the one-float round trip; then the
+    same for 2+2 jobs at 10M floats. Returns whether a run failed."""
+    print(f"\n== Cost of encryption (sealed frames): 1+1, {pairs} pairs of "
+          "runs, --insecure vs the launcher's default job key", flush=True)
+    extra = [f"--sizes={','.join(map(str, ENC_SIZES))}",
+             f"--shm_sizes={','.join(map(str, ENC_SHM_SIZES))}"]
+    runs, failed = sealed_runs(build, 1, 1, pairs, seconds, extra)
+    failed |= sealed_tables(runs, ENC_SIZES, True)
+    print(f"\n== Cost of encryption: 2+2, 10M floats, {pairs} pairs of runs",
+          flush=True)
+    runs, failed22 = sealed_runs(build, 2, 2, pairs, seconds,
+                                 ["--sizes=10000000"])
+    sealed_tables(runs, (10000000,), False)
+    return failed or failed22
+
+
+def sealed_tables(runs, sizes, one_one):
+    """Prints the tables of sealed_runs' runs; returns whether none came."""
     n = min(len(runs[False]), len(runs[True]))
     if n == 0:
         print("no data (every run of a kind failed; the output is above)")
-        return failed
+        return True
 
     def row(key, floats, label):
         plain = [r[key] for r in runs[False][:n] if key in r]
@@ -312,10 +333,10 @@ def encryption(build, pairs, seconds):
                 f"{statistics.median(ratios):.2f}",
                 " ".join(f"{v:.2f}" for v in ratios))
 
-    head = ("size", "layout", "op", "plain ms", "curve ms", "plain MB/s",
-            "curve MB/s", "curve/plain", "per pair")
+    head = ("size", "layout", "op", "plain ms", "sealed ms", "plain MB/s",
+            "sealed MB/s", "sealed/plain", "per pair")
     rows = []
-    for floats in ENC_SIZES:
+    for floats in sizes:
         for layout in ("tensor", "chunk"):
             for op in OPS:
                 r = row((floats, layout, op), floats,
@@ -324,13 +345,15 @@ def encryption(build, pairs, seconds):
                 if r:
                     rows.append(r)
     print_table(head, rows)
-    print(f"(1+1 kv_bench, {n} runs each way; ms: median over runs of each "
-          "run's median Push+Wait / Pull+Wait; MB/s: payload over that; "
-          "curve/plain: median over back-to-back pairs of keyed ms / "
+    print(f"({n} runs each way; ms: median over runs of each run's median "
+          "(over its workers) Push+Wait / Pull+Wait; MB/s: payload over that; "
+          "sealed/plain: median over back-to-back pairs of keyed ms / "
           "--insecure ms, > 1 is slower; per pair: each pair's ratio; ops "
           "as in the first table)")
-    head = ("size", "op", "memory", "plain ms", "curve ms", "plain MB/s",
-            "curve MB/s", "curve/plain", "per pair")
+    if not one_one:
+        return False
+    head = ("size", "op", "memory", "plain ms", "sealed ms", "plain MB/s",
+            "sealed MB/s", "sealed/plain", "per pair")
     rows = []
     for floats in ENC_SHM_SIZES:
         for op, label in SHM_OPS.items():
@@ -350,10 +373,10 @@ def encryption(build, pairs, seconds):
         print("no shared-memory rows (PS_SHM=0, or the runs failed)")
     r = row("rtt", 0, ("one-float Push+Wait round trip",))
     if r:
-        print(f"\n{r[0]}: plain {float(r[1]):.1f} us, curve "
-              f"{float(r[2]):.1f} us, curve/plain "
+        print(f"\n{r[0]}: plain {float(r[1]):.1f} us, sealed "
+              f"{float(r[2]):.1f} us, sealed/plain "
               f"{r[5]} (per pair {r[6]})")
-    return failed
+    return False
 
 
 def resend(build, pairs, seconds):

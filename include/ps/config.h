@@ -52,7 +52,7 @@ struct Config {
   Key max_key = kMaxKey;
   int verbose = 0;
   bool shm = true;
-  // CurveZMQ: the job's secret key in Z85 (40 characters) as read from
+  // The job's secret key in Z85 (40 characters) as read from
   // key_file (a path, or "fd:N" for PS_KEY_FD=N); empty: no encryption or
   // authentication. Never logged.
   std::string key_file;

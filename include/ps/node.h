@@ -73,7 +73,7 @@ class Node {
   // Messages received and dropped as malformed or unexpected, or because
   // their header named a sender other than the connection's node.
   uint64_t num_dropped_messages() const;
-  // Connections refused in the CurveZMQ handshake: peers without the
+  // Connections refused in the handshake (docs/security.md): peers without the
   // job's key (PS_KEY_FILE). Always 0 without a key.
   uint64_t num_refused_connections() const;
   // Data frames (e.g. a push's values) this node sent and received as

@@ -100,7 +100,7 @@ StatusOr<std::string> KeyOf(const std::string& name, const std::string& text) {
   if (line.size() != 40 || zmq_z85_decode(key, line.c_str()) == nullptr) {
     return Status::InvalidArgument(
         name +
-        " does not hold a CurveZMQ secret key (its first line must be "
+        " does not hold a job key (its first line must be "
         "40 Z85 characters; make one with tracker/launch.py "
         "--make-key FILE)");
   }

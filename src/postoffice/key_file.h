@@ -1,4 +1,4 @@
-// ReadSecretKey: the job's CurveZMQ secret key from a key file (PS_KEY_FILE);
+// ReadSecretKey: the job's secret key from a key file (PS_KEY_FILE);
 // ReadSecretKeyFromFd: the same from an inherited descriptor (PS_KEY_FD).
 #ifndef PS_POSTOFFICE_KEY_FILE_H_
 #define PS_POSTOFFICE_KEY_FILE_H_
@@ -10,7 +10,7 @@
 namespace ps {
 
 // A key file is a small regular file (at most kMaxKeyFileBytes) whose first
-// line is a Z85 CurveZMQ secret key (40 characters; trailing spaces and a
+// line is a Z85 job key (32 bytes in 40 characters; trailing spaces and a
 // '\r' are dropped). Anything else, a device, a pipe or a directory
 // included, is refused without reading it: InvalidArgument naming `name`
 // (e.g. "PS_KEY_FILE='/dev/zero'") and what is wrong.

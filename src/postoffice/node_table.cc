@@ -23,6 +23,7 @@ NodeInfo FromProto(const pb::NodeInfo& p) {
   n.requested_rank = p.requested_rank();
   n.shm_domain = p.shm_domain();
   n.shm_probe = p.shm_probe();
+  n.wire_key = p.wire_key();
   return n;
 }
 
@@ -35,6 +36,7 @@ void ToProto(const NodeInfo& n, pb::NodeInfo* p) {
   p->set_requested_rank(n.requested_rank);
   p->set_shm_domain(n.shm_domain);
   *p->mutable_shm_probe() = n.shm_probe;
+  p->set_wire_key(n.wire_key);
 }
 
 const NodeInfo* NodeTable::Find(int id) const {

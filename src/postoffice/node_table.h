@@ -23,6 +23,7 @@ struct NodeInfo {
   int requested_rank = -1;  // PS_RANK, or -1
   std::string shm_domain;   // empty: takes no shared-memory frames
   pb::SharedRef shm_probe;  // a page of its shared memory (van/shm.h)
+  std::string wire_key;     // its process's static key (van/seal.h)
 
   std::string Address() const {
     return "tcp://" + host + ":" + std::to_string(port);

@@ -25,6 +25,7 @@ constexpr int kLingerMs = 1000;
 VanOptions VanOptionsOf(const Config& c) {
   VanOptions o;
   o.secret_key = c.secret_key;
+  o.scheduler = c.role == Role::kScheduler;
   o.max_message_bytes = c.max_message_bytes;
   o.water_mark = c.water_mark;
   o.handshake_timeout_ms = c.handshake_timeout_ms;
@@ -104,6 +105,7 @@ Status Postoffice::Start() {
     me.rank = 0;
     me.host = config_.node_host;
     me.port = port();
+    me.wire_key = van_.wire_key();
     table_.Add(me);
     membership_.set_self(kSchedulerId);
     std::vector<PeerEvent> events;  // about itself: nobody to tell
@@ -235,7 +237,7 @@ Status Postoffice::ConnectForSimpleApp(int id) {
   }
   simple_app_peers_[id] = n->Address();
   // Unwatched: a peer that leaves after its last answer is no failure.
-  return van_.Connect(id, n->host, n->port, /*watch=*/false);
+  return van_.Connect(id, n->host, n->port, n->wire_key, /*watch=*/false);
 }
 
 void Postoffice::SendAll(std::vector<Message>* outbox) {

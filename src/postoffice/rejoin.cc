@@ -61,7 +61,7 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
         break;
       }
       case TakeoverCoordinator::Outcome::kNew: {
-        st = van_.Connect(node.id, node.host, node.port);
+        st = van_.Connect(node.id, node.host, node.port, node.wire_key);
         if (!st.ok()) {
           LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
           return;
@@ -257,7 +257,7 @@ void Postoffice::MemberOnNodeJoined(const Message& msg) {
                      "the scheduler says its successor joined", &events);
     if (config_.role == Role::kServer) {  // servers talk to workers
       van_.Disconnect(node.id);
-      Status st = van_.Connect(node.id, node.host, node.port);
+      Status st = van_.Connect(node.id, node.host, node.port, node.wire_key);
       if (!st.ok()) {
         LOG(WARNING) << "cannot reach the restarted " << node.Describe() << ": "
                      << st;

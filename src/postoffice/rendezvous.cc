@@ -90,14 +90,16 @@ std::string Postoffice::MyShmDomain() const {
 }
 
 Status Postoffice::StartMember() {
-  PS_RETURN_IF_ERROR(
-      van_.Connect(kSchedulerId, config_.root_uri, config_.root_port));
+  PS_RETURN_IF_ERROR(van_.Connect(kSchedulerId, config_.root_uri,
+                                  config_.root_port,
+                                  van_.scheduler_wire_key()));
   Message hello = ControlMessage(pb::ADD_NODE, kSchedulerId, true);
   NodeInfo me;
   me.role = config_.role;
   me.host = config_.node_host;
   me.port = port();
   me.requested_rank = config_.rank;
+  me.wire_key = van_.wire_key();
   me.shm_domain = MyShmDomain();
   if (!me.shm_domain.empty()) {
     StatusOr<SArray<char>> probe = SharedMemory::Get().Allocate(1);
@@ -219,7 +221,8 @@ void Postoffice::SchedulerOnAddNode(const Message& msg) {
       return;
     }
     node.id = rendezvous_.NextTempId();
-    Status connected = van_.Connect(node.id, node.host, node.port);
+    Status connected =
+        van_.Connect(node.id, node.host, node.port, node.wire_key);
     if (!connected.ok()) {
       LOG(WARNING) << "cannot reach a registering " << RoleName(node.role)
                    << ": " << connected;
@@ -368,7 +371,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
       for (int id : others) {
         const NodeInfo* other = table.Find(id);
         if (other == nullptr) continue;
-        Status st = van_.Connect(id, other->host, other->port);
+        Status st = van_.Connect(id, other->host, other->port, other->wire_key);
         if (!st.ok()) {
           start_error_ = st;
           cv_.SignalAll();
@@ -380,7 +383,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     for (int id : ids) {
       if (dead_now.count(id) > 0) continue;  // a rejoin: it died meanwhile
       const NodeInfo* n = table.Find(id);
-      Status st = van_.Connect(id, n->host, n->port);
+      Status st = van_.Connect(id, n->host, n->port, n->wire_key);
       if (!st.ok()) {
         start_error_ = st;
         cv_.SignalAll();

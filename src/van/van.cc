@@ -1,6 +1,6 @@
 // Van: binding, starting and stopping, the routing table, sending and
-// receiving (see van.h). The watch thread is in van_watch.cc, CurveZMQ
-// admission in van_auth.cc.
+// receiving (see van.h). The watch thread is in van_watch.cc,
+// admission of sealing connections in van_auth.cc.
 #include "van/van.h"
 
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -65,11 +66,19 @@ Van::Van(const VanOptions& options)
       context_(zmq_ctx_new()) {
   CHECK(context_ != nullptr);
   if (!options_.secret_key.empty()) {
-    char pub[41];
-    CHECK_EQ(zmq_curve_public(pub, options_.secret_key.c_str()), 0)
-        << "not a CurveZMQ secret key: " << ZmqError();
-    public_key_ = pub;
+    std::string secret(seal::kKeyBytes, '\0');
+    CHECK(options_.secret_key.size() == 40 &&
+          zmq_z85_decode(reinterpret_cast<uint8_t*>(&secret[0]),
+                         options_.secret_key.c_str()) != nullptr)
+        << "not a job key (40 Z85 characters)";
+    job_key_ = std::make_unique<seal::JobKey>(secret);
+    static_key_ = options_.scheduler ? job_key_->SchedulerKeyPair()
+                                     : seal::JobKey::NewKeyPair();
   }
+}
+
+std::string Van::scheduler_wire_key() const {
+  return job_key_ == nullptr ? std::string() : job_key_->SchedulerKeyPair().pub;
 }
 
 std::string Van::DescribeConnection(const std::string& routing_id,
@@ -108,15 +117,17 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   SetIntOption(router_, ZMQ_LINGER, 0);
   SetIntOption(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   SetHeartbeats(router_);
-  int64_t max_bytes = options_.max_message_bytes;
+  // A sealed frame carries seal::kOverhead bytes more than its plaintext.
+  int64_t max_bytes =
+      options_.max_message_bytes +
+      (options_.secret_key.empty() ? 0 : static_cast<int64_t>(seal::kOverhead));
   CHECK_EQ(
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes)), 0)
       << ZmqError();
   if (!options_.secret_key.empty()) {
     // The ZAP handler must exist before the first handshake.
     if (!auth_.joinable()) StartAuth();
-    SetIntOption(router_, ZMQ_CURVE_SERVER, 1);
-    SetStringOption(router_, ZMQ_CURVE_SECRETKEY, options_.secret_key);
+    SetIntOption(router_, ZMQ_PLAIN_SERVER, 1);
     SetStringOption(router_, ZMQ_ZAP_DOMAIN, kZapDomain);
   }
   std::string iface = IsNumericIPv4(host) ? host : "*";
@@ -204,7 +215,19 @@ void Van::SetHeartbeats(void* socket) const {
   SetIntOption(socket, ZMQ_HEARTBEAT_TIMEOUT, options_.heartbeat_timeout_ms);
 }
 
-Status Van::Connect(int id, const std::string& host, int port, bool watch) {
+Status Van::Connect(int id, const std::string& host, int port,
+                    const std::string& wire_key, bool watch) {
+  std::optional<seal::JobKey::Hello> hello;
+  if (job_key_ != nullptr) {
+    StatusOr<seal::JobKey::Hello> made = job_key_->MakeHello(wire_key);
+    if (!made.ok()) {
+      return Status::InvalidArgument(
+          "node " + std::to_string(id) + " at " + host + ":" +
+          std::to_string(port) +
+          " gave no usable key: " + made.status().message());
+    }
+    hello = std::move(made).value();
+  }
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
   // Not shared yet; the lock only tells the analysis who owns `socket`.
@@ -216,12 +239,12 @@ Status Van::Connect(int id, const std::string& host, int port, bool watch) {
   SetIntOption(socket, ZMQ_LINGER, 0);
   SetIntOption(socket, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   SetHeartbeats(socket);
-  if (!options_.secret_key.empty()) {
-    // Every node holds the job's key pair: the server key is the job's
-    // public key, and the ZAP handler there admits only that client key.
-    SetStringOption(socket, ZMQ_CURVE_SERVERKEY, public_key_);
-    SetStringOption(socket, ZMQ_CURVE_PUBLICKEY, public_key_);
-    SetStringOption(socket, ZMQ_CURVE_SECRETKEY, options_.secret_key);
+  if (hello) {
+    // The token proves the job's key to the peer's ZAP handler before any
+    // message is read; every frame is then sealed with the key it agrees.
+    SetStringOption(socket, ZMQ_PLAIN_USERNAME, seal::kUserName);
+    SetStringOption(socket, ZMQ_PLAIN_PASSWORD, seal::ToHex(hello->token));
+    peer->sealer = std::make_unique<seal::Sealer>(hello->key);
   }
   if (!identity_.empty()) {
     zmq_setsockopt(socket, ZMQ_ROUTING_ID, identity_.data(), identity_.size());
@@ -333,29 +356,36 @@ Status Van::Send(Message* msg) {
         "): raise it on every node, or send less per request");
   }
   MutexLock lock(&peer->mu);
-  int flags = n > 0 ? ZMQ_SNDMORE : 0;
-  if (zmq_send(peer->socket, header.data(), header.size(), flags) < 0) {
-    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const SArray<char>& frame = msg->data[i];
-    zmq_msg_t part;
-    if (by_ref[i]) {
-      zmq_msg_init(&part);  // the bytes stay where the header says
+  // With a job key every frame, the header's too, is sealed into a buffer
+  // of its own, in the order of its sequence numbers (hence under the lock).
+  seal::Sealer* sealer = peer->sealer.get();
+  const auto frames = static_cast<uint32_t>(n + 1);
+  const uint64_t first = sealer != nullptr ? sealer->Begin(frames) : 0;
+  for (uint32_t i = 0; i < frames; ++i) {
+    const SArray<char>* frame = i == 0 ? nullptr : &msg->data[i - 1];
+    const char* data = i == 0 ? header.data() : frame->data();
+    size_t size = i == 0 ? header.size() : frame->size();
+    if (i > 0 && by_ref[i - 1]) {
+      size = 0;  // the bytes stay where the header says
       num_shared_sent_.fetch_add(1);
-    } else if (frame.size() <= kInlineFrameBytes) {
+    }
+    zmq_msg_t part;
+    if (sealer != nullptr) {
+      zmq_msg_init_size(&part, size + seal::kOverhead);
+      sealer->Seal(first, i, frames, data, size, zmq_msg_data(&part));
+    } else if (frame == nullptr || size <= kInlineFrameBytes) {
       // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
       // them over by reference would cost a heap block instead of a copy
       // of a few bytes. Anything larger goes without a copy.
-      zmq_msg_init_size(&part, frame.size());
-      if (!frame.empty())
-        std::memcpy(zmq_msg_data(&part), frame.data(), frame.size());
+      zmq_msg_init_size(&part, size);
+      if (size > 0) std::memcpy(zmq_msg_data(&part), data, size);
     } else {
-      auto owner = std::make_unique<SArray<char>>(frame);
-      zmq_msg_init_data(&part, frame.data(), frame.size(), ReleaseFrame,
+      auto owner = std::make_unique<SArray<char>>(*frame);
+      zmq_msg_init_data(&part, frame->data(), size, ReleaseFrame,
                         owner.release());
     }
-    if (zmq_msg_send(&part, peer->socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+    if (zmq_msg_send(&part, peer->socket, i + 1 < frames ? ZMQ_SNDMORE : 0) <
+        0) {
       zmq_msg_close(&part);
       return Status::Unavailable("send to " + peer->address + ": " +
                                  ZmqError());
@@ -452,22 +482,35 @@ bool Van::ReceiveOne() {
     CountDropped(DescribeConnection(from, address), "no header frame");
     return true;
   }
+  // The header and data frames, opened in place with a job key.
+  std::vector<char*> data;
+  std::vector<size_t> sizes;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    data.push_back(static_cast<char*>(zmq_msg_data(&parts[i]->msg)));
+    sizes.push_back(zmq_msg_size(&parts[i]->msg));
+  }
+  if (job_key_ != nullptr) {
+    const char* user_id = zmq_msg_gets(&parts[1]->msg, "User-Id");
+    Status opened =
+        OpenSealed(user_id == nullptr ? "" : user_id, &data, &sizes);
+    if (!opened.ok()) {
+      CountDropped(DescribeConnection(from, address),
+                   "sealed frames refused: " + opened.message());
+      return true;
+    }
+  }
   std::vector<SArray<char>> frames;
   for (size_t i = 2; i < parts.size(); ++i) {
     std::shared_ptr<RecvFrame> holder = parts[i];
-    char* data = static_cast<char*>(zmq_msg_data(&holder->msg));
-    size_t size = zmq_msg_size(&holder->msg);
-    frames.emplace_back(data, size, [holder](char*) {});
+    frames.emplace_back(data[i - 1], sizes[i - 1], [holder](char*) {});
   }
-  zmq_msg_t* header = &parts[1]->msg;
   StatusOr<Message> msg =
-      Decode(static_cast<const char*>(zmq_msg_data(header)),
-             zmq_msg_size(header), std::move(frames), [this, &from](int) {
-               // By the connection, not by the sender the header claims.
-               std::shared_ptr<const Routes> routes = routes_.Load();
-               auto it = routes->accept_pid.find(from);
-               return it == routes->accept_pid.end() ? 0 : it->second;
-             });
+      Decode(data[0], sizes[0], std::move(frames), [this, &from](int) {
+        // By the connection, not by the sender the header claims.
+        std::shared_ptr<const Routes> routes = routes_.Load();
+        auto it = routes->accept_pid.find(from);
+        return it == routes->accept_pid.end() ? 0 : it->second;
+      });
   if (!msg.ok()) {
     CountDropped(DescribeConnection(from, address), msg.status().message());
     return true;
@@ -477,6 +520,31 @@ bool Van::ReceiveOne() {
   num_shared_received_.fetch_add(msg->meta.shared_size());
   handler_(std::move(msg).value());
   return true;
+}
+
+Status Van::OpenSealed(const std::string& user_id, std::vector<char*>* data,
+                       std::vector<size_t>* sizes) {
+  auto it = openers_.find(user_id);
+  if (it == openers_.end()) {
+    // The first message of a connection that the ZAP handler admitted: its
+    // User-Id is its token, already checked there.
+    StatusOr<std::string> token = seal::FromHex(user_id);
+    StatusOr<std::string> key = token.ok()
+                                    ? job_key_->AcceptHello(static_key_, *token)
+                                    : StatusOr<std::string>(token.status());
+    if (!key.ok()) return key.status();
+    it = openers_.emplace(user_id, std::make_unique<seal::Opener>(*key)).first;
+  }
+  std::vector<seal::Opener::Frame> frames(data->size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    frames[i] = {(*data)[i], (*sizes)[i]};
+  }
+  PS_RETURN_IF_ERROR(it->second->Open(frames.data(), frames.size()));
+  for (size_t i = 0; i < frames.size(); ++i) {
+    (*data)[i] = frames[i].data;
+    (*sizes)[i] = frames[i].bytes;
+  }
+  return Status::OK();
 }
 
 }  // namespace ps

@@ -31,14 +31,17 @@
 // Trust (docs/architecture.md, "Who sent it"): every message is handed up
 // with the routing id of the connection it came on (Message::from); the
 // postoffice checks the header's sender against it. With a job key
-// (VanOptions::secret_key) every socket speaks CurveZMQ: the ROUTER is a
-// CURVE server whose ZAP handler (thread "ps-van-auth") admits only peers
-// that prove they hold the same key, so a stranger's connection is refused
-// in the handshake, before any of its bytes are read; the DEALERs are CURVE
-// clients. Limits: a frame over max_message_bytes is refused by ZeroMQ
-// before it is buffered (the peer is disconnected); at most water_mark
-// messages queue per peer and direction; drops are counted and reported
-// at a bounded rate.
+// (VanOptions::secret_key) every frame is sealed (van/seal.h): each DEALER
+// presents, as its ZMTP PLAIN password, a token that proves the job's key
+// and names the receiving process's static key (wire_key(), carried in the
+// node table), and seals with the key the token agrees; the ROUTER's ZAP
+// handler (thread "ps-van-auth") admits only such tokens, so a stranger's
+// connection is refused in the handshake, before any of its bytes are read,
+// and the receive thread opens each message with its connection's key,
+// refusing replayed, reordered and tampered frames. Limits: a frame over
+// max_message_bytes is refused by ZeroMQ before it is buffered (the peer is
+// disconnected); at most water_mark messages queue per peer and direction;
+// drops are counted and reported at a bounded rate.
 //
 // Watching (WatchConnections, the scheduler's): every DEALER's socket
 // monitor reports its connection's state to the thread "ps-van-watch";
@@ -47,7 +50,7 @@
 // instead of after the heartbeat timeout.
 //
 // Sources: van.cc (bind, start, stop, routes, send, receive), van_watch.cc
-// (watching), van_auth.cc (CurveZMQ admission), van_internal.h (the peer
+// (watching), van_auth.cc (admission with a job key), van_internal.h (the peer
 // record and ZeroMQ helpers they share).
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
@@ -67,6 +70,7 @@
 #include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/message.h"
+#include "van/seal.h"
 #include "van/snapshot.h"
 #include "van/sync.h"
 
@@ -75,7 +79,10 @@ namespace ps {
 class SharedMemory;
 
 struct VanOptions {
-  std::string secret_key;  // Z85 CurveZMQ secret key; empty: plain TCP
+  std::string secret_key;  // Z85 job key (32 bytes); empty: plain TCP
+  // With a key: this van is the scheduler's, whose static key every node
+  // derives from the job key (it is reached before any table exists).
+  bool scheduler = false;
   int64_t max_message_bytes = int64_t{1} << 30;
   // Inbound messages queued per connection (ZMQ_RCVHWM): past it ZeroMQ
   // stops reading that connection. Our own outbound queues are bounded by
@@ -86,7 +93,7 @@ struct VanOptions {
   // whose peer vanished without a FIN is closed and its routing id freed.
   int heartbeat_interval_ms = 0;  // 0: none
   int heartbeat_timeout_ms = 0;
-  // A connection whose handshake (ZMTP greeting, and CurveZMQ's with a key)
+  // A connection whose handshake (ZMTP greeting, and the token's with a key)
   // is not done within this is closed (ZMQ_HANDSHAKE_IVL): anyone can open
   // TCP connections to our port, and idle ones must not pile up until the
   // process runs out of descriptors.
@@ -131,9 +138,15 @@ class Van {
   void WatchConnections(int grace_ms, LostHandler lost, int only_id = -1,
                         RegainedHandler regained = nullptr);
 
-  // Opens (or replaces) the DEALER to node `id` at tcp://host:port; with
-  // `watch`, under WatchConnections' watch (if on).
-  Status Connect(int id, const std::string& host, int port, bool watch = true);
+  // Opens (or replaces) the DEALER to node `id` at tcp://host:port, whose
+  // static key is `wire_key` (its wire_key(); ignored without a job key);
+  // with `watch`, under WatchConnections' watch (if on).
+  Status Connect(int id, const std::string& host, int port,
+                 const std::string& wire_key, bool watch = true);
+  // This process's static public key (32 bytes), for the node table; the
+  // scheduler's, for connecting to it. Empty without a job key.
+  const std::string& wire_key() const { return static_key_.pub; }
+  std::string scheduler_wire_key() const;
   // Node `id` can map our shared memory: send it references.
   void SendReferencesTo(int id);
   // We can map the shared memory of node `id`, process `pid`, whose
@@ -165,7 +178,8 @@ class Van {
   // 10 s) a dropped message from `from`.
   void CountDropped(const std::string& from, const std::string& why);
   uint64_t num_dropped() const { return num_dropped_.load(); }
-  // Connections refused in the CurveZMQ handshake (wrong or no key).
+  // Connections refused in the handshake (no token of this job's key for
+  // this process, or another mechanism).
   uint64_t num_refused() const { return num_refused_.load(); }
   // "connection '127.0.0.1:4000' from 127.0.0.1", or the id in hex when it
   // is not printable: names a peer by what the connection proves.
@@ -181,11 +195,15 @@ class Van {
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
-  // CurveZMQ: binds the ZAP endpoint and the ROUTER's monitor, starts the
+  // With a job key: opens the message's frames (parts[1..]) in place with
+  // its connection's key; says why not.
+  Status OpenSealed(const std::string& user_id, std::vector<char*>* data,
+                    std::vector<size_t>* sizes);
+  // With a job key: binds the ZAP endpoint and the ROUTER's monitor, starts the
   // auth thread.
   void StartAuth();
   void AuthLoop(void* zap, void* monitor);
-  // Answers one ZAP request: admits the job's public key only.
+  // Answers one ZAP request: admits the job's sealing tokens only.
   void AnswerZap(void* zap);
   // Starts monitoring a new DEALER's connection (WatchConnections).
   void Watch(const std::shared_ptr<Peer>& peer, void* socket)
@@ -208,8 +226,13 @@ class Van {
   };
 
   const VanOptions options_;
-  SharedMemory* const shared_memory_;  // the process's; outlives every Van
-  std::string public_key_;             // Z85, derived from options_.secret_key
+  SharedMemory* const shared_memory_;      // the process's; outlives every Van
+  std::unique_ptr<seal::JobKey> job_key_;  // with a key only
+  seal::KeyPair static_key_;               // with a key only
+  // The key of each admitted connection, by its PLAIN token (the User-Id
+  // ZeroMQ gives its messages); the receive thread's alone. Only holders
+  // of the job key add to it, one entry per connection they make.
+  std::unordered_map<std::string, std::unique_ptr<seal::Opener>> openers_;
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth", with a key only

@@ -1,6 +1,7 @@
-// Van: CurveZMQ admission (thread "ps-van-auth"): the ZAP handler that
-// admits only peers holding the job's key, and the count of handshakes
-// refused; see van.h, "Trust".
+// Van: admission with a job key (thread "ps-van-auth"): the ZAP handler that
+// admits only connections whose PLAIN password is a sealing token of this
+// job for this process (van/seal.h), and the count of handshakes refused;
+// see van.h, "Trust".
 #include <pthread.h>
 #include <zmq.h>
 
@@ -96,25 +97,30 @@ void Van::AnswerZap(void* zap) {
     if (req.size() < 8) req.push_back(FrameString(&part));
   } while (zmq_msg_more(&part));
   zmq_msg_close(&part);
-  bool ok = req.size() >= 7 && req[0] == "1.0" && req[5] == "CURVE" &&
-            req[6].size() == 32;
-  if (ok) {
-    char key[41];
-    zmq_z85_encode(key, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
-    ok = public_key_ == key;
+  // PLAIN credentials: the user name, then the token in hex.
+  std::string why = "it does not hold this job's key (PS_KEY_FILE)";
+  bool ok = false;
+  if (req.size() >= 8 && req[0] == "1.0" && req[5] == "PLAIN" &&
+      req[6] == seal::kUserName) {
+    StatusOr<std::string> token = seal::FromHex(req[7]);
+    StatusOr<std::string> key = token.ok()
+                                    ? job_key_->AcceptHello(static_key_, *token)
+                                    : StatusOr<std::string>(token.status());
+    ok = key.ok();
+    if (!ok) why = key.status().message();
   }
   if (!ok) {
     Report("refused a " +
            DescribeConnection(req.size() > 4 ? req[4] : "",
                               req.size() > 3 ? req[3] : "") +
-           ": it does not hold this job's key (PS_KEY_FILE)");
+           ": " + why);
   }
-  const std::string reply[] = {"1.0",
-                               req.size() > 1 ? req[1] : "",
+  const std::string reply[] = {"1.0", req.size() > 1 ? req[1] : "",
                                ok ? "200" : "400",
                                ok ? "OK" : "not this job's key",
-                               "",
-                               ""};
+                               // The User-Id of its messages: the token, by
+                               // which the receive thread finds its key.
+                               ok ? req[7] : "", ""};
   for (size_t i = 0; i < 6; ++i) {
     zmq_send(zap, reply[i].data(), reply[i].size(),
              i + 1 < 6 ? ZMQ_SNDMORE : 0);

@@ -7,15 +7,17 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <memory>
 #include <string>
 
+#include "van/seal.h"
 #include "van/sync.h"
 #include "van/van.h"
 
 namespace ps {
 namespace van_internal {
 
-// The ZAP domain of the ROUTER (CurveZMQ, van_auth.cc).
+// The ZAP domain of the ROUTER (sealing admission, van_auth.cc).
 constexpr char kZapDomain[] = "ps";
 
 inline std::string ZmqError() { return zmq_strerror(zmq_errno()); }
@@ -43,6 +45,8 @@ inline std::string FrameString(zmq_msg_t* msg) {
 struct Van::Peer {
   Mutex mu;  // serialises use of `socket` across threads
   void* socket GUARDED_BY(mu) = nullptr;
+  // With a job key: seals every frame sent on `socket` (van/seal.h).
+  std::unique_ptr<seal::Sealer> sealer GUARDED_BY(mu);
   std::string address;  // "tcp://host:port"; set before the peer is shared
   ~Peer() {
     if (socket != nullptr) zmq_close(socket);

@@ -33,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "ps/base.h"
 #include "van/codec.h"
+#include "van/seal.h"
 
 extern char** environ;
 
@@ -166,27 +167,36 @@ std::vector<std::string> LaunchArgs(int servers, int workers,
   return args;
 }
 
-// A stranger's socket: a DEALER to tcp://127.0.0.1:port, optionally a CURVE
-// client with its own key pair (which the job does not know).
+// How a stranger's socket speaks: no security mechanism; CurveZMQ with a key
+// pair of its own; or ZMTP PLAIN with the job's sealing user name and a
+// token it forged (it lacks the job's key).
+enum class Mechanism { kNull, kCurve, kForgedToken };
+
+// A stranger's socket: a DEALER to tcp://127.0.0.1:port.
 class Stranger {
  public:
-  Stranger(void* context, int port, const std::string& server_key,
+  Stranger(void* context, int port, Mechanism mechanism,
            const std::string& routing_id = "")
       : socket_(zmq_socket(context, ZMQ_DEALER)) {
     // Long enough for an accepted stranger's queue to leave; a refused
     // one's never does.
-    int linger = server_key.empty() ? 10000 : 1000;
+    int linger = mechanism == Mechanism::kNull ? 10000 : 1000;
     zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
     if (!routing_id.empty()) {
       zmq_setsockopt(socket_, ZMQ_ROUTING_ID, routing_id.data(),
                      routing_id.size());
     }
-    if (!server_key.empty()) {
+    if (mechanism == Mechanism::kCurve) {
       char pub[41], sec[41];
       zmq_curve_keypair(pub, sec);
-      zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, server_key.c_str(), 40);
+      zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, pub, 40);
       zmq_setsockopt(socket_, ZMQ_CURVE_PUBLICKEY, pub, 40);
       zmq_setsockopt(socket_, ZMQ_CURVE_SECRETKEY, sec, 40);
+    } else if (mechanism == Mechanism::kForgedToken) {
+      std::string token(128, 'a');  // 64 bytes in hex, proving nothing
+      zmq_setsockopt(socket_, ZMQ_PLAIN_USERNAME, seal::kUserName,
+                     std::strlen(seal::kUserName));
+      zmq_setsockopt(socket_, ZMQ_PLAIN_PASSWORD, token.data(), token.size());
     }
     std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
     zmq_connect(socket_, endpoint.c_str());
@@ -259,12 +269,13 @@ Message SpoofedControl(pb::Command cmd, int sender, int recver, bool request) {
 // Everything a stranger tries against the job's nodes. Returns how many
 // garbage messages the flood at server 0 queued.
 int Attack(int scheduler_port, int server0_port, int server1_port,
-           int worker0_port, const std::string& server_key) {
+           int worker0_port, bool with_key) {
   void* context = zmq_ctx_new();
   int flooded = 0;
   {
     // As worker 0: a push of NaNs, then a pull of the weights.
-    Stranger s0(context, server0_port, server_key);
+    Stranger s0(context, server0_port,
+                with_key ? Mechanism::kForgedToken : Mechanism::kNull);
     s0.Send(SpoofedPush(ServerRankToId(0)));
     Message pull =
         SpoofedControl(pb::EMPTY, WorkerRankToId(0), ServerRankToId(0), true);
@@ -289,12 +300,15 @@ int Attack(int scheduler_port, int server0_port, int server1_port,
     moved->set_host("127.0.0.1");
     moved->set_port(9);
     s0.Send(joined);
-    Stranger w0(context, worker0_port, server_key);
+    Stranger w0(context, worker0_port,
+                with_key ? Mechanism::kCurve : Mechanism::kNull);
     failed.meta.set_recver(WorkerRankToId(0));
     w0.Send(failed);
     // At the scheduler: worker 1 "stopped without Finalize", worker 0
     // enters a barrier, and one worker too many registers.
-    Stranger sch(context, scheduler_port, server_key, "127.0.0.1:9");
+    Stranger sch(context, scheduler_port,
+                 with_key ? Mechanism::kForgedToken : Mechanism::kNull,
+                 "127.0.0.1:9");
     Message bye =
         SpoofedControl(pb::TERMINATE, WorkerRankToId(1), kSchedulerId, true);
     bye.meta.mutable_control()->set_error("spoofed");
@@ -321,13 +335,14 @@ int Attack(int scheduler_port, int server0_port, int server1_port,
     // A flood of garbage at server 0 and one oversize frame at server 1.
     // A node that takes what it is sent keeps taking it: a slow (sanitized,
     // loaded) one is given 30 s, a refused connection's queue 1 s.
-    flooded = s0.Flood(kFloodMessages, server_key.empty() ? 30000 : 1000);
-    if (!server_key.empty()) {
-      // A stranger that speaks no CurveZMQ at all.
-      Stranger plain(context, server0_port, "");
+    flooded = s0.Flood(kFloodMessages, with_key ? 1000 : 30000);
+    if (with_key) {
+      // A stranger that speaks no security mechanism at all.
+      Stranger plain(context, server0_port, Mechanism::kNull);
       plain.Send(SpoofedPush(ServerRankToId(0)));
     }
-    Stranger s1(context, server1_port, server_key);
+    Stranger s1(context, server1_port,
+                with_key ? Mechanism::kCurve : Mechanism::kNull);
     std::vector<char> big(kOversizeBytes);
     s1.SendRaw(big.data(), big.size());
   }  // each socket lingers until its queue left (a minute at most)
@@ -372,11 +387,9 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
   std::vector<std::string> extra = {
       "--env", "KV_JOB_GO=" + go, "--env",
       "PS_MAX_MESSAGE_BYTES=" + std::to_string(kMaxMessageBytes)};
-  std::string public_key;
   if (with_key) {
     char pub[41], sec[41];
-    zmq_curve_keypair(pub, sec);
-    public_key = pub;  // a stranger may know it; the secret stays ours
+    zmq_curve_keypair(pub, sec);  // the job's key: 32 random bytes in Z85
     std::string key_file = dir + "/job.key";
     int fd = open(key_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     std::string line = std::string(sec) + "\n";
@@ -398,7 +411,7 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
   EXPECT_GT(server1, 0);
   EXPECT_GT(worker0, 0);
   if (scheduler > 0 && server0 > 0 && server1 > 0 && worker0 > 0) {
-    *flooded = Attack(scheduler, server0, server1, worker0, public_key);
+    *flooded = Attack(scheduler, server0, server1, worker0, with_key);
   }
   { std::ofstream(go.c_str()) << "go\n"; }
   int exit_code = job.Finish(kLaunchTimeoutSeconds + 30);

@@ -1,4 +1,4 @@
-// Trust in the core, in-process: jobs under the job's CurveZMQ key, a node
+// Trust in the core, in-process: jobs under the job key, a node
 // with another key refused at connect, the job-shape check, who is missing
 // named by rank, a departure without Finalize reported at once, timeouts at
 // INT_MAX, and the configuration of keys (PS_KEY_FILE, PS_KEY_FD) and limits.
@@ -26,7 +26,7 @@
 namespace ps {
 namespace {
 
-// A fresh Z85 CurveZMQ secret key.
+// A fresh job key: 32 random bytes in Z85.
 std::string NewSecretKey() {
   char pub[41], sec[41];
   EXPECT_EQ(zmq_curve_keypair(pub, sec), 0);
@@ -341,7 +341,7 @@ TEST(Trust, KeyFileIsReadAndCheckedNamingTheFile) {
   c = Config::FromEnv(env);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("PS_KEY_FILE='" + bad +
-                                      "' does not hold a CurveZMQ secret key"),
+                                      "' does not hold a job key"),
             std::string::npos)
       << c.status();
 
@@ -501,7 +501,7 @@ TEST(Trust, KeyFdMustBeAnOpenSmallFileOrPipe) {
   close(p[1]);  // an empty pipe: its end at once
   EXPECT_EQ(error(std::to_string(p[0]))
                 .rfind("PS_KEY_FD='" + std::to_string(p[0]) +
-                           "' does not hold a CurveZMQ secret key",
+                           "' does not hold a job key",
                        0),
             0u);
 

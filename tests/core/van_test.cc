@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <atomic>
 #include <chrono>
@@ -94,11 +95,12 @@ TEST(Snapshot, ReadersKeepTheValueTheyLoaded) {
 // from node 1 only), kThreads sending threads, and one thread that churns
 // the routing tables of the sender and of receiver 1 (connects to a third
 // van, renames, disconnects; allows and forgets references) until the
-// senders are done. Every message arrives once, with its bytes.
-TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
+// senders are done. Every message arrives once, with its bytes; with a job
+// key, sealed (each connection its own key, every frame in order).
+void ExpectConcurrentSendsArriveOnce(const VanOptions& options) {
   Inbox inbox1, inbox2;  // outlive the vans that fill them
   const std::string kSenderIdentity = "van-test-sender";
-  Van receiver1, receiver2, sink;
+  Van receiver1(options), receiver2(options), sink(options);
   ASSERT_TRUE(receiver1.Bind("127.0.0.1", 0, 0, 0).ok());
   ASSERT_TRUE(receiver2.Bind("127.0.0.1", 0, 0, 0).ok());
   ASSERT_TRUE(sink.Bind("127.0.0.1", 0, 0, 0).ok());  // never started
@@ -106,10 +108,14 @@ TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   receiver1.Start([&inbox1](Message&& msg) { inbox1.Take(std::move(msg)); });
   receiver2.Start([&inbox2](Message&& msg) { inbox2.Take(std::move(msg)); });
 
-  Van sender;
+  Van sender(options);
   sender.set_identity(kSenderIdentity);
-  ASSERT_TRUE(sender.Connect(1, "127.0.0.1", receiver1.port()).ok());
-  ASSERT_TRUE(sender.Connect(2, "127.0.0.1", receiver2.port()).ok());
+  ASSERT_TRUE(
+      sender.Connect(1, "127.0.0.1", receiver1.port(), receiver1.wire_key())
+          .ok());
+  ASSERT_TRUE(
+      sender.Connect(2, "127.0.0.1", receiver2.port(), receiver2.wire_key())
+          .ok());
   sender.SendReferencesTo(1);
 
   std::atomic<bool> senders_done{false};
@@ -117,7 +123,8 @@ TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   std::thread churn([&] {
     for (int k = 0; k < 100000 && !senders_done.load(); ++k) {
       const int id = 100 + k % 8;
-      EXPECT_TRUE(sender.Connect(id, "127.0.0.1", sink.port()).ok());
+      EXPECT_TRUE(
+          sender.Connect(id, "127.0.0.1", sink.port(), sink.wire_key()).ok());
       sender.SendReferencesTo(id);
       sender.Rekey(id, id + 50);
       EXPECT_TRUE(sender.IsConnected(id + 50));
@@ -190,6 +197,18 @@ TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   EXPECT_EQ(receiver1.num_shared_received(), sender.num_shared_sent());
   EXPECT_EQ(receiver2.num_shared_received(), 0u);
   EXPECT_EQ(receiver1.num_dropped() + receiver2.num_dropped(), 0u);
+}
+
+TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
+  ExpectConcurrentSendsArriveOnce(VanOptions());
+}
+
+TEST(Van, SealedConcurrentSendsArriveOnceWhilePeersComeAndGo) {
+  VanOptions keyed;
+  char pub[41], secret[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);  // 32 random bytes in Z85
+  keyed.secret_key = secret;
+  ExpectConcurrentSendsArriveOnce(keyed);
 }
 
 }  // namespace

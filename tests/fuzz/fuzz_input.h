@@ -24,6 +24,9 @@ namespace ps::fuzz {
 
 constexpr size_t kMaxFrames = 8;
 
+// The key that fuzz_open opens with and fuzz_seeds seals its seeds with.
+inline const std::string kFuzzSealKey(32, 'f');
+
 struct FuzzMessage {
   std::string header;
   // Each frame in its own allocation of exactly its size, so that

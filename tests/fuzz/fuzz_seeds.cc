@@ -13,6 +13,7 @@
 #include "fuzz_input.h"
 #include "kv/slicer.h"
 #include "van/codec.h"
+#include "van/seal.h"
 
 namespace ps {
 namespace {
@@ -246,6 +247,30 @@ int WriteSeeds(const std::string& dir) {
       }
       ++written;
     }
+    // fuzz_open: the same message sealed, as a job with a key sends it.
+    seal::Sealer sealer(fuzz::kFuzzSealKey);
+    std::vector<std::string> plain = {header};
+    for (const SArray<char>& f : s.msg.data)
+      plain.emplace_back(f.data(), f.size());
+    const auto frames = static_cast<uint32_t>(plain.size());
+    uint64_t first = sealer.Begin(frames);
+    std::vector<SArray<char>> sealed;
+    for (uint32_t i = 0; i < frames; ++i) {
+      SArray<char> out(plain[i].size() + seal::kOverhead);
+      sealer.Seal(first, i, frames, plain[i].data(), plain[i].size(),
+                  out.data());
+      sealed.push_back(out);
+    }
+    std::string sealed_header(sealed[0].data(), sealed[0].size());
+    sealed.erase(sealed.begin());
+    std::string path = dir + "/fuzz_open/" + s.name;
+    std::ofstream out(path, std::ios::binary);
+    out << fuzz::SerializeFuzzInput(sealed_header, sealed);
+    if (!out) {
+      std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+      return 1;
+    }
+    ++written;
   }
   std::printf("fuzz_seeds: wrote %d files under %s\n", written, dir.c_str());
   return 0;

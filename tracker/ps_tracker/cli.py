@@ -24,7 +24,7 @@ is the launcher's own plus:
   DMLC_NODE_HOST     127.0.0.1 (a --env may override it)
   PS_RANK            i for the i-th server and the i-th worker (0-based);
                      not set for the scheduler
-  PS_KEY_FD          the descriptor, inherited, of the job's CurveZMQ key
+  PS_KEY_FD          the descriptor, inherited, of the job's secret key
                      (below); not set with --insecure or --key-file
   PS_KEY_FILE        with --key-file FILE: FILE's absolute path
   PS_JOB_TOKEN       with --insecure: a random token of this job (below)
@@ -82,11 +82,12 @@ report about its dead run, which may come late, from one about its new
 run. The last line of a job that succeeded says which processes were
 restarted and how many times.
 
-Keys: by default each job gets a new CurveZMQ secret key, 32 bytes from
+Keys: by default each job gets a new secret key, 32 bytes from
 os.urandom written in Z85 as one line in a sealed memfd: memory, on no
 filesystem, that each process inherits as the descriptor PS_KEY_FD names
-(never a command line; the node reads it once and closes it). Every node
-derives the public key from it, so only the job's processes can join it.
+(never a command line; the node reads it once and closes it). A node must
+prove it to connect, and every frame is sealed with keys that come from
+it, so only the job's processes can join the job or read its traffic.
 The launcher keeps the memfd for restarts; nothing of the key is on disk,
 and it is gone with the job even if the launcher is killed (its processes
 get SIGKILL when it dies). mpi and slurm write a key file instead (below).
@@ -249,7 +250,7 @@ def parse_args(argv):
                         "exit 124 (default: none)")
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--key-file", metavar="FILE",
-                      help="use this CurveZMQ key file (first line: a "
+                      help="use this job key file (first line: a "
                       "40-character Z85 secret key) instead of a new key "
                       "per job; its path is given as PS_KEY_FILE")
     keys.add_argument("--insecure", action="store_true",

@@ -1,4 +1,4 @@
-"""The job's key material: CurveZMQ secret keys in Z85 (RFC 32), the
+"""The job's key material: 32-byte secret keys in Z85 (RFC 32), the
 per-job key in a memfd (local, ssh) or in a file in a private directory
 (mpi, slurm), --key-file checks, --make-key."""
 
@@ -18,7 +18,7 @@ Z85_ALPHABET = ("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                 ".-:+=^!/*?&<>()[]{}@%$#")
 _Z85_DIGIT = {ch: i for i, ch in enumerate(Z85_ALPHABET)}
 
-# A CurveZMQ secret key: 32 bytes, 40 Z85 characters.
+# A job key (a CurveZMQ secret key's format): 32 bytes, 40 Z85 characters.
 KEY_BYTES = 32
 KEY_CHARS = KEY_BYTES * 5 // 4
 

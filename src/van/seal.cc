@@ -1,0 +1,257 @@
+// Sealed frames (see seal.h): libsodium for X25519 and BLAKE2b, OpenSSL's
+// EVP for AES-256-GCM.
+#include "van/seal.h"
+
+#include <glog/logging.h>
+#include <openssl/evp.h>
+#include <sodium.h>
+
+#include <cstring>
+#include <initializer_list>
+#include <string_view>
+
+namespace ps {
+namespace seal {
+
+namespace {
+
+// BLAKE2b-256 keyed with `key` over the concatenation of `parts`.
+std::string Mac(const std::string& key,
+                std::initializer_list<std::string_view> parts) {
+  crypto_generichash_state state;
+  crypto_generichash_init(&state,
+                          reinterpret_cast<const unsigned char*>(key.data()),
+                          key.size(), kKeyBytes);
+  for (std::string_view part : parts) {
+    crypto_generichash_update(
+        &state, reinterpret_cast<const unsigned char*>(part.data()),
+        part.size());
+  }
+  std::string out(kKeyBytes, '\0');
+  crypto_generichash_final(&state, reinterpret_cast<unsigned char*>(&out[0]),
+                           out.size());
+  return out;
+}
+
+// X25519(secret, pub); refuses a low-order public key (an all-zero secret).
+StatusOr<std::string> SharedSecret(const std::string& secret,
+                                   const std::string& pub) {
+  if (secret.size() != kKeyBytes || pub.size() != kKeyBytes) {
+    return Status::InvalidArgument("an X25519 key of " +
+                                   std::to_string(pub.size()) + " bytes");
+  }
+  std::string shared(kKeyBytes, '\0');
+  if (crypto_scalarmult(reinterpret_cast<unsigned char*>(&shared[0]),
+                        reinterpret_cast<const unsigned char*>(secret.data()),
+                        reinterpret_cast<const unsigned char*>(pub.data())) !=
+      0) {
+    return Status::InvalidArgument("a low-order X25519 public key");
+  }
+  return shared;
+}
+
+void InitSodium() { CHECK_GE(sodium_init(), 0) << "libsodium cannot start"; }
+
+void Nonce(uint64_t seq, unsigned char iv[12]) {
+  std::memset(iv, 0, 4);
+  std::memcpy(iv + 4, &seq, sizeof(seq));  // little-endian hosts only
+}
+
+void Aad(uint32_t index, uint32_t frames, unsigned char aad[8]) {
+  std::memcpy(aad, &index, 4);
+  std::memcpy(aad + 4, &frames, 4);
+}
+
+// One AES-256-GCM context with its key set once; each frame sets its nonce.
+EVP_CIPHER_CTX* NewCipher(const std::string& key, bool encrypt) {
+  CHECK_EQ(key.size(), kKeyBytes);
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  CHECK(ctx != nullptr);
+  const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+  CHECK_EQ(EVP_CipherInit_ex(ctx, EVP_aes_256_gcm(), nullptr, k, nullptr,
+                             encrypt ? 1 : 0),
+           1);
+  return ctx;
+}
+
+}  // namespace
+
+JobKey::JobKey(const std::string& secret) {
+  InitSodium();
+  CHECK_EQ(secret.size(), kKeyBytes);
+  auth_ = Mac(secret, {"ps-seal-1 auth"});
+}
+
+KeyPair JobKey::NewKeyPair() {
+  InitSodium();
+  KeyPair pair{std::string(kKeyBytes, '\0'), std::string(kKeyBytes, '\0')};
+  randombytes_buf(&pair.secret[0], kKeyBytes);
+  crypto_scalarmult_base(reinterpret_cast<unsigned char*>(&pair.pub[0]),
+                         reinterpret_cast<unsigned char*>(&pair.secret[0]));
+  return pair;
+}
+
+KeyPair JobKey::SchedulerKeyPair() const {
+  KeyPair pair{std::string(kKeyBytes, '\0'), Mac(auth_, {"scheduler"})};
+  crypto_scalarmult_base(reinterpret_cast<unsigned char*>(&pair.pub[0]),
+                         reinterpret_cast<unsigned char*>(&pair.secret[0]));
+  return pair;
+}
+
+StatusOr<JobKey::Hello> JobKey::MakeHello(const std::string& peer_pub) const {
+  KeyPair e = NewKeyPair();
+  StatusOr<std::string> dh = SharedSecret(e.secret, peer_pub);
+  if (!dh.ok()) return dh.status();
+  Hello hello;
+  hello.token = e.pub + Mac(auth_, {"ps-seal-1 hello", e.pub, peer_pub});
+  hello.key = Mac(auth_, {"ps-seal-1 key", *dh, e.pub, peer_pub});
+  sodium_memzero(&e.secret[0], e.secret.size());
+  return hello;
+}
+
+StatusOr<std::string> JobKey::AcceptHello(const KeyPair& own,
+                                          const std::string& token) const {
+  if (token.size() != 2 * kKeyBytes) {
+    return Status::InvalidArgument(
+        "a token of " + std::to_string(token.size()) + " bytes, not " +
+        std::to_string(2 * kKeyBytes));
+  }
+  std::string e_pub = token.substr(0, kKeyBytes);
+  std::string mac = Mac(auth_, {"ps-seal-1 hello", e_pub, own.pub});
+  if (sodium_memcmp(mac.data(), token.data() + kKeyBytes, kKeyBytes) != 0) {
+    return Status::Corruption(
+        "its token does not prove this job's key for this process");
+  }
+  StatusOr<std::string> dh = SharedSecret(own.secret, e_pub);
+  if (!dh.ok()) return dh.status();
+  return Mac(auth_, {"ps-seal-1 key", *dh, e_pub, own.pub});
+}
+
+struct Sealer::Cipher {
+  EVP_CIPHER_CTX* ctx;
+  ~Cipher() { EVP_CIPHER_CTX_free(ctx); }
+};
+
+Sealer::Sealer(const std::string& key)
+    : cipher_(new Cipher{NewCipher(key, true)}) {}
+Sealer::~Sealer() = default;
+
+void Sealer::Seal(uint64_t first, uint32_t index, uint32_t frames,
+                  const void* in, size_t bytes, void* out) {
+  uint64_t seq = first + index;
+  CHECK_GE(seq, first) << "sequence numbers exhausted";
+  auto* o = static_cast<unsigned char*>(out);
+  std::memcpy(o, &seq, kSeqBytes);
+  unsigned char iv[12], aad[8];
+  Nonce(seq, iv);
+  Aad(index, frames, aad);
+  EVP_CIPHER_CTX* ctx = cipher_->ctx;
+  int len = 0;
+  CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
+  CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)), 1);
+  // EVP takes an int length: seal in pieces of at most 1 GiB.
+  const auto* src = static_cast<const unsigned char*>(in);
+  unsigned char* dst = o + kSeqBytes;
+  for (size_t done = 0; done < bytes;) {
+    int piece = static_cast<int>(std::min<size_t>(bytes - done, 1u << 30));
+    CHECK_EQ(EVP_EncryptUpdate(ctx, dst + done, &len, src + done, piece), 1);
+    done += static_cast<size_t>(piece);
+  }
+  CHECK_EQ(EVP_EncryptFinal_ex(ctx, dst + bytes, &len), 1);
+  CHECK_EQ(
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, dst + bytes),
+      1);
+}
+
+struct Opener::Cipher {
+  EVP_CIPHER_CTX* ctx;
+  ~Cipher() { EVP_CIPHER_CTX_free(ctx); }
+};
+
+Opener::Opener(const std::string& key)
+    : cipher_(new Cipher{NewCipher(key, false)}) {}
+Opener::~Opener() = default;
+
+Status Opener::Open(Frame* frames, size_t count) {
+  if (count == 0) return Status::InvalidArgument("a message of no frames");
+  uint64_t first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (frames[i].bytes < kOverhead) {
+      return Status::InvalidArgument("frame " + std::to_string(i) + " of " +
+                                     std::to_string(frames[i].bytes) +
+                                     " bytes is too short to be sealed");
+    }
+    uint64_t seq;
+    std::memcpy(&seq, frames[i].data, kSeqBytes);
+    if (i == 0) {
+      first = seq;
+      if (first <= last_) {
+        return Status::Corruption("replayed or out of order: sequence number " +
+                                  std::to_string(first) + ", already took " +
+                                  std::to_string(last_));
+      }
+    } else if (seq != first + i) {
+      return Status::Corruption("frame " + std::to_string(i) +
+                                " out of place: sequence number " +
+                                std::to_string(seq));
+    }
+  }
+  if (first + (count - 1) < first) {
+    return Status::Corruption("sequence numbers wrap");
+  }
+  EVP_CIPHER_CTX* ctx = cipher_->ctx;
+  for (size_t i = 0; i < count; ++i) {
+    unsigned char iv[12], aad[8];
+    Nonce(first + i, iv);
+    Aad(static_cast<uint32_t>(i), static_cast<uint32_t>(count), aad);
+    auto* p = reinterpret_cast<unsigned char*>(frames[i].data) + kSeqBytes;
+    size_t bytes = frames[i].bytes - kOverhead;
+    int len = 0;
+    bool ok = EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
+              EVP_DecryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes,
+                                  p + bytes) == 1;
+    for (size_t done = 0; ok && done < bytes;) {
+      int piece = static_cast<int>(std::min<size_t>(bytes - done, 1u << 30));
+      ok = EVP_DecryptUpdate(ctx, p + done, &len, p + done, piece) == 1;
+      done += static_cast<size_t>(piece);
+    }
+    if (!ok || EVP_DecryptFinal_ex(ctx, p + bytes, &len) != 1) {
+      return Status::Corruption("frame " + std::to_string(i) +
+                                " fails authentication (tampered, or "
+                                "sealed with another key)");
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    frames[i].data += kSeqBytes;
+    frames[i].bytes -= kOverhead;
+  }
+  last_ = first + (count - 1);
+  return Status::OK();
+}
+
+std::string ToHex(const std::string& bytes) {
+  std::string hex(2 * bytes.size() + 1, '\0');
+  sodium_bin2hex(&hex[0], hex.size(),
+                 reinterpret_cast<const unsigned char*>(bytes.data()),
+                 bytes.size());
+  hex.pop_back();
+  return hex;
+}
+
+StatusOr<std::string> FromHex(const std::string& hex) {
+  std::string bytes(hex.size() / 2, '\0');
+  size_t len = 0;
+  const char* end = nullptr;
+  if (hex.size() % 2 != 0 ||
+      sodium_hex2bin(reinterpret_cast<unsigned char*>(&bytes[0]), bytes.size(),
+                     hex.data(), hex.size(), nullptr, &len, &end) != 0 ||
+      end != hex.data() + hex.size()) {
+    return Status::InvalidArgument("not hex: " + hex.substr(0, 80));
+  }
+  bytes.resize(len);
+  return bytes;
+}
+
+}  // namespace seal
+}  // namespace ps

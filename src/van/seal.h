@@ -1,0 +1,148 @@
+// Sealed frames: how a job with a key encrypts and authenticates every frame
+// it sends (docs/security.md, "The construction").
+//
+// Each connection carries one direction (a node's DEALER to a peer's
+// ROUTER), so each has one key of its own. It comes out of a one-way
+// handshake in the pattern Npsk0 of the Noise Protocol Framework (sections
+// 7.4 and 9): the receiver's static X25519 key pair belongs to its process
+// (the scheduler's is derived from the job's secret, since nodes must reach
+// it before any table exists), the sender makes an ephemeral pair per
+// connection, and the job's secret is the pre-shared key:
+//
+//   auth  = BLAKE2b-256(key = job secret, "ps-seal-1 auth")
+//   token = e.pub || BLAKE2b-256(key = auth, "ps-seal-1 hello" || e.pub ||
+//                                            s.pub)
+//   key   = BLAKE2b-256(key = auth, "ps-seal-1 key" || X25519(e, s) ||
+//                                   e.pub || s.pub)
+//
+// The sender presents the token as its ZMTP PLAIN password: the receiver's
+// ZAP handler admits the connection only if the token proves the job's
+// secret and names this process's static key, so a stranger is refused in
+// the handshake, before any of its bytes are read, and a connection made
+// for an earlier process at the same address is refused too.
+//
+// Frames are sealed with AES-256-GCM (RFC 5116; OpenSSL's EVP, which uses
+// AES-NI): a frame is its 64-bit sequence number, the ciphertext and the
+// 16-byte tag. The nonce is the sequence number (as TLS 1.3's per-record
+// nonce, RFC 8446 section 5.3), which the sender increments per frame and
+// never reuses under one key; the associated data is the frame's place in
+// its message (index, count), so frames cannot be moved, dropped or
+// appended within a message. The receiver takes a message only if its first
+// sequence number is above every one it took under that key and the rest
+// follow it one by one: replayed and reordered frames are refused.
+//
+// Thread-safety: a Sealer is used under its peer's lock; an Opener on the
+// receive thread only. Internal to src/van.
+#ifndef PS_SRC_VAN_SEAL_H_
+#define PS_SRC_VAN_SEAL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ps/status.h"
+
+namespace ps {
+namespace seal {
+
+constexpr size_t kKeyBytes = 32;
+constexpr size_t kSeqBytes = 8;
+constexpr size_t kTagBytes = 16;
+// What a sealed frame adds to its plaintext.
+constexpr size_t kOverhead = kSeqBytes + kTagBytes;
+// The PLAIN user name a sealing sender presents.
+constexpr char kUserName[] = "ps-seal-1";
+
+// An X25519 key pair: 32 bytes each.
+struct KeyPair {
+  std::string pub;
+  std::string secret;
+};
+
+// The job's secret (32 bytes) and what is derived from it.
+class JobKey {
+ public:
+  // `secret`: the job key's 32 bytes (the decoded Z85 key).
+  explicit JobKey(const std::string& secret);
+  // A fresh static key pair for this process.
+  static KeyPair NewKeyPair();
+  // The scheduler's static key pair, the same in every process of the job.
+  KeyPair SchedulerKeyPair() const;
+
+  // The sender's side of a new connection to the holder of `peer_pub`:
+  // its token (the PLAIN password) and the key it seals with.
+  struct Hello {
+    std::string token;  // e.pub || mac: 64 bytes
+    std::string key;    // 32 bytes
+  };
+  StatusOr<Hello> MakeHello(const std::string& peer_pub) const;
+  // The receiver's side: whether `token` proves the job's secret and names
+  // `own.pub`; if so, the key that the token's sender seals with.
+  StatusOr<std::string> AcceptHello(const KeyPair& own,
+                                    const std::string& token) const;
+
+ private:
+  std::string auth_;  // 32 bytes
+};
+
+// Seals the frames of the messages on one connection.
+class Sealer {
+ public:
+  explicit Sealer(const std::string& key);
+  ~Sealer();
+  Sealer(const Sealer&) = delete;
+  Sealer& operator=(const Sealer&) = delete;
+
+  // Reserves the sequence numbers of a message of `frames` frames; returns
+  // the first.
+  uint64_t Begin(size_t frames) {
+    uint64_t first = next_;
+    next_ += frames;
+    return first;
+  }
+  // Seals the `bytes` bytes at `in` as frame `index` of `frames` (sequence
+  // number first + index) into `out`, which holds bytes + kOverhead.
+  void Seal(uint64_t first, uint32_t index, uint32_t frames, const void* in,
+            size_t bytes, void* out);
+
+ private:
+  struct Cipher;
+  std::unique_ptr<Cipher> cipher_;
+  uint64_t next_ = 1;
+};
+
+// Opens the messages of one sender's key.
+class Opener {
+ public:
+  explicit Opener(const std::string& key);
+  ~Opener();
+  Opener(const Opener&) = delete;
+  Opener& operator=(const Opener&) = delete;
+
+  // One received frame, opened in place: on success `data` (size `bytes`)
+  // is its plaintext.
+  struct Frame {
+    char* data;
+    size_t bytes;
+  };
+  // Opens the frames of one message in place, or refuses it whole, saying
+  // why (too short, replayed or out of order, tampered). Nothing is
+  // changed by a refused message but the bytes of its frames.
+  Status Open(Frame* frames, size_t count);
+  uint64_t last() const { return last_; }
+
+ private:
+  struct Cipher;
+  std::unique_ptr<Cipher> cipher_;
+  uint64_t last_ = 0;  // the highest sequence number taken
+};
+
+// Hex, for names and PLAIN passwords.
+std::string ToHex(const std::string& bytes);
+StatusOr<std::string> FromHex(const std::string& hex);
+
+}  // namespace seal
+}  // namespace ps
+
+#endif  // PS_SRC_VAN_SEAL_H_

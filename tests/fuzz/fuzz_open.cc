@@ -1,0 +1,49 @@
+// libFuzzer target: the receive path of a job with a key, on any bytes: the
+// sealing token (seal::JobKey::AcceptHello), then the frames opened in place
+// (seal::Opener::Open) and, if they open, decoded (ps::Decode). None may
+// abort or read out of bounds; an opened frame lies within its sealed bytes.
+// The seeds (fuzz_seeds) are real messages sealed with kFuzzSealKey.
+#include <google/protobuf/stubs/logging.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fuzz_input.h"
+#include "van/codec.h"
+#include "van/seal.h"
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ps::seal::JobKey job(std::string(ps::seal::kKeyBytes, 'j'));
+  static const ps::seal::KeyPair own = ps::seal::JobKey::NewKeyPair();
+  ps::fuzz::FuzzMessage in = ps::fuzz::ParseFuzzInput(data, size);
+  (void)job.AcceptHello(own, in.header.substr(0, 2 * ps::seal::kKeyBytes));
+
+  ps::seal::Opener opener(ps::fuzz::kFuzzSealKey);
+  std::vector<ps::seal::Opener::Frame> frames;
+  frames.push_back({&in.header[0], in.header.size()});
+  for (ps::SArray<char>& f : in.frames) frames.push_back({f.data(), f.size()});
+  std::vector<ps::seal::Opener::Frame> sealed = frames;
+  if (!opener.Open(frames.data(), frames.size()).ok()) return 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].data < sealed[i].data ||
+        frames[i].data + frames[i].bytes > sealed[i].data + sealed[i].bytes) {
+      std::abort();
+    }
+  }
+  std::vector<ps::SArray<char>> opened;
+  for (size_t i = 1; i < frames.size(); ++i) {
+    ps::SArray<char> f(frames[i].bytes);
+    if (f.size() > 0) std::memcpy(f.data(), frames[i].data, f.size());
+    opened.push_back(f);
+  }
+  (void)ps::Decode(frames[0].data, frames[0].bytes, opened, nullptr);
+  return 0;
+}
