@@ -6,9 +6,12 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 namespace ps {
 namespace seal {
@@ -57,12 +60,15 @@ void Nonce(uint64_t seq, unsigned char iv[12]) {
   std::memcpy(iv + 4, &seq, sizeof(seq));  // little-endian hosts only
 }
 
-void Aad(uint32_t index, uint32_t frames, unsigned char aad[8]) {
-  std::memcpy(aad, &index, 4);
-  std::memcpy(aad + 4, &frames, 4);
+// A chunk's associated data: its frame's place in the message, its own in
+// the frame.
+void Aad(uint32_t index, uint32_t frames, uint32_t chunk, uint32_t chunks,
+         unsigned char aad[16]) {
+  const uint32_t words[4] = {index, frames, chunk, chunks};
+  std::memcpy(aad, words, sizeof(words));
 }
 
-// One AES-256-GCM context with its key set once; each frame sets its nonce.
+// One AES-256-GCM context with its key set once; each chunk sets its nonce.
 EVP_CIPHER_CTX* NewCipher(const std::string& key, bool encrypt) {
   CHECK_EQ(key.size(), kKeyBytes);
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
@@ -72,6 +78,78 @@ EVP_CIPHER_CTX* NewCipher(const std::string& key, bool encrypt) {
                              encrypt ? 1 : 0),
            1);
   return ctx;
+}
+
+struct CipherDeleter {
+  void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
+};
+using CipherPtr = std::unique_ptr<EVP_CIPHER_CTX, CipherDeleter>;
+
+// The chunks of one frame, laid out as a sealed frame holds them: the
+// text at `text` (plaintext to seal, ciphertext to open, in place or into
+// `out`), the tags at `tags`.
+struct FrameChunks {
+  uint64_t seq;
+  uint32_t index, frames;
+  const unsigned char* text;
+  unsigned char* out;
+  size_t bytes;
+  unsigned char* tags;
+};
+
+// Seals (encrypt) or opens chunks [begin, end) of `f` with `ctx`; false if
+// a chunk fails authentication.
+bool RunChunks(EVP_CIPHER_CTX* ctx, bool encrypt, const FrameChunks& f,
+               size_t begin, size_t end) {
+  const auto chunks = static_cast<uint32_t>(Chunks(f.bytes));
+  for (size_t c = begin; c < end; ++c) {
+    unsigned char iv[12], aad[16];
+    Nonce(f.seq + c, iv);
+    Aad(f.index, f.frames, static_cast<uint32_t>(c), chunks, aad);
+    size_t at = c * kChunkBytes;
+    int n = static_cast<int>(
+        std::min(kChunkBytes, f.bytes - std::min(at, f.bytes)));
+    unsigned char* tag = f.tags + c * kTagBytes;
+    int len = 0;
+    if (encrypt) {
+      CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
+      CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)), 1);
+      if (n > 0) {
+        CHECK_EQ(EVP_EncryptUpdate(ctx, f.out + at, &len, f.text + at, n), 1);
+      }
+      CHECK_EQ(EVP_EncryptFinal_ex(ctx, f.out + at + n, &len), 1);
+      CHECK_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag),
+               1);
+      continue;
+    }
+    bool ok =
+        EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
+        EVP_DecryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)) == 1 &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) == 1 &&
+        (n == 0 ||
+         EVP_DecryptUpdate(ctx, f.out + at, &len, f.text + at, n) == 1) &&
+        EVP_DecryptFinal_ex(ctx, f.out + at + n, &len) == 1;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// RunChunks over all of `f`'s chunks: a frame of kParallelBytes or more by
+// this thread and one started for it, each on half of the chunks, the
+// second half with a context of its own.
+bool RunFrame(EVP_CIPHER_CTX* ctx, const std::string& key, bool encrypt,
+              const FrameChunks& f) {
+  const size_t chunks = Chunks(f.bytes);
+  if (f.bytes < kParallelBytes) return RunChunks(ctx, encrypt, f, 0, chunks);
+  const size_t half = chunks / 2;
+  bool other_ok = true;
+  std::thread other([&] {
+    CipherPtr own(NewCipher(key, encrypt));
+    other_ok = RunChunks(own.get(), encrypt, f, half, chunks);
+  });
+  bool ok = RunChunks(ctx, encrypt, f, 0, half);
+  other.join();
+  return ok && other_ok;
 }
 
 }  // namespace
@@ -128,59 +206,53 @@ StatusOr<std::string> JobKey::AcceptHello(const KeyPair& own,
 }
 
 struct Sealer::Cipher {
-  EVP_CIPHER_CTX* ctx;
-  ~Cipher() { EVP_CIPHER_CTX_free(ctx); }
+  CipherPtr ctx;
 };
 
 Sealer::Sealer(const std::string& key)
-    : cipher_(new Cipher{NewCipher(key, true)}) {}
+    : key_(key), cipher_(new Cipher{CipherPtr(NewCipher(key, true))}) {}
 Sealer::~Sealer() = default;
 
-void Sealer::Seal(uint64_t first, uint32_t index, uint32_t frames,
-                  const void* in, size_t bytes, void* out) {
-  uint64_t seq = first + index;
-  CHECK_GE(seq, first) << "sequence numbers exhausted";
+void Sealer::Seal(uint64_t seq, uint32_t index, uint32_t frames, const void* in,
+                  size_t bytes, void* out) {
+  CHECK_GE(seq + Chunks(bytes), seq) << "sequence numbers exhausted";
   auto* o = static_cast<unsigned char*>(out);
   std::memcpy(o, &seq, kSeqBytes);
-  unsigned char iv[12], aad[8];
-  Nonce(seq, iv);
-  Aad(index, frames, aad);
-  EVP_CIPHER_CTX* ctx = cipher_->ctx;
-  int len = 0;
-  CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
-  CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)), 1);
-  // EVP takes an int length: seal in pieces of at most 1 GiB.
-  const auto* src = static_cast<const unsigned char*>(in);
-  unsigned char* dst = o + kSeqBytes;
-  for (size_t done = 0; done < bytes;) {
-    int piece = static_cast<int>(std::min<size_t>(bytes - done, 1u << 30));
-    CHECK_EQ(EVP_EncryptUpdate(ctx, dst + done, &len, src + done, piece), 1);
-    done += static_cast<size_t>(piece);
-  }
-  CHECK_EQ(EVP_EncryptFinal_ex(ctx, dst + bytes, &len), 1);
-  CHECK_EQ(
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, dst + bytes),
-      1);
+  FrameChunks f{seq,
+                index,
+                frames,
+                static_cast<const unsigned char*>(in),
+                o + kSeqBytes,
+                bytes,
+                o + kSeqBytes + bytes};
+  RunFrame(cipher_->ctx.get(), key_, true, f);
 }
 
 struct Opener::Cipher {
-  EVP_CIPHER_CTX* ctx;
-  ~Cipher() { EVP_CIPHER_CTX_free(ctx); }
+  CipherPtr ctx;
 };
 
 Opener::Opener(const std::string& key)
-    : cipher_(new Cipher{NewCipher(key, false)}) {}
+    : key_(key), cipher_(new Cipher{CipherPtr(NewCipher(key, false))}) {}
 Opener::~Opener() = default;
 
 Status Opener::Open(Frame* frames, size_t count) {
   if (count == 0) return Status::InvalidArgument("a message of no frames");
-  uint64_t first = 0;
+  // The plaintext size of each frame, from its sealed size.
+  std::vector<size_t> bytes(count);
+  uint64_t first = 0, next = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (frames[i].bytes < kOverhead) {
+    size_t sealed = frames[i].bytes;
+    size_t body = sealed < kSeqBytes ? 0 : sealed - kSeqBytes;
+    size_t chunks =
+        (body + kChunkBytes + kTagBytes - 1) / (kChunkBytes + kTagBytes);
+    if (sealed < kSeqBytes + kTagBytes ||
+        SealedBytes(body - kTagBytes * chunks) != sealed) {
       return Status::InvalidArgument("frame " + std::to_string(i) + " of " +
-                                     std::to_string(frames[i].bytes) +
-                                     " bytes is too short to be sealed");
+                                     std::to_string(sealed) +
+                                     " bytes is no sealed frame");
     }
+    bytes[i] = body - kTagBytes * chunks;
     uint64_t seq;
     std::memcpy(&seq, frames[i].data, kSeqBytes);
     if (i == 0) {
@@ -190,43 +262,36 @@ Status Opener::Open(Frame* frames, size_t count) {
                                   std::to_string(first) + ", already took " +
                                   std::to_string(last_));
       }
-    } else if (seq != first + i) {
+    } else if (seq != next) {
       return Status::Corruption("frame " + std::to_string(i) +
                                 " out of place: sequence number " +
                                 std::to_string(seq));
     }
+    next = seq + chunks;
+    if (next < seq) return Status::Corruption("sequence numbers wrap");
   }
-  if (first + (count - 1) < first) {
-    return Status::Corruption("sequence numbers wrap");
-  }
-  EVP_CIPHER_CTX* ctx = cipher_->ctx;
+  uint64_t seq = first;
   for (size_t i = 0; i < count; ++i) {
-    unsigned char iv[12], aad[8];
-    Nonce(first + i, iv);
-    Aad(static_cast<uint32_t>(i), static_cast<uint32_t>(count), aad);
     auto* p = reinterpret_cast<unsigned char*>(frames[i].data) + kSeqBytes;
-    size_t bytes = frames[i].bytes - kOverhead;
-    int len = 0;
-    bool ok = EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
-              EVP_DecryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes,
-                                  p + bytes) == 1;
-    for (size_t done = 0; ok && done < bytes;) {
-      int piece = static_cast<int>(std::min<size_t>(bytes - done, 1u << 30));
-      ok = EVP_DecryptUpdate(ctx, p + done, &len, p + done, piece) == 1;
-      done += static_cast<size_t>(piece);
-    }
-    if (!ok || EVP_DecryptFinal_ex(ctx, p + bytes, &len) != 1) {
+    FrameChunks f{seq,
+                  static_cast<uint32_t>(i),
+                  static_cast<uint32_t>(count),
+                  p,
+                  p,
+                  bytes[i],
+                  p + bytes[i]};
+    if (!RunFrame(cipher_->ctx.get(), key_, false, f)) {
       return Status::Corruption("frame " + std::to_string(i) +
                                 " fails authentication (tampered, or "
                                 "sealed with another key)");
     }
+    seq += Chunks(bytes[i]);
   }
   for (size_t i = 0; i < count; ++i) {
     frames[i].data += kSeqBytes;
-    frames[i].bytes -= kOverhead;
+    frames[i].bytes = bytes[i];
   }
-  last_ = first + (count - 1);
+  last_ = next - 1;
   return Status::OK();
 }
 

@@ -22,14 +22,19 @@
 // for an earlier process at the same address is refused too.
 //
 // Frames are sealed with AES-256-GCM (RFC 5116; OpenSSL's EVP, which uses
-// AES-NI): a frame is its 64-bit sequence number, the ciphertext and the
-// 16-byte tag. The nonce is the sequence number (as TLS 1.3's per-record
-// nonce, RFC 8446 section 5.3), which the sender increments per frame and
-// never reuses under one key; the associated data is the frame's place in
-// its message (index, count), so frames cannot be moved, dropped or
-// appended within a message. The receiver takes a message only if its first
-// sequence number is above every one it took under that key and the rest
-// follow it one by one: replayed and reordered frames are refused.
+// AES-NI and carry-less multiply) in chunks of kChunkBytes, each an AEAD
+// record of its own: a sealed frame is the 64-bit sequence number of its
+// first chunk, the ciphertext (as long as the plaintext, so it is opened in
+// place) and one 16-byte tag per chunk. A chunk's nonce is its sequence
+// number (as TLS 1.3's per-record nonce, RFC 8446 section 5.3), which the
+// sender increments per chunk and never reuses under one key; its
+// associated data is its place (frame index and count, chunk index and
+// count), so chunks and frames cannot be moved, dropped or appended within
+// a message. The receiver takes a message only if its first sequence
+// number is above every one it took under that key and the rest follow it
+// one by one: replayed and reordered frames are refused. A frame of
+// kParallelBytes or more is sealed, and opened, by two threads at once
+// (the caller's and one started for it), each on half of its chunks.
 //
 // Thread-safety: a Sealer is used under its peer's lock; an Opener on the
 // receive thread only. Internal to src/van.
@@ -49,10 +54,19 @@ namespace seal {
 constexpr size_t kKeyBytes = 32;
 constexpr size_t kSeqBytes = 8;
 constexpr size_t kTagBytes = 16;
-// What a sealed frame adds to its plaintext.
-constexpr size_t kOverhead = kSeqBytes + kTagBytes;
+constexpr size_t kChunkBytes = size_t{256} << 10;
+constexpr size_t kParallelBytes = size_t{1} << 20;
 // The PLAIN user name a sealing sender presents.
 constexpr char kUserName[] = "ps-seal-1";
+
+// The chunks, hence sequence numbers, of a frame of `bytes` plaintext bytes
+// (one for an empty frame), and the size of the frame sealed.
+inline size_t Chunks(size_t bytes) {
+  return bytes == 0 ? 1 : (bytes + kChunkBytes - 1) / kChunkBytes;
+}
+inline size_t SealedBytes(size_t bytes) {
+  return kSeqBytes + bytes + kTagBytes * Chunks(bytes);
+}
 
 // An X25519 key pair: 32 bytes each.
 struct KeyPair {
@@ -94,19 +108,21 @@ class Sealer {
   Sealer(const Sealer&) = delete;
   Sealer& operator=(const Sealer&) = delete;
 
-  // Reserves the sequence numbers of a message of `frames` frames; returns
-  // the first.
-  uint64_t Begin(size_t frames) {
+  // Reserves `chunks` sequence numbers (the Chunks() of every frame of a
+  // message); returns the first.
+  uint64_t Begin(size_t chunks) {
     uint64_t first = next_;
-    next_ += frames;
+    next_ += chunks;
     return first;
   }
-  // Seals the `bytes` bytes at `in` as frame `index` of `frames` (sequence
-  // number first + index) into `out`, which holds bytes + kOverhead.
-  void Seal(uint64_t first, uint32_t index, uint32_t frames, const void* in,
+  // Seals the `bytes` bytes at `in` as frame `index` of `frames`, its first
+  // chunk numbered `seq` (the next frame's is seq + Chunks(bytes)), into
+  // `out`, which holds SealedBytes(bytes).
+  void Seal(uint64_t seq, uint32_t index, uint32_t frames, const void* in,
             size_t bytes, void* out);
 
  private:
+  const std::string key_;
   struct Cipher;
   std::unique_ptr<Cipher> cipher_;
   uint64_t next_ = 1;
@@ -127,12 +143,13 @@ class Opener {
     size_t bytes;
   };
   // Opens the frames of one message in place, or refuses it whole, saying
-  // why (too short, replayed or out of order, tampered). Nothing is
-  // changed by a refused message but the bytes of its frames.
+  // why (a size no sealed frame has, replayed or out of order, tampered).
+  // Nothing is changed by a refused message but the bytes of its frames.
   Status Open(Frame* frames, size_t count);
   uint64_t last() const { return last_; }
 
  private:
+  const std::string key_;
   struct Cipher;
   std::unique_ptr<Cipher> cipher_;
   uint64_t last_ = 0;  // the highest sequence number taken

@@ -117,10 +117,12 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   SetIntOption(router_, ZMQ_LINGER, 0);
   SetIntOption(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   SetHeartbeats(router_);
-  // A sealed frame carries seal::kOverhead bytes more than its plaintext.
-  int64_t max_bytes =
-      options_.max_message_bytes +
-      (options_.secret_key.empty() ? 0 : static_cast<int64_t>(seal::kOverhead));
+  // A sealed frame is larger than its plaintext (seal::SealedBytes).
+  int64_t max_bytes = options_.max_message_bytes;
+  if (!options_.secret_key.empty()) {
+    max_bytes =
+        static_cast<int64_t>(seal::SealedBytes(static_cast<size_t>(max_bytes)));
+  }
   CHECK_EQ(
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes)), 0)
       << ZmqError();
@@ -360,19 +362,26 @@ Status Van::Send(Message* msg) {
   // of its own, in the order of its sequence numbers (hence under the lock).
   seal::Sealer* sealer = peer->sealer.get();
   const auto frames = static_cast<uint32_t>(n + 1);
-  const uint64_t first = sealer != nullptr ? sealer->Begin(frames) : 0;
+  auto size_of = [&](uint32_t i) -> size_t {
+    if (i == 0) return header.size();
+    return by_ref[i - 1] ? 0 : msg->data[i - 1].size();  // a reference: none
+  };
+  uint64_t seq = 0;
+  if (sealer != nullptr) {
+    size_t chunks = 0;
+    for (uint32_t i = 0; i < frames; ++i) chunks += seal::Chunks(size_of(i));
+    seq = sealer->Begin(chunks);
+  }
   for (uint32_t i = 0; i < frames; ++i) {
     const SArray<char>* frame = i == 0 ? nullptr : &msg->data[i - 1];
     const char* data = i == 0 ? header.data() : frame->data();
-    size_t size = i == 0 ? header.size() : frame->size();
-    if (i > 0 && by_ref[i - 1]) {
-      size = 0;  // the bytes stay where the header says
-      num_shared_sent_.fetch_add(1);
-    }
+    const size_t size = size_of(i);
+    if (i > 0 && by_ref[i - 1]) num_shared_sent_.fetch_add(1);
     zmq_msg_t part;
     if (sealer != nullptr) {
-      zmq_msg_init_size(&part, size + seal::kOverhead);
-      sealer->Seal(first, i, frames, data, size, zmq_msg_data(&part));
+      zmq_msg_init_size(&part, seal::SealedBytes(size));
+      sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
+      seq += seal::Chunks(size);
     } else if (frame == nullptr || size <= kInlineFrameBytes) {
       // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
       // them over by reference would cost a heap block instead of a copy

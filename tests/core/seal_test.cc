@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,11 +19,14 @@ std::string Secret(char fill) { return std::string(kKeyBytes, fill); }
 std::vector<std::string> SealMessage(Sealer* sealer,
                                      const std::vector<std::string>& plain) {
   const auto frames = static_cast<uint32_t>(plain.size());
-  uint64_t first = sealer->Begin(frames);
+  size_t chunks = 0;
+  for (const std::string& p : plain) chunks += Chunks(p.size());
+  uint64_t seq = sealer->Begin(chunks);
   std::vector<std::string> sealed;
   for (uint32_t i = 0; i < frames; ++i) {
-    std::string out(plain[i].size() + kOverhead, '\0');
-    sealer->Seal(first, i, frames, plain[i].data(), plain[i].size(), &out[0]);
+    std::string out(SealedBytes(plain[i].size()), '\0');
+    sealer->Seal(seq, i, frames, plain[i].data(), plain[i].size(), &out[0]);
+    seq += Chunks(plain[i].size());
     sealed.push_back(out);
   }
   return sealed;
@@ -129,6 +133,44 @@ TEST(Seal, FramesCannotBeDroppedMovedOrSwappedBetweenMessages) {
   // refused as out of order.
   ASSERT_TRUE(OpenMessage(&opener, b, &opened).ok());
   EXPECT_FALSE(OpenMessage(&opener, a, &opened).ok());
+}
+
+TEST(Seal, LargeFramesGoInChunksThatCannotBeChangedOrMoved) {
+  Pair p;
+  Sealer sealer(p.hello.key);
+  Opener opener(p.key);
+  // Sizes around a chunk, and one sealed by two threads (kParallelBytes).
+  std::string big(3 * kChunkBytes + kParallelBytes + 5, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  std::vector<std::string> plain = {"h", std::string(kChunkBytes, 'c'),
+                                    std::string(kChunkBytes + 1, 'd'), big};
+  std::vector<std::string> sealed = SealMessage(&sealer, plain);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(sealed[i].size(), SealedBytes(plain[i].size()));
+  }
+  EXPECT_EQ(Chunks(big.size()), 8u);
+  std::vector<std::string> opened;
+  // A byte changed in the last chunk (the second thread's half), or in its
+  // tag; two chunks of the big frame swapped; the big frame cut short.
+  std::vector<std::string> bad = sealed;
+  bad[3][kSeqBytes + big.size() - 1] ^= 1;
+  EXPECT_FALSE(OpenMessage(&opener, bad, &opened).ok());
+  bad = sealed;
+  bad[3][bad[3].size() - 1] ^= 1;
+  EXPECT_FALSE(OpenMessage(&opener, bad, &opened).ok());
+  bad = sealed;
+  std::swap_ranges(bad[3].begin() + kSeqBytes,
+                   bad[3].begin() + kSeqBytes + kChunkBytes,
+                   bad[3].begin() + kSeqBytes + kChunkBytes);
+  EXPECT_FALSE(OpenMessage(&opener, bad, &opened).ok());
+  bad = sealed;
+  bad[3].resize(bad[3].size() - kChunkBytes);
+  EXPECT_FALSE(OpenMessage(&opener, bad, &opened).ok());
+  EXPECT_EQ(opener.last(), 0u);
+  ASSERT_TRUE(OpenMessage(&opener, sealed, &opened).ok());
+  EXPECT_EQ(opened, plain);
+  // 1 + 1 + 2 + 8 chunks: one sequence number each.
+  EXPECT_EQ(opener.last(), 12u);
 }
 
 TEST(Seal, HexRoundTripsAndRefusesOtherText) {

@@ -253,12 +253,14 @@ int WriteSeeds(const std::string& dir) {
     for (const SArray<char>& f : s.msg.data)
       plain.emplace_back(f.data(), f.size());
     const auto frames = static_cast<uint32_t>(plain.size());
-    uint64_t first = sealer.Begin(frames);
+    size_t chunks = 0;
+    for (const std::string& p : plain) chunks += seal::Chunks(p.size());
+    uint64_t seq = sealer.Begin(chunks);
     std::vector<SArray<char>> sealed;
     for (uint32_t i = 0; i < frames; ++i) {
-      SArray<char> out(plain[i].size() + seal::kOverhead);
-      sealer.Seal(first, i, frames, plain[i].data(), plain[i].size(),
-                  out.data());
+      SArray<char> out(seal::SealedBytes(plain[i].size()));
+      sealer.Seal(seq, i, frames, plain[i].data(), plain[i].size(), out.data());
+      seq += seal::Chunks(plain[i].size());
       sealed.push_back(out);
     }
     std::string sealed_header(sealed[0].data(), sealed[0].size());
