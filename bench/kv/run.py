@@ -299,6 +299,18 @@ def encryption(build, pairs, seconds):
     prints each op's medians both ways with the ratio of times, ordinary
     SArrays and ps::SharedArray, and the one-float round trip; then the
     same for 2+2 jobs at 10M floats. Returns whether a run failed."""
+    print("\n== The crypto's own rate: one frame sealed, opened and copied by "
+          "memcpy in one process (seal_bench, best of 20)", flush=True)
+    seal_bench = build / "bench/kv/seal_bench"
+    if seal_bench.is_file():
+        proc = run([seal_bench], 120)
+        rows = [fields(line[len("seal "):]) for line in proc.stdout.splitlines()
+                if line.startswith("seal ")]
+        print_table(("floats", "seal GB/s", "open GB/s", "memcpy GB/s"),
+                    [(r["floats"], r["seal_GBps"], r["open_GBps"],
+                      r["memcpy_GBps"]) for r in rows])
+    else:
+        print(f"{seal_bench} is not built; skipped")
     print(f"\n== Cost of encryption (sealed frames): 1+1, {pairs} pairs of "
           "runs, --insecure vs the launcher's default job key", flush=True)
     extra = [f"--sizes={','.join(map(str, ENC_SIZES))}",

@@ -57,7 +57,7 @@ encryption() {  # title, launcher flags
   echo "cost of encryption, 1S+1W at batch 64, $1:"
   echo "train samples/s with --insecure and with the job key ($pairs pairs,"
   echo "the order swapped every pair):"
-  printf '%-6s %12s %12s %12s\n' pair 'plain samp/s' 'curve samp/s' curve/plain
+  printf '%-6s %12s %12s %12s\n' pair 'plain samp/s' 'sealed samp/s' sealed/plain
   local i p k ratios=()
   for (( i = 0; i < pairs; i++ )); do
     if (( i % 2 == 0 )); then
@@ -70,7 +70,7 @@ encryption() {  # title, launcher flags
     ratios+=("$(awk -v k="$k" -v p="$p" 'BEGIN {printf "%.3f", (p > 0 ? k / p : 0)}')")
     printf '%-6s %12.0f %12.0f %12.2f\n' "$i" "$p" "$k" "${ratios[-1]}"
   done
-  printf 'median curve/plain: %s\n' \
+  printf 'median sealed/plain: %s\n' \
     "$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')"
   keys=(--insecure)
   launch=()
