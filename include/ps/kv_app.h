@@ -281,7 +281,9 @@ class KVServer {
 
   // Replication (Config::replicas = 1, PS_REPLICAS): this server also holds
   // the keys of server PrimaryOf(rank): the pushes that server gets are
-  // forwarded here (and answered only once this handle answered them), and
+  // forwarded here, or what its handle sends instead (ReplicateStep; then
+  // KVMeta::sender is that server), and answered only once this handle
+  // answered them, and
   // when that server dies, workers send its requests here. This handle
   // serves them, with KVMeta::shard naming that rank; set it (and its
   // failure handle) before set_request_handle.
