@@ -53,11 +53,11 @@ class SliceUpdater {
     if (may_die_ && options_.die_after_steps > 0 &&
         updates_ == options_.die_after_steps &&
         options_.die_node == "server:" + std::to_string(ps::MyRank())) {
-      std::fprintf(stderr,
-                   "server %d: killing itself after %d updates (test)\n",
-                   ps::MyRank(), updates_);
+      std::fprintf(stderr, "server %d: %s itself after %d updates (test)\n",
+                   ps::MyRank(), options_.die_freezes ? "freezing" : "killing",
+                   updates_);
       std::fflush(stderr);
-      std::raise(SIGKILL);
+      std::raise(options_.die_freezes ? SIGSTOP : SIGKILL);
     }
   }
 

@@ -201,6 +201,16 @@ class KVServerCore::Impl {
                               DebugString(msg));
       return;
     }
+    // A primary whose keys this server took over is fenced: it was declared
+    // dead (frozen or cut off, then back), and what it forwards is of a
+    // placement that is no more.
+    if (m.request() && m.has_origin() && post_->TakenOver(m.sender())) {
+      post_->CountDropped(m.sender(),
+                          "a forward of a primary whose keys this server "
+                          "took over (fenced): " +
+                              DebugString(msg));
+      return;
+    }
     // The only answers a server gets: its replica's.
     if (!m.request()) return OnReplicaAnswer(m);
     KVMeta meta = RequestMeta(m);
@@ -332,17 +342,14 @@ class KVServerCore::Impl {
  private:
   // Who may ask: a worker; and (`origin` set: on a worker's behalf, or on
   // the primary's own for a step forward) this server's primary,
-  // forwarding, or its replica, answering. A primary whose keys this server
-  // took over is fenced: it was declared dead (frozen or cut off, then
-  // back), and whatever it sends comes from a past placement.
+  // forwarding, or its replica, answering.
   bool MayAsk(const pb::Meta& m) const {
     if (!m.has_origin()) return m.request() && IsWorkerId(m.sender());
     const int primary = m.request() ? m.sender() : post_->id();
     return replicas_ > 0 && IsServerId(m.sender()) &&
            (IsWorkerId(m.origin()) || m.origin() == primary) &&
            IsReplicaTraffic(m.request(), IdToRank(m.sender()), post_->rank(),
-                            post_->config().num_servers) &&
-           !(m.request() && post_->TakenOver(m.sender()));
+                            post_->config().num_servers);
   }
 
   static KVMeta RequestMeta(const pb::Meta& m) {
