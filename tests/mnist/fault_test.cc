@@ -406,15 +406,17 @@ std::string ExpectServerFaultCostsNothing(
   EXPECT_EQ(a.rc, 0) << a.out;
   EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
   BackgroundJob job("server-fault");
-  const int port = 20000 + (getpid() + 67) % 20000;
+  // Its processes are found by a tag of their own (a port of its own
+  // could be taken).
+  const std::string tag =
+      "FAULT_TEST_JOB=" + std::to_string(getpid()) + "-" + std::to_string(seed);
   EXPECT_TRUE(job.Start(LaunchCommand(
-      "--tolerate server --port " + std::to_string(port) + " " + env,
+      "--tolerate server --env " + tag + " " + env,
       flags + " --replicas 1 --dump_weights " + failed, kServers)));
   EXPECT_TRUE(WaitForStep(job, step, 180)) << job.Output();
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  const int pid =
-      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(*victim),
-                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  const int pid = FindProcess(
+      {"DMLC_ROLE=server", "PS_RANK=" + std::to_string(*victim), tag});
   EXPECT_GT(pid, 0) << job.Output();
   if (pid > 0) fault(pid, (*victim + 1) % kServers, job);
   EXPECT_EQ(job.Code(300), "0\n") << job.Output();
@@ -503,9 +505,10 @@ TEST(Replication, PrimaryFrozenBeforeForwardingItsStepIsFenced) {
   Result a = Launch("", flags + " --dump_weights " + clean, kServers);
   EXPECT_EQ(a.rc, 0) << a.out;
   BackgroundJob job("fenced");
-  const int port = 20000 + (getpid() + 71) % 20000;
+  const std::string tag =
+      "FAULT_TEST_JOB=" + std::to_string(getpid()) + "-" + std::to_string(seed);
   EXPECT_TRUE(job.Start(LaunchCommand(
-      "--tolerate server --keep-declared-dead --port " + std::to_string(port) +
+      "--tolerate server --keep-declared-dead --env " + tag +
           " --env PS_HEARTBEAT_TIMEOUT_MS=1500",
       flags + " --replicas 1 --dump_weights " + failed +
           " --die_node server:" + std::to_string(victim) +
@@ -516,9 +519,8 @@ TEST(Replication, PrimaryFrozenBeforeForwardingItsStepIsFenced) {
   EXPECT_TRUE(job.WaitFor(
       "server " + std::to_string(heir) + " takes over its keys", 30))
       << job.Output();
-  const int pid =
-      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim),
-                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  const int pid = FindProcess(
+      {"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim), tag});
   EXPECT_GT(pid, 0) << job.Output();
   if (pid > 0) {
     EXPECT_EQ(kill(pid, SIGCONT), 0);
