@@ -83,8 +83,9 @@ DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_string(die_signal, "kill",
               "test: a --die_node server kills itself (kill) or freezes "
-              "itself (stop: SIGSTOP, in its optimizer step, before the "
-              "step's sum goes to its replica)");
+              "itself (stop: SIGSTOP, in its optimizer step, once the "
+              "step's sum went to its replica, before it answers the "
+              "workers)");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
 DEFINE_bool(allow_non_finite, false,
             "servers accept gradients that hold a NaN or an infinity (by "

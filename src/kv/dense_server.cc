@@ -8,12 +8,14 @@
 // Replication under kBsp (PS_REPLICAS=1) forwards once per step: the
 // primary's shard tells its server that it replicates kStep pushes itself
 // (KVServer::set_replica_steps), so they are not copied one by one; when a
-// (step, range) is complete it applies the sum, sends it to the replica
-// (Replicate: ReplicateStep, the pushes summed into it named as its
-// covers) and answers those pushes, whose answers the server holds until
-// the replica answered the sum. The replica's shard applies the sum as the
-// primary did (OnPrimarySum): the same floats, the same updater, so the
-// same weights and optimizer state, bit for bit. Other consistencies, and
+// (step, range) is complete it sends the sum to the replica (Replicate:
+// ReplicateStep, the pushes summed into it named as its covers), applies
+// it, and answers those pushes, whose answers the server holds until the
+// replica answered the sum. The replica's shard answers the sum and
+// applies it as the primary does (OnPrimarySum): the same floats, the same
+// updater, so the same weights and optimizer state, bit for bit. Both
+// optimizer steps run at once, and the wait for the replica is the sum's
+// trip there and the answer's back. Other consistencies, and
 // kDone, go push by push (the server copies them).
 #include "ps/dense_server.h"
 
@@ -466,10 +468,11 @@ void DenseShard::Impl::Advance() {
 
 void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
                              int num_grads, int step, int tag) {
+  // The sum goes first: the replica applies it while this shard does.
+  if (by_step_) Replicate(begin, end, grad_sum, num_grads, step, tag);
   if (slice_.Apply(begin, end, grad_sum, num_grads, step, tag)) {
     ++weight_copies_;
   }
-  if (by_step_) Replicate(begin, end, grad_sum, num_grads, step, tag);
   applied_.store(aggregator_.LeastApplied());
   MaybeSnapshot();
 }
@@ -531,15 +534,18 @@ void DenseShard::Impl::OnPrimarySum(const KVMeta& meta, const DenseCmd& cmd,
   }
   switch (aggregator_.Adopt(cmd.step, begin, end, &why)) {
     case DenseAggregator::Verdict::kApplyNow:
+      // Answered before it is applied: nothing this shard does comes
+      // between (mu_), and a shard that dies first takes the answer's
+      // worth with it (its primary then goes on alone).
+      server_->Response(meta);
       Apply(begin, end, data.vals.data(), meta.priority, cmd.step, cmd.tag);
       Advance();
-      break;
+      return;
     case DenseAggregator::Verdict::kRepeated:
-      break;
+      return server_->Response(meta);
     default:
       return Reject(meta, why);
   }
-  server_->Response(meta);
 }
 
 void DenseShard::Impl::Reject(const KVMeta& meta, const std::string& why) {

@@ -484,13 +484,14 @@ TEST(Replication, FrozenPrimaryLetGoOnIsFenced) {
 }
 
 // A primary that freezes itself (--die_signal stop) in its optimizer step
-// of a step drawn at random: it summed the step and applied it, and the
-// sum has not gone to its replica, nor any answer to the workers. It is
-// declared dead, its replica takes its keys over and the workers resend
-// that step's pushes there; then it is let go on, not killed: it sends
-// the sum and the answers, which are dropped (fenced). The job ends with
-// the fault-free weights, bit for bit.
-TEST(Replication, PrimaryFrozenBeforeForwardingItsStepIsFenced) {
+// of a step drawn at random: it summed the step and sent the sum to its
+// replica, whose answer it has not read, and no answer went to the
+// workers. It is declared dead, its replica takes its keys over and the
+// workers resend that step's pushes there (repeats of the sum it
+// applied); then it is let go on, not killed: the answers it releases,
+// and whatever else it sends, are dropped (fenced). The job ends with the
+// fault-free weights, bit for bit.
+TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
   const unsigned seed = FaultSeed();
   std::mt19937 draw(seed);
   constexpr int kServers = 3;
