@@ -18,8 +18,9 @@
 //   effect once, as this server's own push (ReplicateStep), naming the
 //   pushes it stands for.
 // Requests for the keys this server holds for its primary go to the
-// replica handle (Handle); a primary's traffic is dropped once the
-// scheduler declared it dead (MayAsk: fenced). Ownership: a
+// replica handle (Handle); a primary's forwards are dropped once this
+// server took its keys over (fenced: it was declared dead and is back).
+// Ownership: a
 // request's received frames belong to its handle, which may write into
 // them (DenseShard sums into them); the copy for the replica owns its bytes.
 // With restarts (PS_MAX_RESTARTS): when a dead worker's successor rejoins
@@ -228,7 +229,7 @@ class KVServerCore::Impl {
     }
     const bool forward = !for_replica && m.push() && hold_.Forwards();
     // A push the handle replicates by step gets no copy of its own.
-    const bool copy = forward && !(stepped_ && stepped_(meta));
+    const bool stepped = forward && stepped_ && stepped_(meta);
     Status refusal;
     const Done done = dedup_on_ ? dedup_.Seen(meta, &refusal) : Done::kNew;
     // What is left to do without the request's frames.
@@ -248,7 +249,8 @@ class KVServerCore::Impl {
       return ResponseError(meta, kvs.status());
     }
     if (done != Done::kNew)
-      return Repeat(meta, done, awaits, for_replica, &*kvs);
+      return Repeat(meta, done, awaits && !stepped, awaits && stepped,
+                    for_replica, &*kvs);
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
@@ -257,7 +259,7 @@ class KVServerCore::Impl {
     // and write into them (KVMeta::vals_borrowed says when it may not), so
     // nothing else reads them after it got them; the replica's copy has
     // bytes of its own.
-    if (copy) Forward(meta, *kvs);
+    if (forward && !stepped) Forward(meta, *kvs);
     Handle(meta, *kvs, for_replica);
   }
 
@@ -278,22 +280,23 @@ class KVServerCore::Impl {
   }
 
   // A request that came again (resent) and was seen (`done`): its values
-  // are never applied again. Its answer may wait for the replica
-  // (`awaits`), whose copy (or answer) may be what was lost: the message
-  // it waits for goes again: its copy, with the values of the first (their
+  // are never applied again. Its answer may wait for the replica, whose
+  // copy (or answer) may be what was lost: the message it waits for goes
+  // again: its copy (`copy_awaits`), with the values of the first (their
   // worker, not answered yet, has not written them since), or the step
-  // forward it was summed into. An answered pull is served again without
-  // its push.
-  void Repeat(KVMeta meta, Done done, bool awaits, bool for_replica,
-              RawKVPairs* kvs) {
-    if (awaits) {
+  // forward it was summed into (`step_awaits`). An answered pull is served
+  // again without its push.
+  void Repeat(KVMeta meta, Done done, bool copy_awaits, bool step_awaits,
+              bool for_replica, RawKVPairs* kvs) {
+    if (copy_awaits) {
       post_->CountResent();
-      std::optional<Message> step = hold_.StepOf(meta);
-      if (step) {
-        SendCopy(&*step);
-      } else {
-        Forward(meta, *kvs);
-      }
+      Forward(meta, *kvs);
+    }
+    std::optional<Message> step;
+    if (step_awaits) step = hold_.StepOf(meta);
+    if (step) {
+      post_->CountResent();
+      SendCopy(&*step);
     }
     if (done == Done::kPending) return;
     if (!meta.pull) return Response(meta, RawKVPairs());
