@@ -23,6 +23,7 @@ mnist_dist through tracker/launch.py), in one run, and prints it:
                  recover: to the new scheduler's takeover).
 
   python3 bench/faults/run.py BUILD_DIR [--only SECTION] [--pairs N]
+                             [--train_limit N] [--ps_shm 0|1]
 
 It prints; it never asserts. Times are wall-clock seconds of this machine,
 read off the job's output lines as they arrive.
@@ -159,10 +160,10 @@ def ratio_line(label, rates, base, other):
           f"{' '.join(f'{r:.2f}' for r in ratios)})")
 
 
-def replication(build, pairs, limit):
+def replication(build, pairs, limit, shm):
     print(f"\n== Cost of replication: W = 2, --train_limit {limit}, "
-          f"{pairs} pairs", flush=True)
-    flags = ["--train_limit", str(limit)]
+          f"--ps_shm {shm}, {pairs} pairs", flush=True)
+    flags = ["--train_limit", str(limit), "--ps_shm", str(shm)]
     for servers in (2, 3):
         rates = alternate(build, pairs, servers, flags, {
             "replicas 0": (["--replicas", "0"], []),
@@ -272,13 +273,16 @@ def main():
     parser.add_argument("--only", choices=("replication", "drops", "faults"))
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--train_limit", type=int, default=16000)
+    parser.add_argument("--ps_shm", type=int, choices=(0, 1), default=1,
+                        help="replication: values through shared memory "
+                        "(1) or through the sockets (0)")
     args = parser.parse_args()
     build = args.build_dir.resolve()
     if not (build / "examples/mnist/mnist_dist").is_file():
         sys.exit(f"run.py: {build}/examples/mnist/mnist_dist is missing; "
                  f"build it first")
     if args.only in (None, "replication"):
-        replication(build, args.pairs, args.train_limit)
+        replication(build, args.pairs, args.train_limit, args.ps_shm)
     if args.only in (None, "drops"):
         drops(build, args.pairs, args.train_limit)
     if args.only in (None, "faults"):

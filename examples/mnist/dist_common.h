@@ -76,6 +76,7 @@ struct TrainOptions {
   // worker sleeps slow_worker_ms per step.
   int die_after_steps = 0;
   std::string die_node;
+  bool die_freezes = false;  // a server: SIGSTOP instead of SIGKILL
   int slow_worker_ms = 0;
 };
 

@@ -50,14 +50,15 @@ class SliceUpdater {
     if (num_grads < ps::NumWorkers()) ++short_updates_;
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
-    if (may_die_ && options_.die_after_steps > 0 &&
+    if (may_die_ && !died_ && options_.die_after_steps > 0 &&
         updates_ == options_.die_after_steps &&
         options_.die_node == "server:" + std::to_string(ps::MyRank())) {
-      std::fprintf(stderr,
-                   "server %d: killing itself after %d updates (test)\n",
-                   ps::MyRank(), updates_);
+      std::fprintf(stderr, "server %d: %s itself after %d updates (test)\n",
+                   ps::MyRank(), options_.die_freezes ? "freezing" : "killing",
+                   updates_);
       std::fflush(stderr);
-      std::raise(SIGKILL);
+      died_ = true;  // once: a frozen one goes on when let go
+      std::raise(options_.die_freezes ? SIGSTOP : SIGKILL);
     }
   }
 
@@ -99,6 +100,7 @@ class SliceUpdater {
   const TrainOptions& options_;
   const size_t slice_size_;
   const bool may_die_;
+  bool died_ = false;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
   ps::model::StepLR schedule_;

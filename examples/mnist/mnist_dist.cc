@@ -81,6 +81,11 @@ DEFINE_string(on_worker_failure, "stop",
 DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
+DEFINE_string(die_signal, "kill",
+              "test: a --die_node server kills itself (kill) or freezes "
+              "itself (stop: SIGSTOP, in its optimizer step, once the "
+              "step's sum went to its replica, before it answers the "
+              "workers)");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
 DEFINE_bool(allow_non_finite, false,
             "servers accept gradients that hold a NaN or an infinity (by "
@@ -135,6 +140,8 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_die_node.empty() || FLAGS_die_node.rfind("worker:", 0) == 0 ||
                 FLAGS_die_node.rfind("server:", 0) == 0,
             "die_node", "must be worker:R or server:R");
+  CheckFlag(FLAGS_die_signal == "kill" || FLAGS_die_signal == "stop",
+            "die_signal", "must be kill or stop");
   mnist::TrainOptions o;
   o.dataset = OrDie("dataset", ps::model::ParseDatasetKind(FLAGS_dataset));
   o.data_dir = FLAGS_data_dir.empty() ? ps::model::DefaultDataDir(o.dataset)
@@ -217,6 +224,7 @@ mnist::TrainOptions OptionsFromFlags() {
             "is for a ps job, not --local");
   o.die_after_steps = FLAGS_die_after_steps;
   o.die_node = FLAGS_die_node;
+  o.die_freezes = FLAGS_die_signal == "stop";
   o.slow_worker_ms = FLAGS_slow_worker_ms;
   return o;
 }

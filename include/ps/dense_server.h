@@ -192,9 +192,11 @@ struct DenseShardOptions {
   int snapshot_every = 0;
   // Replication (PS_REPLICAS=1): this shard holds the keys of the server
   // this one is the replica of (PrimaryOf its rank), registered with
-  // KVServer::set_replica_handle: the pushes that server gets come here
-  // too, and when it dies, its workers' requests. Make it before the
-  // server's own shard. It snapshots only after that server died.
+  // KVServer::set_replica_handle: under kBsp the sums that server's shard
+  // applies come here, once a step and range (the primary's shard sends
+  // them: KVServer::set_replica_steps), otherwise the pushes it gets; and
+  // when it dies, its workers' requests. Make it before the server's own
+  // shard. It snapshots only after that server died.
   bool replica = false;
   // A pushed gradient with a NaN or an infinity is refused (its Wait fails
   // naming the step, keys and value) unless this is set.

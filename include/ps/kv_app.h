@@ -281,7 +281,9 @@ class KVServer {
 
   // Replication (Config::replicas = 1, PS_REPLICAS): this server also holds
   // the keys of server PrimaryOf(rank): the pushes that server gets are
-  // forwarded here (and answered only once this handle answered them), and
+  // forwarded here, or what its handle sends instead (ReplicateStep; then
+  // KVMeta::sender is that server), and answered only once this handle
+  // answered them, and
   // when that server dies, workers send its requests here. This handle
   // serves them, with KVMeta::shard naming that rank; set it (and its
   // failure handle) before set_request_handle.
@@ -290,6 +292,31 @@ class KVServer {
   void set_replica_failure_handle(
       const std::function<void(int id, const Status& why)>& handle) {
     core_.SetFailureHandle(handle, true);
+  }
+
+  // Replication by step (PS_REPLICAS=1, on a primary): the pushes for which
+  // `stepped(req)` holds are not copied to the replica one by one; the
+  // handle sends the replica, once, what they changed (ReplicateStep), and
+  // their answers wait for the replica's answer to that. Before
+  // set_request_handle; `stepped` runs on the receive thread. False (and
+  // nothing changes) without replicas.
+  bool set_replica_steps(std::function<bool(const KVMeta&)> stepped) {
+    return core_.SetReplicaSteps(std::move(stepped));
+  }
+
+  // Sends this server's replica `kvs` under `cmd` as this server's own push
+  // (its replica handle sees KVMeta::sender = this server, KVMeta::priority
+  // = `priority`), in place of the pushes `covers`, whose answers (given
+  // before or after) wait for the replica's answer to it. False when
+  // nothing was sent: no replica (any more), or set_replica_steps was not
+  // called; the answers then go as they are given.
+  bool ReplicateStep(int cmd, int priority, const KVPairs<Val>& kvs,
+                     const std::vector<KVMeta>& covers) {
+    detail::RawKVPairs raw;
+    raw.keys = kvs.keys;
+    raw.vals = SArray<char>(kvs.vals);
+    raw.lens = kvs.lens;
+    return core_.ReplicateStep(cmd, priority, raw, covers);
   }
 
   // Answers `req`: an empty `res` for a push, the values for a pull.

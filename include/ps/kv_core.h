@@ -189,6 +189,10 @@ class KVServerCore {
   // Refuses `req`: the worker's Wait returns `error` (not OK), its message
   // prefixed with this server's name. No data is sent.
   void ResponseError(const KVMeta& req, const Status& error);
+  // Replication by step (KVServer::set_replica_steps, ReplicateStep).
+  bool SetReplicaSteps(std::function<bool(const KVMeta&)> stepped);
+  bool ReplicateStep(int cmd, int priority, const RawKVPairs& kvs,
+                     const std::vector<KVMeta>& covers);
 
  private:
   class Impl;

@@ -91,6 +91,25 @@ void DenseAggregator::CountApplied(Key begin, Key end) {
   for (Key k = begin; k < end; ++k) ++AppliedOf(k);
 }
 
+DenseAggregator::Verdict DenseAggregator::Adopt(int step, Key begin, Key end,
+                                                std::string* why) {
+  bool past = true, at = true;
+  for (Key k = begin; k < end; ++k) {
+    past = past && AppliedOf(k) > step;
+    at = at && AppliedOf(k) == step;
+  }
+  if (past) return Verdict::kRepeated;
+  if (!at) {
+    *why = "the primary's sum of step " + std::to_string(step) + " for keys [" +
+           std::to_string(begin) + ", " + std::to_string(end) +
+           ") does not follow the steps applied";
+    return Verdict::kRefused;
+  }
+  sums_.erase({step, begin});  // workers' pushes resent before it: in it
+  CountApplied(begin, end);
+  return Verdict::kApplyNow;
+}
+
 bool DenseAggregator::PullReady(const SArray<Key>& keys, int step) const {
   if (options_.consistency == Consistency::kAsync) return true;
   for (Key k : keys) {
@@ -162,7 +181,7 @@ bool DenseAggregator::PushedBefore(int worker, int step, Key begin,
   // Applied already: the range waited for every worker, this one included
   // (for a successor's push; any other's is a late one, refused by
   // CheckPending).
-  if (restarted_.count(worker) == 0) return false;
+  if (restarted_.count(worker) == 0 && !options_.repeats_applied) return false;
   for (Key k = begin; k < end; ++k) {
     if (AppliedOf(k) <= step) return false;
   }

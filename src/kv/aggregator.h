@@ -39,6 +39,10 @@ class DenseAggregator {
     int num_workers = 1;
     int first_step = 0;  // every key starts with this many updates applied
     bool allow_non_finite = false;
+    // A replica fed the primary's sums (Adopt): a push of a step applied
+    // already is a worker's resend of one summed into such a sum, answered
+    // without being summed (kRepeated), not a late one.
+    bool repeats_applied = false;
   };
 
   // A complete (step, range), handed out by ApplyReady: its keys have had
@@ -76,6 +80,11 @@ class DenseAggregator {
   void ApplyReady(const std::function<void(const Ready&)>& apply);
   // Counts one update of [begin, end) applied outside the sums (kAsync).
   void CountApplied(Key begin, Key end);
+  // The primary's complete sum of `step` for [begin, end) (a replica's,
+  // kBsp): kApplyNow when every key has had exactly the steps before it
+  // applied (counted now: the caller applies the sum); kRepeated when they
+  // are past it (the sum came again); else kRefused and *why.
+  Verdict Adopt(int step, Key begin, Key end, std::string* why);
 
   // Whether a pull of `step` for `keys` may be answered now (kAsync:
   // always). Keys outside the shard are the caller's to refuse.

@@ -4,12 +4,26 @@
 // Replicator (its slot in a replica chain) and CheckpointSchedule (when its
 // state belongs to a checkpoint set). What is left here is the protocol:
 // decoding a request, answering or holding it, and what a dead worker means.
+//
+// Replication under kBsp (PS_REPLICAS=1) forwards once per step: the
+// primary's shard tells its server that it replicates kStep pushes itself
+// (KVServer::set_replica_steps), so they are not copied one by one; when a
+// (step, range) is complete it sends the sum to the replica (Replicate:
+// ReplicateStep, the pushes summed into it named as its covers), applies
+// it, and answers those pushes, whose answers the server holds until the
+// replica answered the sum. The replica's shard answers the sum and
+// applies it as the primary does (OnPrimarySum): the same floats, the same
+// updater, so the same weights and optimizer state, bit for bit. Both
+// optimizer steps run at once, and the wait for the replica is the sum's
+// trip there and the answer's back. Other consistencies, and
+// kDone, go push by push (the server copies them).
 #include "ps/dense_server.h"
 
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -126,6 +140,13 @@ class DenseShard::Impl {
              int tag) REQUIRES(mu_);
   void AnswerPull(const KVMeta& meta, const SArray<Key>& keys, int step)
       REQUIRES(mu_);
+  // Replication by step (see the top): the primary sends the sum it applied
+  // to [begin, end) for `step` and answers the pushes summed into it; the
+  // replica applies it.
+  void Replicate(Key begin, Key end, const float* grad_sum, int num_grads,
+                 int step, int tag) REQUIRES(mu_);
+  void OnPrimarySum(const KVMeta& meta, const DenseCmd& cmd,
+                    const KVPairs<float>& data) REQUIRES(mu_);
   void Reject(const KVMeta& meta, const std::string& why);
   // A peer died: a worker still expected fails the shard, or is taken as
   // done (see Failures).
@@ -162,6 +183,11 @@ class DenseShard::Impl {
   DenseSlice slice_ GUARDED_BY(mu_);
   CheckpointSchedule schedule_ GUARDED_BY(mu_);
   std::vector<PendingPull> pending_ GUARDED_BY(mu_);
+  // Replication by step: whether this shard forwards its steps' sums, and
+  // the pushes summed into each (step, first key) not yet forwarded; they
+  // are answered when it is (Replicate).
+  bool by_step_ = false;
+  std::map<std::pair<int, Key>, std::vector<KVMeta>> covers_ GUARDED_BY(mu_);
   Status failed_ GUARDED_BY(mu_);  // a dead worker: steps are refused
   // kRestart: workers declared dead and awaited back (until their kJoin).
   std::set<int> away_ GUARDED_BY(mu_);
@@ -196,6 +222,7 @@ DenseAggregator::Options AggregatorOptions(const DenseShardOptions& o) {
   a.num_workers = o.num_workers;
   a.first_step = o.first_step;
   a.allow_non_finite = o.allow_non_finite;
+  a.repeats_applied = o.replica && o.consistency == Consistency::kBsp;
   return a;
 }
 
@@ -217,6 +244,12 @@ DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
   CHECK(options_.first_step >= 0 && options_.first_step <= kMaxDenseStep)
       << "first_step " << options_.first_step;
   CHECK_GE(options_.snapshot_every, 0);
+  if (!options_.replica && options_.consistency == Consistency::kBsp) {
+    by_step_ = server->set_replica_steps([](const KVMeta& meta) {
+      StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
+      return cmd.ok() && cmd->op == DenseOp::kStep;
+    });
+  }
   replicator_.Attach(
       [this](const KVMeta& meta, const KVPairs<float>& data,
              KVServer<float>* /*server*/) { Handle(meta, data); },
@@ -272,6 +305,12 @@ size_t DenseShard::Impl::StopServing(const Status& why) {
   if (!failed_.ok()) return 0;
   failed_ = why;
   for (const PendingPull& p : pending_) server_->ResponseError(p.meta, why);
+  for (const auto& [range, pushes] : covers_) {
+    for (const KVMeta& push : pushes) {
+      if (!push.pull) server_->ResponseError(push, why);
+    }
+  }
+  covers_.clear();
   const size_t refused = pending_.size();
   pending_.clear();
   {
@@ -318,6 +357,9 @@ void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data) {
   }
   if (cmd->op == DenseOp::kJoin) return OnJoin(meta, data);
   if (!failed_.ok()) return server_->ResponseError(meta, failed_);
+  if (options_.replica && IsServerId(meta.sender)) {
+    return OnPrimarySum(meta, *cmd, data);
+  }
   if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
   if (!meta.pull) return;
   if (aggregator_.PullReady(data.keys, cmd->step)) {
@@ -354,6 +396,12 @@ bool DenseShard::Impl::OnPush(const KVMeta& meta, const DenseCmd& cmd,
             cmd.tag);
       break;
     case DenseAggregator::Verdict::kSummed:
+      if (by_step_) {
+        // Answered once its sum is on the replica (Replicate).
+        covers_[{cmd.step, begin}].push_back(meta);
+        Advance();
+        return true;
+      }
       Advance();
       break;
     case DenseAggregator::Verdict::kRepeated:
@@ -420,6 +468,8 @@ void DenseShard::Impl::Advance() {
 
 void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
                              int num_grads, int step, int tag) {
+  // The sum goes first: the replica applies it while this shard does.
+  if (by_step_) Replicate(begin, end, grad_sum, num_grads, step, tag);
   if (slice_.Apply(begin, end, grad_sum, num_grads, step, tag)) {
     ++weight_copies_;
   }
@@ -450,6 +500,52 @@ void DenseShard::Impl::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
     if (missing > max_staleness_.load()) max_staleness_.store(missing);
   }
   server_->Response(meta, res);
+}
+
+void DenseShard::Impl::Replicate(Key begin, Key end, const float* grad_sum,
+                                 int num_grads, int step, int tag) {
+  std::vector<KVMeta> covers;
+  auto it = covers_.find({step, begin});
+  if (it != covers_.end()) {
+    covers = std::move(it->second);
+    covers_.erase(it);
+  }
+  // The sum's own bytes: ZeroMQ may send them after the next step reused
+  // the frame it was summed in.
+  const size_t n = slice_.Floats(begin, end);
+  KVPairs<float> sum;
+  sum.keys = SArray<Key>({begin, end});
+  sum.lens = SArray<int>({static_cast<int>(n), 0});
+  sum.vals.CopyFrom(grad_sum, n);
+  server_->ReplicateStep(EncodeDenseCmd(DenseOp::kStep, step, tag), num_grads,
+                         sum, covers);
+  for (const KVMeta& push : covers) {
+    if (!push.pull) server_->Response(push);
+  }
+}
+
+void DenseShard::Impl::OnPrimarySum(const KVMeta& meta, const DenseCmd& cmd,
+                                    const KVPairs<float>& data) {
+  Key begin = 0, end = 0;
+  std::string why;
+  if (!meta.push || cmd.op != DenseOp::kStep ||
+      !slice_.SumRange(data.keys, data.vals.size(), &begin, &end, &why)) {
+    return Reject(meta, why.empty() ? "a primary sends kStep sums only" : why);
+  }
+  switch (aggregator_.Adopt(cmd.step, begin, end, &why)) {
+    case DenseAggregator::Verdict::kApplyNow:
+      // Answered before it is applied: nothing this shard does comes
+      // between (mu_), and a shard that dies first takes the answer's
+      // worth with it (its primary then goes on alone).
+      server_->Response(meta);
+      Apply(begin, end, data.vals.data(), meta.priority, cmd.step, cmd.tag);
+      Advance();
+      return;
+    case DenseAggregator::Verdict::kRepeated:
+      return server_->Response(meta);
+    default:
+      return Reject(meta, why);
+  }
 }
 
 void DenseShard::Impl::Reject(const KVMeta& meta, const std::string& why) {

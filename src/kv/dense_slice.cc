@@ -38,6 +38,25 @@ bool DenseSlice::Apply(Key begin, Key end, const float* grad_sum, int num_grads,
   return copy;
 }
 
+bool DenseSlice::SumRange(const SArray<Key>& keys, size_t num_vals, Key* begin,
+                          Key* end, std::string* why) const {
+  if (keys.size() != 2 || keys[0] < first_key_ || keys[1] > end_key_ ||
+      keys[0] >= keys[1]) {
+    *why = "a step's sum must name a range {begin, end} of " + Describe();
+    return false;
+  }
+  *begin = keys[0];
+  *end = keys[1];
+  if (num_vals != Floats(*begin, *end)) {
+    *why = "a step's sum of " + std::to_string(num_vals) +
+           " floats for keys [" + std::to_string(*begin) + ", " +
+           std::to_string(*end) + ") of " + Describe() + ", which hold " +
+           std::to_string(Floats(*begin, *end));
+    return false;
+  }
+  return true;
+}
+
 bool DenseSlice::PushRange(const SArray<Key>& keys, size_t num_vals, Key* begin,
                            Key* end, std::string* why) const {
   if (keys.empty()) {

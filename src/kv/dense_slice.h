@@ -45,6 +45,15 @@ class DenseSlice {
   bool PushRange(const SArray<Key>& keys, size_t num_vals, Key* begin, Key* end,
                  std::string* why) const;
 
+  // The floats of [begin, end), a range of the slice.
+  size_t Floats(Key begin, Key end) const {
+    return Offset(end) - Offset(begin);
+  }
+  // The range [*begin, *end) of a step's sum from the primary (keys:
+  // {begin, end}) carrying `num_vals` floats, or false and why it is none.
+  bool SumRange(const SArray<Key>& keys, size_t num_vals, Key* begin, Key* end,
+                std::string* why) const;
+
   // The answer to a pull of `keys`, or false and why (a key not ours).
   bool Answer(const SArray<Key>& keys, KVPairs<float>* res,
               std::string* why) const;

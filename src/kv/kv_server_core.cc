@@ -8,21 +8,31 @@
 // resending on (PS_RESEND_TIMEOUT_MS), a request that comes again is
 // applied once: dropped while its answer is pending; once answered,
 // answered again without applying its values (Repeat).
-// With replicas (PS_REPLICAS=1): a push to this server's keys is forwarded
-// to its replica (Forward) and answered once the replica answered; the
-// answers waiting so are ReplicaHold's (src/kv/replica_takeover.h: Hold,
-// OnReplicaAnswer, released on the replica's death by OnFailure). Requests
-// for the keys this server holds for its primary go to the replica handle
-// (Handle). Ownership: a
+// With replicas (PS_REPLICAS=1), a push to this server's own keys reaches
+// its replica one of two ways, and its answer waits for the replica's
+// answer to it (ReplicaHold, src/kv/replica_takeover.h: Hold,
+// OnReplicaAnswer; released on the replica's death by OnFailure):
+//   copied on its own, as the worker's (Forward), before the handle runs;
+//   or, for the pushes the handle replicates by step (SetReplicaSteps: a
+//   BSP DenseShard), not at all: the handle sends the replica the step's
+//   effect once, as this server's own push (ReplicateStep), naming the
+//   pushes it stands for.
+// Requests for the keys this server holds for its primary go to the
+// replica handle (Handle); a primary's forwards are dropped once this
+// server took its keys over (fenced: it was declared dead and is back).
+// Ownership: a
 // request's received frames belong to its handle, which may write into
 // them (DenseShard sums into them); the copy for the replica owns its bytes.
 // With restarts (PS_MAX_RESTARTS): when a dead worker's successor rejoins
 // (OnJoin), the old process's requests are forgotten (its held answers
 // too), and an answer to one of them is dropped rather than sent to the
 // successor (Incarnation).
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -107,6 +117,39 @@ class KVServerCore::Impl {
     failure_handle_ = nullptr;
   }
 
+  bool SetReplicaSteps(std::function<bool(const KVMeta&)> stepped) {
+    CHECK(!registered_) << "set_replica_steps after set_request_handle";
+    if (replicas_ == 0) return false;
+    stepped_ = std::move(stepped);
+    return true;
+  }
+
+  // The handle's step forward (SetReplicaSteps): `kvs` under `cmd` goes to
+  // the replica as this server's own push (origin: this server, timestamp:
+  // a ticket of its own, priority: `priority`), and the answers to `covers`
+  // wait for the replica's answer to it.
+  bool ReplicateStep(int cmd, int priority, const RawKVPairs& kvs,
+                     const std::vector<KVMeta>& covers) {
+    if (!stepped_ || !hold_.Forwards()) return false;
+    Message forward;
+    pb::Meta& m = forward.meta;
+    m.set_app_id(app_id_);
+    m.set_customer_id(0);
+    m.set_timestamp(next_ticket_.fetch_add(1));
+    m.set_request(true);
+    m.set_push(true);
+    m.set_head(cmd);
+    m.set_recver(hold_.replica_id());
+    m.set_shard(post_->rank());
+    m.set_origin(post_->id());
+    RawKVPairs frames = kvs;
+    frames.priority = priority;
+    AddKVFrames(frames, true, val_type_, &forward);
+    hold_.ForwardedStep(forward, covers);
+    SendCopy(&forward);
+    return true;
+  }
+
   void SetFailureHandle(FailureHandle handle, bool replica) {
     MutexLock lock(&failure_mu_);
     (replica ? replica_failure_handle_ : failure_handle_) = std::move(handle);
@@ -159,6 +202,16 @@ class KVServerCore::Impl {
                               DebugString(msg));
       return;
     }
+    // A primary whose keys this server took over is fenced: it was declared
+    // dead (frozen or cut off, then back), and what it forwards is of a
+    // placement that is no more.
+    if (m.request() && m.has_origin() && post_->TakenOver(m.sender())) {
+      post_->CountDropped(m.sender(),
+                          "a forward of a primary whose keys this server "
+                          "took over (fenced): " +
+                              DebugString(msg));
+      return;
+    }
     // The only answers a server gets: its replica's.
     if (!m.request()) return OnReplicaAnswer(m);
     KVMeta meta = RequestMeta(m);
@@ -175,15 +228,17 @@ class KVServerCore::Impl {
       return;
     }
     const bool forward = !for_replica && m.push() && hold_.Forwards();
+    // A push the handle replicates by step gets no copy of its own.
+    const bool stepped = forward && stepped_ && stepped_(meta);
     Status refusal;
     const Done done = dedup_on_ ? dedup_.Seen(meta, &refusal) : Done::kNew;
+    // What is left to do without the request's frames.
+    const bool awaits = done != Done::kNew && forward && hold_.Awaits(meta);
     if (done != Done::kNew) {
       post_->CountDuplicate();
       if (done == Done::kRefused) return ResponseError(meta, refusal);
-      // What is left to do without the request's frames.
-      const bool resend_copy = forward && hold_.Awaits(meta);
-      if (done == Done::kPending && !resend_copy) return;
-      if (done == Done::kAnswered && !m.pull() && !resend_copy) {
+      if (done == Done::kPending && !awaits) return;
+      if (done == Done::kAnswered && !m.pull() && !awaits) {
         return Response(meta, RawKVPairs());
       }
     }
@@ -194,7 +249,8 @@ class KVServerCore::Impl {
       return ResponseError(meta, kvs.status());
     }
     if (done != Done::kNew)
-      return Repeat(meta, done, forward, for_replica, &*kvs);
+      return Repeat(meta, done, awaits && !stepped, awaits && stepped,
+                    for_replica, &*kvs);
     meta.vals_borrowed = m.shared_size() > 0;
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
@@ -203,7 +259,7 @@ class KVServerCore::Impl {
     // and write into them (KVMeta::vals_borrowed says when it may not), so
     // nothing else reads them after it got them; the replica's copy has
     // bytes of its own.
-    if (forward) Forward(meta, *kvs);
+    if (forward && !stepped) Forward(meta, *kvs);
     Handle(meta, *kvs, for_replica);
   }
 
@@ -225,14 +281,22 @@ class KVServerCore::Impl {
 
   // A request that came again (resent) and was seen (`done`): its values
   // are never applied again. Its answer may wait for the replica, whose
-  // copy (or answer) may be what was lost: the copy goes again, with the
-  // values of the first (their worker, not answered yet, has not written
-  // them since). An answered pull is served again without its push.
-  void Repeat(KVMeta meta, Done done, bool forward, bool for_replica,
-              RawKVPairs* kvs) {
-    if (forward && hold_.Awaits(meta)) {
+  // copy (or answer) may be what was lost: the message it waits for goes
+  // again: its copy (`copy_awaits`), with the values of the first (their
+  // worker, not answered yet, has not written them since), or the step
+  // forward it was summed into (`step_awaits`). An answered pull is served
+  // again without its push.
+  void Repeat(KVMeta meta, Done done, bool copy_awaits, bool step_awaits,
+              bool for_replica, RawKVPairs* kvs) {
+    if (copy_awaits) {
       post_->CountResent();
       Forward(meta, *kvs);
+    }
+    std::optional<Message> step;
+    if (step_awaits) step = hold_.StepOf(meta);
+    if (step) {
+      post_->CountResent();
+      SendCopy(&*step);
     }
     if (done == Done::kPending) return;
     if (!meta.pull) return Response(meta, RawKVPairs());
@@ -279,11 +343,14 @@ class KVServerCore::Impl {
   }
 
  private:
-  // Who may ask: a worker; and (`origin` set: on a worker's behalf) this
-  // server's primary, forwarding a push, or its replica, answering one.
+  // Who may ask: a worker; and (`origin` set: on a worker's behalf, or on
+  // the primary's own for a step forward) this server's primary,
+  // forwarding, or its replica, answering.
   bool MayAsk(const pb::Meta& m) const {
     if (!m.has_origin()) return m.request() && IsWorkerId(m.sender());
-    return replicas_ > 0 && IsServerId(m.sender()) && IsWorkerId(m.origin()) &&
+    const int primary = m.request() ? m.sender() : post_->id();
+    return replicas_ > 0 && IsServerId(m.sender()) &&
+           (IsWorkerId(m.origin()) || m.origin() == primary) &&
            IsReplicaTraffic(m.request(), IdToRank(m.sender()), post_->rank(),
                             post_->config().num_servers);
   }
@@ -349,22 +416,27 @@ class KVServerCore::Impl {
   // its bytes (ReplicaCopy): the received frames go to the handle, which
   // may sum into them before ZeroMQ has sent the copy.
   void Forward(const KVMeta& meta, const RawKVPairs& kvs) {
-    const int replica = hold_.replica_id();
-    Message copy = ReplicaCopy(meta, kvs, val_type_, post_->rank(), replica);
+    Message copy =
+        ReplicaCopy(meta, kvs, val_type_, post_->rank(), hold_.replica_id());
     hold_.Forwarded(meta);
-    Status st = post_->Send(&copy);
+    SendCopy(&copy);
+  }
+
+  void SendCopy(Message* copy) {
+    Status st = post_->Send(copy);
     if (!st.ok()) {
-      LOG(WARNING) << "copy for " << post_->DescribeNode(replica)
+      LOG(WARNING) << "copy for " << post_->DescribeNode(copy->meta.recver())
                    << " not sent: " << st;
     }
   }
 
-  // The replica answered a copy: the worker's answer may go.
+  // The replica answered a copy or a step forward: the workers' answers
+  // that waited for it may go.
   void OnReplicaAnswer(const pb::Meta& m) {
     ReplicaHold::ReplicaAnswer answer =
         hold_.OnReplicaAnswer(m.origin(), m.customer_id(), m.timestamp());
     if (answer.duplicate) post_->CountDuplicate();
-    if (answer.release) Send(&*answer.release);
+    for (Message& release : answer.release) Send(&release);
   }
 
   // A co-located worker named where the pulled values go: copy them there
@@ -405,6 +477,10 @@ class KVServerCore::Impl {
 
   // The answers to forwarded pushes, waiting for the replica's.
   ReplicaHold hold_;
+  // The pushes the handle replicates by step (SetReplicaSteps; set before
+  // the handle, then only read).
+  std::function<bool(const KVMeta&)> stepped_;
+  std::atomic<int> next_ticket_{0};
 
   RawHandle handle_;
   bool registered_ = false;
@@ -436,6 +512,13 @@ void KVServerCore::ResponseError(const KVMeta& req, const Status& error) {
 }
 Status KVServerCore::AddFilter(std::shared_ptr<Filter> filter) {
   return impl_->AddFilter(std::move(filter));
+}
+bool KVServerCore::SetReplicaSteps(std::function<bool(const KVMeta&)> stepped) {
+  return impl_->SetReplicaSteps(std::move(stepped));
+}
+bool KVServerCore::ReplicateStep(int cmd, int priority, const RawKVPairs& kvs,
+                                 const std::vector<KVMeta>& covers) {
+  return impl_->ReplicateStep(cmd, priority, kvs, covers);
 }
 
 }  // namespace detail

@@ -458,6 +458,14 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
       return;
     }
     sender = slot;
+  } else if (routes_.RouteOf(sender) != sender) {
+    // Its keys moved to its replica: it was declared dead, and is back
+    // (frozen or cut off): fenced, whatever it answers is of the past.
+    post_->CountDropped(sender,
+                        "an answer of a server whose keys moved to "
+                        "its replica (fenced): " +
+                            DebugString(msg));
+    return;
   }
   // A resent request answered twice: the second answer must not touch the
   // caller's memory again. (One never asked for goes on, for the tracker

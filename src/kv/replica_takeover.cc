@@ -57,9 +57,31 @@ void ReplicaHold::Forwarded(const KVMeta& req) {
   held_.emplace(KeyOf(req), Held());
 }
 
+void ReplicaHold::ForwardedStep(const Message& forward,
+                                const std::vector<KVMeta>& covers) {
+  const int ticket = forward.meta.timestamp();
+  Step step{forward, {}};
+  MutexLock lock(&mu_);
+  for (const KVMeta& req : covers) {
+    Held& held = held_[KeyOf(req)];
+    held.step = ticket;
+    step.covers.push_back(KeyOf(req));
+  }
+  steps_[ticket] = std::move(step);
+}
+
 bool ReplicaHold::Awaits(const KVMeta& req) const {
   MutexLock lock(&mu_);
   return held_.count(KeyOf(req)) > 0;
+}
+
+std::optional<Message> ReplicaHold::StepOf(const KVMeta& req) const {
+  MutexLock lock(&mu_);
+  auto it = held_.find(KeyOf(req));
+  if (it == held_.end() || it->second.step < 0) return std::nullopt;
+  auto step = steps_.find(it->second.step);
+  if (step == steps_.end()) return std::nullopt;
+  return step->second.forward;
 }
 
 bool ReplicaHold::Hold(const KVMeta& req, Message* msg) {
@@ -84,18 +106,30 @@ ReplicaHold::ReplicaAnswer ReplicaHold::OnReplicaAnswer(int worker,
                                                         int customer_id,
                                                         int timestamp) {
   ReplicaAnswer result;
+  std::vector<Key> keys = {{worker, customer_id, timestamp}};
   MutexLock lock(&mu_);
-  auto it = held_.find({worker, customer_id, timestamp});
-  if (it == held_.end()) {
+  if (worker == ServerRankToId(my_rank_())) {
+    auto step = steps_.find(timestamp);
+    if (step == steps_.end()) {
+      result.duplicate = true;
+      return result;
+    }
+    keys = std::move(step->second.covers);
+    steps_.erase(step);
+  } else if (held_.count(keys[0]) == 0) {
     result.duplicate = true;
     return result;
   }
-  if (!it->second.answered) {
-    it->second.replica_answered = true;
-    return result;
+  for (const Key& key : keys) {
+    auto it = held_.find(key);
+    if (it == held_.end()) continue;  // refused or forgotten since
+    if (!it->second.answered) {
+      it->second.replica_answered = true;
+      continue;
+    }
+    result.release.push_back(std::move(it->second.answer));
+    held_.erase(it);
   }
-  result.release = std::move(it->second.answer);
-  held_.erase(it);
   return result;
 }
 
@@ -108,6 +142,7 @@ std::vector<Message> ReplicaHold::OnFailure(int id) {
     if (held.answered) answers.push_back(std::move(held.answer));
   }
   held_.clear();
+  steps_.clear();
   return answers;
 }
 

@@ -7,8 +7,10 @@
 //                  itself, its replica once the scheduler marked it covered
 //                  (Cover), or nobody, with why (Lose).
 //   ReplicaHold    (primary)  the answers to forwarded pushes, held until
-//                  the replica answered their copy; released when it did or
-//                  died, forgotten with the process of a rejoined worker.
+//                  the replica answered their copy, or the forward of the
+//                  step they were summed into (ForwardedStep); released
+//                  when it did or died, forgotten with the process of a
+//                  rejoined worker.
 //
 // A "slot" is the id of the server whose keys a slice asks for (the one
 // placement gave it), whoever serves them now.
@@ -84,11 +86,14 @@ class ReplicaRoutes {
   std::map<int, int> route_ GUARDED_BY(mu_);
 };
 
-// The primary's side: a push to this server's own keys is copied to its
-// replica, and the worker's answer waits until the replica answered the
-// copy, so that a push a worker saw answered is on both servers and the
-// replica can take over without it. Held answers are keyed by the worker's
-// request (worker, customer, timestamp).
+// The primary's side: a push to this server's own keys reaches its replica,
+// copied on its own (Forwarded) or as part of a step's effect that the
+// handle forwards once for all the pushes summed into it (ForwardedStep),
+// and the worker's answer waits until the replica answered that message, so
+// that a push a worker saw answered is on both servers and the replica can
+// take over without it. Held answers are keyed by the worker's request
+// (worker, customer, timestamp); a step forward by this server's own id,
+// customer 0 and its ticket.
 class ReplicaHold {
  public:
   // `replicas`: Config::replicas (0: no chain, nothing is held).
@@ -111,8 +116,19 @@ class ReplicaHold {
   // again leaves what is held as it was.
   void Forwarded(const KVMeta& req) EXCLUDES(mu_);
 
+  // A step forward `forward` (its timestamp a ticket of this server's own)
+  // goes to the replica in place of copies of the pushes `covers`: their
+  // answers wait for the replica's answer to it. It is kept until then, to
+  // be sent again (StepOf).
+  void ForwardedStep(const Message& forward, const std::vector<KVMeta>& covers)
+      EXCLUDES(mu_);
+
   // Whether req's answer still waits for the replica's.
   bool Awaits(const KVMeta& req) const EXCLUDES(mu_);
+
+  // The step forward req's answer waits for, to send again; none when it
+  // waits for none (a copy of its own, or nothing).
+  std::optional<Message> StepOf(const KVMeta& req) const EXCLUDES(mu_);
 
   // The handle's answer `msg` to req: true when it is kept (moved from) until
   // the replica answered; false: send it now (the replica answered already,
@@ -120,12 +136,13 @@ class ReplicaHold {
   // worker, or its replica is gone).
   bool Hold(const KVMeta& req, Message* msg) EXCLUDES(mu_);
 
-  // What the replica's answer to the copy of (worker, customer, timestamp)
-  // does: nothing yet (the handle has not answered), releases the held
-  // answer, or nothing at all (no copy awaits one: a second answer).
+  // What the replica's answer to the copy of (worker, customer, timestamp),
+  // or (worker: this server) to a step forward, does: nothing yet (the
+  // handle has not answered), releases the held answers, or nothing at all
+  // (no message awaits one: a second answer).
   struct ReplicaAnswer {
     bool duplicate = false;
-    std::optional<Message> release;  // the worker's answer, to send now
+    std::vector<Message> release;  // the workers' answers, to send now
   };
   ReplicaAnswer OnReplicaAnswer(int worker, int customer_id, int timestamp)
       EXCLUDES(mu_);
@@ -147,7 +164,12 @@ class ReplicaHold {
   struct Held {
     bool answered = false;  // by the handle: `answer` is ready
     bool replica_answered = false;
+    int step = -1;  // the ticket of the step forward it waits for, if any
     Message answer;
+  };
+  struct Step {
+    Message forward;
+    std::vector<Key> covers;
   };
   static Key KeyOf(const KVMeta& req) {
     return {req.sender, req.customer_id, req.timestamp};
@@ -159,6 +181,7 @@ class ReplicaHold {
   std::atomic<bool> replica_dead_{false};
   mutable Mutex mu_;
   std::map<Key, Held> held_ GUARDED_BY(mu_);
+  std::map<int, Step> steps_ GUARDED_BY(mu_);  // by ticket
 };
 
 }  // namespace detail

@@ -3,12 +3,14 @@
 // server holds its own keys and, as the replica of server PrimaryOf(its
 // rank), that server's: one shard object for each. The KV server core
 // forwards every push to a primary's keys to its replica (ReplicaCopy,
-// src/kv/slicer.h) and holds the worker's answer until the replica answered;
-// the replica's shard gets those copies, and once the primary died its
-// workers' requests, through the server's replica handle. So the replica's
-// copy of the weights and optimizer state is a second shard fed the same
-// pushes in the same order; what a shard needs to take part is to be
-// registered in the right slot, which this class owns:
+// src/kv/slicer.h), or the shard forwards each step's sum once (a BSP
+// DenseShard: KVServer::set_replica_steps, ReplicateStep), and the worker's
+// answer waits until the replica answered; the replica's shard gets those
+// copies or sums, and once the primary died its workers' requests, through
+// the server's replica handle. So the replica's copy of the weights and
+// optimizer state is a second shard fed the same pushes, or sums, in the
+// same order; what a shard needs to take part is to be registered in the
+// right slot, which this class owns:
 //
 //   own keys      set_request_handle / set_failure_handle
 //   replica copy  set_replica_handle / set_replica_failure_handle (first:

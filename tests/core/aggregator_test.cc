@@ -208,6 +208,35 @@ TEST(DenseAggregator, FirstPushIsAdoptedUnlessBorrowedAndHeld) {
 
 // ---- DenseSlice ------------------------------------------------------
 
+TEST(DenseAggregator, ReplicaAdoptsThePrimarysSumsInStepOrder) {
+  DenseAggregator::Options o = Opts(Consistency::kBsp);
+  o.repeats_applied = true;
+  DenseAggregator a(o, 0, 4);
+  std::string why;
+  EXPECT_EQ(a.Adopt(1, 0, 2, &why), V::kRefused);  // step 0 not applied
+  EXPECT_NE(why.find("does not follow"), std::string::npos) << why;
+  why.clear();
+  EXPECT_EQ(a.Adopt(0, 0, 2, &why), V::kApplyNow);
+  EXPECT_EQ(a.key_applied(), (std::vector<int>{1, 1, 0, 0}));
+  EXPECT_EQ(a.Adopt(0, 0, 2, &why), V::kRepeated);  // the sum came again
+  EXPECT_TRUE(a.PullReady(Keys({0, 1}), 1));
+  EXPECT_FALSE(a.PullReady(Keys({2}), 1));
+  // After a takeover, a worker resends its push of the adopted step: a
+  // repeat, not a late gradient.
+  EXPECT_EQ(a.Push(kW0, 0, 0, 0, 2, Vals({1, 2}), false, &why), V::kRepeated);
+  // Its push of a step not adopted yet is summed as the primary's was.
+  EXPECT_EQ(a.Push(kW0, 0, 0, 2, 4, Vals({1, 2}), false, &why), V::kSummed);
+  EXPECT_EQ(a.Push(kW1, 0, 0, 2, 4, Vals({3, 4}), false, &why), V::kSummed);
+  EXPECT_EQ(Drain(&a), std::vector<std::string>{"0:2-4/2"});
+}
+
+TEST(DenseAggregator, BspPushOfAnAppliedStepIsRefusedOutsideAReplica) {
+  DenseAggregator a(Opts(Consistency::kBsp), 0, 2);
+  std::string why;
+  EXPECT_EQ(a.Adopt(0, 0, 2, &why), V::kApplyNow);
+  EXPECT_EQ(a.Push(kW0, 0, 0, 0, 2, Vals({1, 2}), false, &why), V::kRefused);
+}
+
 TEST(DenseSlice, OptimizerStepCopiesWeightsSharedWithAnAnswer) {
   DenseLayout layout{5, 2};  // keys 0, 1 of 2 floats, key 2 of 1
   int calls = 0;

@@ -162,10 +162,10 @@ TEST_F(ReplicaTakeover, HoldTheAnswerWaitsUntilTheReplicaAnswered) {
   EXPECT_TRUE(hold_.Awaits(req));
   ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
   EXPECT_FALSE(a.duplicate);
-  ASSERT_TRUE(a.release.has_value());
-  EXPECT_EQ(a.release->meta.timestamp(), 7);
-  EXPECT_EQ(a.release->meta.recver(), kWorker0);
-  EXPECT_EQ(a.release->meta.customer_id(), 3);
+  ASSERT_EQ(a.release.size(), 1u);
+  EXPECT_EQ(a.release[0].meta.timestamp(), 7);
+  EXPECT_EQ(a.release[0].meta.recver(), kWorker0);
+  EXPECT_EQ(a.release[0].meta.customer_id(), 3);
   EXPECT_FALSE(hold_.Awaits(req));
 }
 
@@ -174,7 +174,7 @@ TEST_F(ReplicaTakeover, HoldAReplicaAnswerFirstLetsTheHandlesAnswerGoAtOnce) {
   hold_.Forwarded(req);
   ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
   EXPECT_FALSE(a.duplicate);
-  EXPECT_FALSE(a.release.has_value());
+  EXPECT_TRUE(a.release.empty());
   EXPECT_TRUE(hold_.Awaits(req));  // the handle's answer is still to come
   Message msg = AnswerTo(req);
   EXPECT_FALSE(hold_.Hold(req, &msg));
@@ -187,10 +187,10 @@ TEST_F(ReplicaTakeover, HoldASecondReplicaAnswerIsADuplicate) {
   hold_.Forwarded(req);
   Message msg = AnswerTo(req);
   hold_.Hold(req, &msg);
-  EXPECT_TRUE(ReplicaAnswers(req).release.has_value());
+  EXPECT_EQ(ReplicaAnswers(req).release.size(), 1u);
   ReplicaHold::ReplicaAnswer again = ReplicaAnswers(req);
   EXPECT_TRUE(again.duplicate);
-  EXPECT_FALSE(again.release.has_value());
+  EXPECT_TRUE(again.release.empty());
   // And one for a push never forwarded.
   EXPECT_TRUE(ReplicaAnswers(Push(kWorker1, 8)).duplicate);
 }
@@ -263,8 +263,8 @@ TEST_F(ReplicaTakeover, HoldAResentCopyLeavesTheHeldAnswerAsItWas) {
   hold_.Forwarded(req);  // the worker resent it; the copy goes again
   EXPECT_TRUE(hold_.Awaits(req));
   ReplicaHold::ReplicaAnswer a = ReplicaAnswers(req);
-  ASSERT_TRUE(a.release.has_value());
-  EXPECT_EQ(a.release->meta.timestamp(), 5);
+  ASSERT_EQ(a.release.size(), 1u);
+  EXPECT_EQ(a.release[0].meta.timestamp(), 5);
   EXPECT_TRUE(ReplicaAnswers(req).duplicate);
 }
 
@@ -290,12 +290,64 @@ TEST_F(ReplicaTakeover, HoldAWorkersRejoinForgetsTheOldProcessesAnswers) {
   EXPECT_TRUE(ReplicaAnswers(old0).duplicate);
   EXPECT_TRUE(ReplicaAnswers(old1).duplicate);
   ReplicaHold::ReplicaAnswer a = ReplicaAnswers(other);
-  ASSERT_TRUE(a.release.has_value());
-  EXPECT_EQ(a.release->meta.recver(), kWorker1);
+  ASSERT_EQ(a.release.size(), 1u);
+  EXPECT_EQ(a.release[0].meta.recver(), kWorker1);
   // The new process's request with an old timestamp is held afresh.
   hold_.Forwarded(old0);
   Message msg = AnswerTo(old0);
   EXPECT_TRUE(hold_.Hold(old0, &msg));
+}
+
+// A step forward stands for the pushes summed into it: their answers wait
+// for the replica's answer to it (this server's id, customer 0, its ticket).
+TEST_F(ReplicaTakeover, HoldAStepForwardReleasesEveryPushItCovers) {
+  KVMeta a = Push(kWorker0, 4), b = Push(kWorker1, 9);
+  Message early = AnswerTo(a);  // answered before the step was forwarded
+  EXPECT_FALSE(hold_.Hold(a, &early));  // nothing holds it yet
+  Message forward;
+  forward.meta.set_timestamp(17);
+  hold_.ForwardedStep(forward, {a, b});
+  EXPECT_TRUE(hold_.Awaits(a));
+  ASSERT_TRUE(hold_.StepOf(b).has_value());
+  EXPECT_EQ(hold_.StepOf(b)->meta.timestamp(), 17);
+  EXPECT_FALSE(hold_.StepOf(Push(kWorker0, 5)).has_value());
+  Message ma = AnswerTo(a), mb = AnswerTo(b);
+  EXPECT_TRUE(hold_.Hold(a, &ma));
+  EXPECT_TRUE(hold_.Hold(b, &mb));
+  // The replica's answer to another ticket, or as a worker's: nothing.
+  EXPECT_TRUE(hold_.OnReplicaAnswer(kServer0, 0, 18).duplicate);
+  EXPECT_TRUE(hold_.OnReplicaAnswer(kWorker0, 0, 17).duplicate);
+  ReplicaHold::ReplicaAnswer r = hold_.OnReplicaAnswer(kServer0, 0, 17);
+  EXPECT_FALSE(r.duplicate);
+  ASSERT_EQ(r.release.size(), 2u);  // in request order
+  EXPECT_EQ(r.release[0].meta.recver(), kWorker0);
+  EXPECT_EQ(r.release[1].meta.recver(), kWorker1);
+  EXPECT_FALSE(hold_.Awaits(a));
+  EXPECT_FALSE(hold_.StepOf(b).has_value());
+  EXPECT_TRUE(hold_.OnReplicaAnswer(kServer0, 0, 17).duplicate);
+}
+
+TEST_F(ReplicaTakeover, HoldAStepAnsweredFirstLetsItsPushesAnswersGo) {
+  KVMeta a = Push(kWorker0, 4);
+  Message forward;
+  forward.meta.set_timestamp(2);
+  hold_.ForwardedStep(forward, {a});
+  EXPECT_TRUE(hold_.OnReplicaAnswer(kServer0, 0, 2).release.empty());
+  Message msg = AnswerTo(a);
+  EXPECT_FALSE(hold_.Hold(a, &msg));  // the caller sends it now
+  EXPECT_FALSE(hold_.Awaits(a));
+}
+
+TEST_F(ReplicaTakeover, HoldTheReplicasDeathReleasesTheStepsPushes) {
+  KVMeta a = Push(kWorker0, 4);
+  Message forward;
+  forward.meta.set_timestamp(2);
+  hold_.ForwardedStep(forward, {a});
+  Message msg = AnswerTo(a);
+  EXPECT_TRUE(hold_.Hold(a, &msg));
+  EXPECT_EQ(hold_.OnFailure(kServer1).size(), 1u);
+  EXPECT_FALSE(hold_.StepOf(a).has_value());
+  EXPECT_TRUE(hold_.OnReplicaAnswer(kServer0, 0, 2).duplicate);
 }
 
 }  // namespace

@@ -406,15 +406,17 @@ std::string ExpectServerFaultCostsNothing(
   EXPECT_EQ(a.rc, 0) << a.out;
   EXPECT_GE(FinalAccuracy(a.out), 80.0) << a.out;
   BackgroundJob job("server-fault");
-  const int port = 20000 + (getpid() + 67) % 20000;
+  // Its processes are found by a tag of their own (a port of its own
+  // could be taken).
+  const std::string tag =
+      "FAULT_TEST_JOB=" + std::to_string(getpid()) + "-" + std::to_string(seed);
   EXPECT_TRUE(job.Start(LaunchCommand(
-      "--tolerate server --port " + std::to_string(port) + " " + env,
+      "--tolerate server --env " + tag + " " + env,
       flags + " --replicas 1 --dump_weights " + failed, kServers)));
   EXPECT_TRUE(WaitForStep(job, step, 180)) << job.Output();
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  const int pid =
-      FindProcess({"DMLC_ROLE=server", "PS_RANK=" + std::to_string(*victim),
-                   "DMLC_PS_ROOT_PORT=" + std::to_string(port)});
+  const int pid = FindProcess(
+      {"DMLC_ROLE=server", "PS_RANK=" + std::to_string(*victim), tag});
   EXPECT_GT(pid, 0) << job.Output();
   if (pid > 0) fault(pid, (*victim + 1) % kServers, job);
   EXPECT_EQ(job.Code(300), "0\n") << job.Output();
@@ -459,6 +461,73 @@ TEST(Replication, FrozenPrimaryIsReplacedExactly) {
         kill(pid, SIGCONT);
       },
       &victim);
+}
+
+// The same freeze at a moment drawn at random, but the frozen primary is
+// not killed once declared dead (--keep-declared-dead): let go on, it
+// sends what it held (a step's sum to its replica, answers to workers)
+// from a placement that is no more. Its replica and the workers drop it
+// all (fenced), and nothing is lost or applied twice.
+TEST(Replication, FrozenPrimaryLetGoOnIsFenced) {
+  int victim = -1;
+  ExpectServerFaultCostsNothing(
+      "frozen and let go on",
+      "--env PS_HEARTBEAT_TIMEOUT_MS=1500 --keep-declared-dead", 70,
+      [](int pid, int heir, const BackgroundJob& job) {
+        EXPECT_EQ(kill(pid, SIGSTOP), 0);
+        EXPECT_TRUE(job.WaitFor(
+            "server " + std::to_string(heir) + " takes over its keys", 30))
+            << job.Output();
+        EXPECT_EQ(kill(pid, SIGCONT), 0);
+      },
+      &victim);
+}
+
+// A primary that freezes itself (--die_signal stop) in its optimizer step
+// of a step drawn at random: it summed the step and sent the sum to its
+// replica, whose answer it has not read, and no answer went to the
+// workers. It is declared dead, its replica takes its keys over and the
+// workers resend that step's pushes there (repeats of the sum it
+// applied); then it is let go on, not killed: the answers it releases,
+// and whatever else it sends, are dropped (fenced). The job ends with the
+// fault-free weights, bit for bit.
+TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
+  const unsigned seed = FaultSeed();
+  std::mt19937 draw(seed);
+  constexpr int kServers = 3;
+  const int victim = static_cast<int>(draw() % kServers);
+  const int heir = (victim + 1) % kServers;
+  const int step = 5 + static_cast<int>(draw() % 85);  // of 100
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": server " +
+               std::to_string(victim) + " frozen in update " +
+               std::to_string(step));
+  const std::string flags = "--train_limit 3200 --overlap off --ps_shm 0";
+  std::string clean = TempPath("clean.bin"), failed = TempPath("fenced.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean, kServers);
+  EXPECT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("fenced");
+  const std::string tag =
+      "FAULT_TEST_JOB=" + std::to_string(getpid()) + "-" + std::to_string(seed);
+  EXPECT_TRUE(job.Start(LaunchCommand(
+      "--tolerate server --keep-declared-dead --env " + tag +
+          " --env PS_HEARTBEAT_TIMEOUT_MS=1500",
+      flags + " --replicas 1 --dump_weights " + failed +
+          " --die_node server:" + std::to_string(victim) +
+          " --die_after_steps " + std::to_string(step) + " --die_signal stop",
+      kServers)));
+  EXPECT_TRUE(job.WaitFor("freezing itself after " + std::to_string(step), 180))
+      << job.Output();
+  EXPECT_TRUE(job.WaitFor(
+      "server " + std::to_string(heir) + " takes over its keys", 30))
+      << job.Output();
+  const int pid = FindProcess(
+      {"DMLC_ROLE=server", "PS_RANK=" + std::to_string(victim), tag});
+  EXPECT_GT(pid, 0) << job.Output();
+  if (pid > 0) {
+    EXPECT_EQ(kill(pid, SIGCONT), 0);
+  }
+  EXPECT_EQ(job.Code(300), "0\n") << job.Output();
+  ExpectSameWeights(clean, failed, "after the primary came back");
 }
 
 // The "server R done: ..." line's count of range updates made with fewer

@@ -237,6 +237,11 @@ def parse_args(argv):
                         "survive it, e.g. workers with --on_worker_failure "
                         "continue (a server whose replica took it over "
                         "needs none; repeatable)")
+    parser.add_argument("--keep-declared-dead", action="store_true",
+                        help="test: leave a process that the job declared "
+                        "dead and goes on without running (a frozen one, "
+                        "let go on, must find itself fenced and exit on "
+                        "its own) instead of killing it")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
                         help="local, ssh: restart a worker or the scheduler "
                         "that exits non-zero or is killed, up to N times per "

@@ -370,6 +370,8 @@ class Job:
                 name = self._declared.get_nowait()
             except queue.Empty:
                 return
+            if getattr(self.args, "keep_declared_dead", False):
+                continue  # A test's: it must find itself fenced and exit.
             child = next((c for c in self.children if c.name == name), None)
             if (child is None or child.restarts or child.killed_as_dead
                     or child.proc.poll() is not None
