@@ -53,8 +53,7 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "seal floats=%zu seal_GBps=%.2f open_GBps=%.2f memcpy_GBps=%.2f\n",
-        floats, bytes / seal / 1e9, bytes / open / 1e9,
-        bytes / memcpy_s / 1e9);
+        floats, bytes / seal / 1e9, bytes / open / 1e9, bytes / memcpy_s / 1e9);
   }
   return 0;
 }

@@ -23,11 +23,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_hosts  # noqa: E402
+from test_cross_host import MNIST_DIR, MNIST_DIST, why_skip  # noqa: E402
 
-ROOT = netns_hosts.ROOT
-BUILD = os.environ.get("PS_BUILD_DIR", os.path.join(ROOT, "build"))
-MNIST_DIST = os.path.join(BUILD, "examples", "mnist", "mnist_dist")
-MNIST_DIR = os.environ.get("PS_MNIST_DIR", os.path.join(ROOT, "data", "mnist"))
 CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "wire_capture.py")
 JOB_TIMEOUT = 180  # Seconds; each job takes a few on an idle machine.
@@ -35,17 +32,6 @@ WINDOWS = 2000  # 16-byte pieces of the weights looked for in the capture.
 # Two steps of one worker: the weights cross the link in each pull.
 COMMON = ["--train_limit", "64", "--test_limit", "100", "--batch_size", "32",
           "--threads", "1", "--consistency", "bsp", "--data_dir", MNIST_DIR]
-
-
-def why_skip():
-    missing = netns_hosts.missing_requirements()
-    if missing:
-        return missing
-    for path in (MNIST_DIST, os.path.join(MNIST_DIR,
-                                          "train-images-idx3-ubyte")):
-        if not os.path.exists(path):
-            return f"{path} not found (build mnist_dist, fetch MNIST)"
-    return None
 
 
 def captured_job(tmp, key):
