@@ -8,7 +8,7 @@
 #  3. PyTorch on the same GPU, same Net, batches and optimizer
 #     (bench/gpu/torch_mnist.py), and ours over PyTorch's;
 #  4. mnist_dist --device cuda, 2 servers + 2 workers sharing the GPU,
-#     through the tracker, with the job key (CurveZMQ, the default) and
+#     through the tracker, with the job key (the default) and
 #     with --insecure: accuracy, samples/s and keyed/plain;
 #  5. the CPU side: the kv bench (1+1 and 2+2 against raw ZeroMQ) and the
 #     mnist_dist S x W table (S, W in 1, 2, 4) at batch 64 on the CPU.

@@ -9,7 +9,7 @@
 #     exchanged during the conv backward pass), at THREADS and at 1 thread
 #     per process (a core left for communication), each against --local.
 #  4. the cost of encryption: 1 server + 1 worker at batch 64 with --insecure
-#     and with the launcher's default CurveZMQ job key, alternated in PAIRS
+#     and with the launcher's default job key (sealed frames), alternated in PAIRS
 #     back-to-back pairs, with each pair's ratio keyed/plain; once as jobs
 #     run here (co-located nodes pass the values through shared memory, only
 #     headers go through the encrypted sockets) and once with PS_SHM=0 (all

@@ -255,7 +255,7 @@ def main():
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each case; the table shows the median")
     p.add_argument("--insecure", action="store_true",
-                   help="no job key (plain TCP; default: CurveZMQ)")
+                   help="no job key (plain TCP; default: sealed frames)")
     p.add_argument("--timeout", type=float, default=600, help="per job")
     p.add_argument("--out", default=os.path.join(ROOT, "build", "bench-net"))
     args = p.parse_args()
@@ -274,7 +274,7 @@ def main():
         rate = raw_rate(hosts)
         print(f"link {args.rate}: one TCP stream h1 -> h2 moved "
               f"{rate * 8 / 1e9:.3f} Gbit/s; "
-              f"{'plain TCP' if args.insecure else 'CurveZMQ'} jobs; "
+              f"{'plain TCP' if args.insecure else 'sealed'} jobs; "
               f"load {os.getloadavg()[0]:.2f}", flush=True)
         # Rounds over every case, so that a change of the machine's load
         # falls on all of them alike; each case's median is reported.

@@ -55,7 +55,7 @@ void Van::AuthLoop(void* zap, void* monitor) {
   while (true) {
     if (zmq_poll(items, 2, -1) < 0) {
       if (zmq_errno() == EINTR) continue;
-      // Without this thread CURVE would admit any client: only the van's
+      // Without this thread PLAIN would admit any client: only the van's
       // own shutdown may end it.
       CHECK_EQ(zmq_errno(), ETERM) << "auth thread: " << ZmqError();
       break;

@@ -3,7 +3,8 @@
 // worker, spoofs control messages as the scheduler and as a worker,
 // registers as one worker too many, pulls as a worker, floods a server with
 // garbage and sends it a frame larger than PS_MAX_MESSAGE_BYTES. With the
-// job's key (CurveZMQ) it is refused at connect; without one (--insecure)
+// job's key it is refused at connect (a forged sealing token, a CurveZMQ
+// key of its own, no mechanism); without one (--insecure)
 // every message is dropped because its connection does not prove the sender
 // it claims. Either way the job's sums stay exact and what happened is
 // counted. Also: failures are named by role and rank (a worker that exits
