@@ -15,8 +15,9 @@
 // applies it as the primary does (OnPrimarySum): the same floats, the same
 // updater, so the same weights and optimizer state, bit for bit. Both
 // optimizer steps run at once, and the wait for the replica is the sum's
-// trip there and the answer's back. Other consistencies, and
-// kDone, go push by push (the server copies them).
+// trip there and the answer's back. Other consistencies, kDone, and every
+// push of a job whose shards go on without a lost worker (kContinue) go
+// push by push (the server copies them).
 #include "ps/dense_server.h"
 
 #include <glog/logging.h>
@@ -244,7 +245,11 @@ DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
   CHECK(options_.first_step >= 0 && options_.first_step <= kMaxDenseStep)
       << "first_step " << options_.first_step;
   CHECK_GE(options_.snapshot_every, 0);
-  if (!options_.replica && options_.consistency == Consistency::kBsp) {
+  // Under kContinue a worker lost after a failover counts as done from the
+  // step it last pushed, which only a replica that saw each push can tell:
+  // those jobs keep forwarding push by push.
+  if (!options_.replica && options_.consistency == Consistency::kBsp &&
+      options_.on_worker_failure != WorkerFailure::kContinue) {
     by_step_ = server->set_replica_steps([](const KVMeta& meta) {
       StatusOr<DenseCmd> cmd = DecodeDenseCmd(meta.cmd);
       return cmd.ok() && cmd->op == DenseOp::kStep;
