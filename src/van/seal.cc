@@ -10,6 +10,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -54,6 +55,11 @@ StatusOr<std::string> SharedSecret(const std::string& secret,
 }
 
 void InitSodium() { CHECK_GE(sodium_init(), 0) << "libsodium cannot start"; }
+
+// Sequence numbers, nonces and associated data are written in the host's
+// byte order, which the wire format fixes as little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "sealed frames are laid out for little-endian hosts");
 
 void Nonce(uint64_t seq, unsigned char iv[12]) {
   std::memset(iv, 0, 4);
@@ -143,10 +149,16 @@ bool RunFrame(EVP_CIPHER_CTX* ctx, const std::string& key, bool encrypt,
   if (f.bytes < kParallelBytes) return RunChunks(ctx, encrypt, f, 0, chunks);
   const size_t half = chunks / 2;
   bool other_ok = true;
-  std::thread other([&] {
-    CipherPtr own(NewCipher(key, encrypt));
-    other_ok = RunChunks(own.get(), encrypt, f, half, chunks);
-  });
+  std::thread other;
+  try {
+    other = std::thread([&] {
+      CipherPtr own(NewCipher(key, encrypt));
+      other_ok = RunChunks(own.get(), encrypt, f, half, chunks);
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had (a process or thread limit): all on this one.
+    return RunChunks(ctx, encrypt, f, 0, chunks);
+  }
   bool ok = RunChunks(ctx, encrypt, f, 0, half);
   other.join();
   return ok && other_ok;

@@ -123,6 +123,13 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
     max_bytes =
         static_cast<int64_t>(seal::SealedBytes(static_cast<size_t>(max_bytes)));
   }
+  // What a message may hold in all: sealed, each frame adds a sequence
+  // number and at most one tag more than the limit's own chunks.
+  max_received_bytes_ =
+      options_.secret_key.empty()
+          ? options_.max_message_bytes
+          : max_bytes + static_cast<int64_t>(
+                            kMaxParts * (seal::kSeqBytes + seal::kTagBytes));
   CHECK_EQ(
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes)), 0)
       << ZmqError();
@@ -389,7 +396,11 @@ Status Van::Send(Message* msg) {
     if (by_ref[i - 1]) num_shared_sent_.fetch_add(1);
     zmq_msg_t part;
     if (sealer != nullptr) {
-      zmq_msg_init_size(&part, seal::SealedBytes(size));
+      if (zmq_msg_init_size(&part, seal::SealedBytes(size)) != 0) {
+        return Status::Unavailable("send to " + peer->address +
+                                   ": no memory to seal a frame of " +
+                                   std::to_string(size) + " bytes");
+      }
       sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
       seq += seal::Chunks(size);
     } else if (size <= kInlineFrameBytes) {
@@ -477,7 +488,7 @@ bool Van::ReceiveOne() {
     }
     bool more = zmq_msg_more(&part->msg) != 0;
     bytes += static_cast<int64_t>(zmq_msg_size(&part->msg));
-    if (parts.size() < kMaxParts && bytes <= options_.max_message_bytes) {
+    if (parts.size() < kMaxParts && bytes <= max_received_bytes_) {
       parts.push_back(std::move(part));
     } else {
       ++extra_parts;
@@ -543,22 +554,26 @@ bool Van::ReceiveOne() {
 
 Status Van::OpenSealed(const std::string& user_id, std::vector<char*>* data,
                        std::vector<size_t>* sizes) {
-  auto it = openers_.find(user_id);
+  // The User-Id is the token the ZAP handler admitted; its first half, the
+  // sender's ephemeral key, names the connection's key, however a replay
+  // of the token connects again.
+  StatusOr<std::string> token = seal::FromHex(user_id);
+  if (!token.ok()) return token.status();
+  std::string e_pub = token->substr(0, seal::kKeyBytes);
+  auto it = openers_.find(e_pub);
+  std::unique_ptr<seal::Opener> first;  // kept only if its message opens
   if (it == openers_.end()) {
-    // The first message of a connection that the ZAP handler admitted: its
-    // User-Id is its token, already checked there.
-    StatusOr<std::string> token = seal::FromHex(user_id);
-    StatusOr<std::string> key = token.ok()
-                                    ? job_key_->AcceptHello(static_key_, *token)
-                                    : StatusOr<std::string>(token.status());
+    StatusOr<std::string> key = job_key_->AcceptHello(static_key_, *token);
     if (!key.ok()) return key.status();
-    it = openers_.emplace(user_id, std::make_unique<seal::Opener>(*key)).first;
+    first = std::make_unique<seal::Opener>(*key);
   }
+  seal::Opener* opener = first != nullptr ? first.get() : it->second.get();
   std::vector<seal::Opener::Frame> frames(data->size());
   for (size_t i = 0; i < frames.size(); ++i) {
     frames[i] = {(*data)[i], (*sizes)[i]};
   }
-  PS_RETURN_IF_ERROR(it->second->Open(frames.data(), frames.size()));
+  PS_RETURN_IF_ERROR(opener->Open(frames.data(), frames.size()));
+  if (first != nullptr) openers_.emplace(e_pub, std::move(first));
   for (size_t i = 0; i < frames.size(); ++i) {
     (*data)[i] = frames[i].data;
     (*sizes)[i] = frames[i].bytes;

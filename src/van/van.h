@@ -229,14 +229,17 @@ class Van {
   SharedMemory* const shared_memory_;      // the process's; outlives every Van
   std::unique_ptr<seal::JobKey> job_key_;  // with a key only
   seal::KeyPair static_key_;               // with a key only
-  // The key of each admitted connection, by its PLAIN token (the User-Id
-  // ZeroMQ gives its messages); the receive thread's alone. Only holders
-  // of the job key add to it, one entry per connection they make.
+  // The key of each admitted connection, by its sender's ephemeral key
+  // (the first half of the PLAIN token, which ZeroMQ gives its messages as
+  // their User-Id); the receive thread's alone. An entry is made by the
+  // first message that opens with it, so only holders of the job key add
+  // to it, one entry per connection they make.
   std::unordered_map<std::string, std::unique_ptr<seal::Opener>> openers_;
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth", with a key only
   int port_ = 0;
+  int64_t max_received_bytes_ = 0;  // a message's frames in all (Bind)
   std::string identity_;
   Handler handler_;
   std::thread receiver_;

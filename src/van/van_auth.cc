@@ -102,10 +102,15 @@ void Van::AnswerZap(void* zap) {
   bool ok = false;
   if (req.size() >= 8 && req[0] == "1.0" && req[5] == "PLAIN" &&
       req[6] == seal::kUserName) {
+    // Only the token's one spelling (lower-case hex): the receive thread
+    // keys each connection's opener on it, so another spelling of a
+    // recorded token must not find a fresh one.
     StatusOr<std::string> token = seal::FromHex(req[7]);
-    StatusOr<std::string> key = token.ok()
-                                    ? job_key_->AcceptHello(static_key_, *token)
-                                    : StatusOr<std::string>(token.status());
+    StatusOr<std::string> key =
+        token.ok() && seal::ToHex(*token) == req[7]
+            ? job_key_->AcceptHello(static_key_, *token)
+            : StatusOr<std::string>(
+                  Status::InvalidArgument("its token is not lower-case hex"));
     ok = key.ok();
     if (!ok) why = key.status().message();
   }

@@ -9,10 +9,12 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,6 +23,8 @@
 #include <vector>
 
 #include "ps/sarray.h"
+#include "van/codec.h"
+#include "van/seal.h"
 #include "van/shm.h"
 #include "van/snapshot.h"
 
@@ -201,6 +205,105 @@ void ExpectConcurrentSendsArriveOnce(const VanOptions& options) {
 
 TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   ExpectConcurrentSendsArriveOnce(VanOptions());
+}
+
+// An eavesdropper who recorded a member's handshake token and sealed
+// message (made here with the job key, as the member made them) presents
+// them again, as recorded and with the token's hex in upper case: the
+// connection with the token as recorded is admitted, but its message is
+// refused as a replay; the other spelling is refused at connect. The
+// message opens exactly once.
+TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
+  char pub[41], secret[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
+  VanOptions keyed;
+  keyed.secret_key = secret;
+  Inbox inbox;
+  Van receiver(keyed);
+  ASSERT_TRUE(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
+  receiver.Start([&inbox](Message&& msg) { inbox.Take(std::move(msg)); });
+
+  std::string job_secret(seal::kKeyBytes, '\0');
+  ASSERT_NE(zmq_z85_decode(reinterpret_cast<uint8_t*>(&job_secret[0]), secret),
+            nullptr);
+  seal::JobKey job(job_secret);
+  seal::JobKey::Hello hello = job.MakeHello(receiver.wire_key()).value();
+  // The recorded message: frame 0 of Inbox's shape (tag, body).
+  Message msg;
+  const int32_t ti[2] = {7, 7};
+  SArray<char> tag(sizeof(ti));
+  std::memcpy(tag.data(), ti, sizeof(ti));
+  msg.AddData(tag, pb::CHAR);
+  msg.AddData(SArray<char>(BodySize(7, 7)), pb::CHAR);
+  for (size_t k = 0; k < msg.data[1].size(); ++k) {
+    msg.data[1][k] = BodyByte(7, 7, k);
+  }
+  std::vector<std::string> plain = {EncodeHeader(&msg)};
+  for (const SArray<char>& f : msg.data) plain.emplace_back(f.data(), f.size());
+  seal::Sealer sealer(hello.key);
+  size_t chunks = 0;
+  for (const std::string& p : plain) chunks += seal::Chunks(p.size());
+  uint64_t seq = sealer.Begin(chunks);
+  std::vector<std::string> sealed;
+  for (uint32_t i = 0; i < plain.size(); ++i) {
+    std::string out(seal::SealedBytes(plain[i].size()), '\0');
+    sealer.Seal(seq, i, static_cast<uint32_t>(plain.size()), plain[i].data(),
+                plain[i].size(), &out[0]);
+    seq += seal::Chunks(plain[i].size());
+    sealed.push_back(out);
+  }
+
+  void* context = zmq_ctx_new();
+  auto send_as = [&](const std::string& token_hex, const std::string& id) {
+    void* s = zmq_socket(context, ZMQ_DEALER);
+    int linger = 2000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
+    zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, seal::kUserName,
+                   std::strlen(seal::kUserName));
+    zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, token_hex.data(), token_hex.size());
+    std::string endpoint = "tcp://127.0.0.1:" + std::to_string(receiver.port());
+    zmq_connect(s, endpoint.c_str());
+    for (size_t i = 0; i < sealed.size(); ++i) {
+      zmq_send(s, sealed[i].data(), sealed[i].size(),
+               ZMQ_DONTWAIT | (i + 1 < sealed.size() ? ZMQ_SNDMORE : 0));
+    }
+    return s;
+  };
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 400 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return done();
+  };
+  const std::string token = seal::ToHex(hello.token);
+  void* member = send_as(token, "member:1");
+  ASSERT_TRUE(wait_for([&] {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    return inbox.total == 1;
+  }));
+  void* replay = send_as(token, "eavesdropper:1");
+  EXPECT_TRUE(wait_for([&] { return receiver.num_dropped() == 1; }))
+      << receiver.num_dropped();
+  std::string upper = token;
+  for (char& c : upper) c = static_cast<char>(std::toupper(c));
+  ASSERT_NE(upper, token);
+  void* respelled = send_as(upper, "eavesdropper:2");
+  EXPECT_TRUE(wait_for([&] { return receiver.num_refused() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    EXPECT_EQ(inbox.total, 1);
+    EXPECT_TRUE(inbox.errors.empty());
+  }
+  EXPECT_EQ(receiver.num_dropped(), 1u);
+  int zero = 0;
+  for (void* s : {member, replay, respelled}) {
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(s);
+  }
+  receiver.Stop(0);
+  zmq_ctx_term(context);
 }
 
 TEST(Van, SealedConcurrentSendsArriveOnceWhilePeersComeAndGo) {
