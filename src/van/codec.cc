@@ -131,12 +131,19 @@ Status ResolveShared(const pb::Meta& meta, std::vector<SArray<char>>* frames,
 StatusOr<Message> Decode(const char* header, size_t header_size,
                          std::vector<SArray<char>> frames,
                          const std::function<int(int sender)>& shared_pid) {
-  Message msg;
+  pb::Meta meta;
   if (header_size > static_cast<size_t>(INT32_MAX) ||
-      !msg.meta.ParseFromArray(header, static_cast<int>(header_size))) {
+      !meta.ParseFromArray(header, static_cast<int>(header_size))) {
     return Status::Corruption("header of " + std::to_string(header_size) +
                               " bytes does not parse");
   }
+  return Decode(std::move(meta), std::move(frames), shared_pid);
+}
+
+StatusOr<Message> Decode(pb::Meta meta, std::vector<SArray<char>> frames,
+                         const std::function<int(int sender)>& shared_pid) {
+  Message msg;
+  msg.meta = std::move(meta);
   if (!pb::Command_IsValid(msg.meta.control().cmd())) {
     return Status::Corruption("unknown control command " +
                               std::to_string(msg.meta.control().cmd()));
@@ -145,6 +152,32 @@ StatusOr<Message> Decode(const char* header, size_t header_size,
   PS_RETURN_IF_ERROR(CheckFrames(msg.meta, &frames));
   msg.data = std::move(frames);
   return msg;
+}
+
+StatusOr<std::vector<size_t>> StreamedFrames(const pb::Meta& meta,
+                                             size_t stream_bytes,
+                                             size_t max_frames,
+                                             uint64_t max_bytes) {
+  const int n = meta.data_size_size();
+  std::vector<uint64_t> wire(meta.data_size().begin(), meta.data_size().end());
+  for (const pb::SharedRef& ref : meta.shared()) {
+    if (ref.frame() >= 0 && ref.frame() < n) wire[ref.frame()] = 0;
+  }
+  uint64_t total = 0;
+  bool over = static_cast<size_t>(n) > max_frames;
+  for (uint64_t bytes : wire) {
+    over = over || bytes > max_bytes - total;
+    if (!over) total += bytes;
+  }
+  if (!over && (n == 0 || total < stream_bytes)) return std::vector<size_t>();
+  if (over) {
+    return Status::InvalidArgument(
+        "a streamed message announces " + std::to_string(n) +
+        " data frames of more than " + std::to_string(total) +
+        " bytes (at most " + std::to_string(max_frames) + " frames and " +
+        std::to_string(max_bytes) + " bytes, PS_MAX_MESSAGE_BYTES)");
+  }
+  return std::vector<size_t>(wire.begin(), wire.end());
 }
 
 std::string DebugString(const Message& msg) {

@@ -39,6 +39,20 @@ std::string EncodeHeader(Message* msg);
 StatusOr<Message> Decode(
     const char* header, size_t header_size, std::vector<SArray<char>> frames,
     const std::function<int(int sender)>& shared_pid = nullptr);
+// The same for a header parsed already.
+StatusOr<Message> Decode(
+    pb::Meta meta, std::vector<SArray<char>> frames,
+    const std::function<int(int sender)>& shared_pid = nullptr);
+
+// With a job key, a header that came alone announces a streamed message
+// (van/seal.h) when its data frames hold `stream_bytes` or more on the wire:
+// then the list of each data frame's wire bytes (none for a shared-memory
+// reference), whose records follow it; else an empty list. Errors: more
+// than `max_frames` data frames or `max_bytes` bytes, which names both.
+StatusOr<std::vector<size_t>> StreamedFrames(const pb::Meta& meta,
+                                             size_t stream_bytes,
+                                             size_t max_frames,
+                                             uint64_t max_bytes);
 
 }  // namespace ps
 

@@ -10,8 +10,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 namespace ps {
@@ -91,77 +89,48 @@ struct CipherDeleter {
 };
 using CipherPtr = std::unique_ptr<EVP_CIPHER_CTX, CipherDeleter>;
 
-// The chunks of one frame, laid out as a sealed frame holds them: the
-// text at `text` (plaintext to seal, ciphertext to open, in place or into
-// `out`), the tags at `tags`.
-struct FrameChunks {
-  uint64_t seq;
-  uint32_t index, frames;
-  const unsigned char* text;
-  unsigned char* out;
-  size_t bytes;
-  unsigned char* tags;
-};
-
-// Seals (encrypt) or opens chunks [begin, end) of `f` with `ctx`; false if
-// a chunk fails authentication.
-bool RunChunks(EVP_CIPHER_CTX* ctx, bool encrypt, const FrameChunks& f,
-               size_t begin, size_t end) {
-  const auto chunks = static_cast<uint32_t>(Chunks(f.bytes));
-  for (size_t c = begin; c < end; ++c) {
-    unsigned char iv[12], aad[16];
-    Nonce(f.seq + c, iv);
-    Aad(f.index, f.frames, static_cast<uint32_t>(c), chunks, aad);
-    size_t at = c * kChunkBytes;
-    int n = static_cast<int>(
-        std::min(kChunkBytes, f.bytes - std::min(at, f.bytes)));
-    unsigned char* tag = f.tags + c * kTagBytes;
-    int len = 0;
-    if (encrypt) {
-      CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
-      CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)), 1);
-      if (n > 0) {
-        CHECK_EQ(EVP_EncryptUpdate(ctx, f.out + at, &len, f.text + at, n), 1);
-      }
-      CHECK_EQ(EVP_EncryptFinal_ex(ctx, f.out + at + n, &len), 1);
-      CHECK_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag),
-               1);
-      continue;
-    }
-    bool ok =
-        EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
-        EVP_DecryptUpdate(ctx, nullptr, &len, aad, sizeof(aad)) == 1 &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) == 1 &&
-        (n == 0 ||
-         EVP_DecryptUpdate(ctx, f.out + at, &len, f.text + at, n) == 1) &&
-        EVP_DecryptFinal_ex(ctx, f.out + at + n, &len) == 1;
-    if (!ok) return false;
+// Seals (encrypt) or opens one chunk of `n` bytes with `ctx`: its nonce is
+// `seq`, its associated data `aad`; from `in` into `out` (the same place or
+// another), its tag at `tag`. False if it fails authentication.
+bool RunChunk(EVP_CIPHER_CTX* ctx, bool encrypt, uint64_t seq,
+              const unsigned char aad[16], const unsigned char* in, size_t n,
+              unsigned char* out, unsigned char* tag) {
+  unsigned char iv[12];
+  Nonce(seq, iv);
+  const int bytes = static_cast<int>(n);
+  int len = 0;
+  if (encrypt) {
+    CHECK_EQ(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv), 1);
+    CHECK_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, aad, 16), 1);
+    if (bytes > 0) CHECK_EQ(EVP_EncryptUpdate(ctx, out, &len, in, bytes), 1);
+    CHECK_EQ(EVP_EncryptFinal_ex(ctx, out + bytes, &len), 1);
+    CHECK_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag), 1);
+    return true;
   }
-  return true;
+  return EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
+         EVP_DecryptUpdate(ctx, nullptr, &len, aad, 16) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) == 1 &&
+         (bytes == 0 || EVP_DecryptUpdate(ctx, out, &len, in, bytes) == 1) &&
+         EVP_DecryptFinal_ex(ctx, out + bytes, &len) == 1;
 }
 
-// RunChunks over all of `f`'s chunks: a frame of kParallelBytes or more by
-// this thread and one started for it, each on half of the chunks, the
-// second half with a context of its own.
-bool RunFrame(EVP_CIPHER_CTX* ctx, const std::string& key, bool encrypt,
-              const FrameChunks& f) {
-  const size_t chunks = Chunks(f.bytes);
-  if (f.bytes < kParallelBytes) return RunChunks(ctx, encrypt, f, 0, chunks);
-  const size_t half = chunks / 2;
-  bool other_ok = true;
-  std::thread other;
-  try {
-    other = std::thread([&] {
-      CipherPtr own(NewCipher(key, encrypt));
-      other_ok = RunChunks(own.get(), encrypt, f, half, chunks);
-    });
-  } catch (const std::system_error&) {
-    // No thread to be had (a process or thread limit): all on this one.
-    return RunChunks(ctx, encrypt, f, 0, chunks);
+// Seals or opens every chunk of a frame laid out as a sealed frame holds
+// it: `bytes` bytes of text at `in` (into `out`), then the tags at `tags`;
+// its first chunk numbered `seq`.
+bool RunFrame(EVP_CIPHER_CTX* ctx, bool encrypt, uint64_t seq, uint32_t index,
+              uint32_t frames, const unsigned char* in, unsigned char* out,
+              size_t bytes, unsigned char* tags) {
+  const auto chunks = static_cast<uint32_t>(Chunks(bytes));
+  for (uint32_t c = 0; c < chunks; ++c) {
+    unsigned char aad[16];
+    Aad(index, frames, c, chunks, aad);
+    const size_t at = c * kChunkBytes;
+    if (!RunChunk(ctx, encrypt, seq + c, aad, in + at, ChunkBytes(bytes, c),
+                  out + at, tags + c * kTagBytes)) {
+      return false;
+    }
   }
-  bool ok = RunChunks(ctx, encrypt, f, 0, half);
-  other.join();
-  return ok && other_ok;
+  return true;
 }
 
 }  // namespace
@@ -222,7 +191,7 @@ struct Sealer::Cipher {
 };
 
 Sealer::Sealer(const std::string& key)
-    : key_(key), cipher_(new Cipher{CipherPtr(NewCipher(key, true))}) {}
+    : cipher_(new Cipher{CipherPtr(NewCipher(key, true))}) {}
 Sealer::~Sealer() = default;
 
 void Sealer::Seal(uint64_t seq, uint32_t index, uint32_t frames, const void* in,
@@ -230,14 +199,22 @@ void Sealer::Seal(uint64_t seq, uint32_t index, uint32_t frames, const void* in,
   CHECK_GE(seq + Chunks(bytes), seq) << "sequence numbers exhausted";
   auto* o = static_cast<unsigned char*>(out);
   std::memcpy(o, &seq, kSeqBytes);
-  FrameChunks f{seq,
-                index,
-                frames,
-                static_cast<const unsigned char*>(in),
-                o + kSeqBytes,
-                bytes,
-                o + kSeqBytes + bytes};
-  RunFrame(cipher_->ctx.get(), key_, true, f);
+  RunFrame(cipher_->ctx.get(), true, seq, index, frames,
+           static_cast<const unsigned char*>(in), o + kSeqBytes, bytes,
+           o + kSeqBytes + bytes);
+}
+
+void Sealer::SealChunk(uint64_t seq, uint32_t index, uint32_t frames,
+                       uint32_t chunk, uint32_t chunks, const void* in,
+                       size_t bytes, void* out) {
+  CHECK_LE(bytes, kChunkBytes);
+  auto* o = static_cast<unsigned char*>(out);
+  std::memcpy(o, &seq, kSeqBytes);
+  unsigned char aad[16];
+  Aad(index, frames, chunk, chunks, aad);
+  RunChunk(cipher_->ctx.get(), true, seq, aad,
+           static_cast<const unsigned char*>(in), bytes, o + kSeqBytes,
+           o + kSeqBytes + bytes);
 }
 
 struct Opener::Cipher {
@@ -245,7 +222,7 @@ struct Opener::Cipher {
 };
 
 Opener::Opener(const std::string& key)
-    : key_(key), cipher_(new Cipher{CipherPtr(NewCipher(key, false))}) {}
+    : cipher_(new Cipher{CipherPtr(NewCipher(key, false))}) {}
 Opener::~Opener() = default;
 
 Status Opener::Open(Frame* frames, size_t count) {
@@ -285,14 +262,8 @@ Status Opener::Open(Frame* frames, size_t count) {
   uint64_t seq = first;
   for (size_t i = 0; i < count; ++i) {
     auto* p = reinterpret_cast<unsigned char*>(frames[i].data) + kSeqBytes;
-    FrameChunks f{seq,
-                  static_cast<uint32_t>(i),
-                  static_cast<uint32_t>(count),
-                  p,
-                  p,
-                  bytes[i],
-                  p + bytes[i]};
-    if (!RunFrame(cipher_->ctx.get(), key_, false, f)) {
+    if (!RunFrame(cipher_->ctx.get(), false, seq, static_cast<uint32_t>(i),
+                  static_cast<uint32_t>(count), p, p, bytes[i], p + bytes[i])) {
       return Status::Corruption("frame " + std::to_string(i) +
                                 " fails authentication (tampered, or "
                                 "sealed with another key)");
@@ -304,6 +275,43 @@ Status Opener::Open(Frame* frames, size_t count) {
     frames[i].bytes = bytes[i];
   }
   last_ = next - 1;
+  return Status::OK();
+}
+
+bool Opener::IsNext(const char* record, size_t record_bytes) const {
+  uint64_t seq = 0;
+  if (record_bytes < kSeqBytes + kTagBytes) return false;
+  std::memcpy(&seq, record, kSeqBytes);
+  return seq == last_ + 1;
+}
+
+Status Opener::OpenChunk(const char* record, size_t record_bytes,
+                         uint32_t index, uint32_t frames, uint32_t chunk,
+                         uint32_t chunks, char* out, size_t bytes) {
+  if (record_bytes != kSeqBytes + bytes + kTagBytes) {
+    return Status::InvalidArgument(
+        "a record of " + std::to_string(record_bytes) + " bytes for chunk " +
+        std::to_string(chunk) + " of frame " + std::to_string(index) +
+        ", which holds " + std::to_string(bytes));
+  }
+  if (!IsNext(record, record_bytes)) {
+    return Status::Corruption("chunk " + std::to_string(chunk) + " of frame " +
+                              std::to_string(index) +
+                              " out of place: not the next sequence number");
+  }
+  const uint64_t seq = last_ + 1;
+  unsigned char aad[16];
+  Aad(index, frames, chunk, chunks, aad);
+  const auto* in = reinterpret_cast<const unsigned char*>(record) + kSeqBytes;
+  auto* tag = const_cast<unsigned char*>(in + bytes);
+  if (!RunChunk(cipher_->ctx.get(), false, seq, aad, in, bytes,
+                reinterpret_cast<unsigned char*>(out), tag)) {
+    return Status::Corruption("chunk " + std::to_string(chunk) + " of frame " +
+                              std::to_string(index) +
+                              " fails authentication (tampered, or sealed "
+                              "with another key)");
+  }
+  last_ = seq;
   return Status::OK();
 }
 

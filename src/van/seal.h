@@ -32,15 +32,22 @@
 // count), so chunks and frames cannot be moved, dropped or appended within
 // a message. The receiver takes a message only if its first sequence
 // number is above every one it took under that key and the rest follow it
-// one by one: replayed and reordered frames are refused. A frame of
-// kParallelBytes or more is sealed, and opened, by two threads at once
-// (the caller's and one started for it), each on half of its chunks.
+// one by one: replayed and reordered frames are refused.
+//
+// A message whose data frames hold kStreamBytes or more is streamed: its
+// header is sealed as a message of one frame and goes alone, and each chunk
+// of its data frames follows as a record of its own (SealChunk: the chunk's
+// sequence number, ciphertext and tag), sealed while ZeroMQ sends the one
+// before and opened (OpenChunk) while it receives the one after, so that
+// sealing, sending, receiving and opening overlap. The header says how many
+// records follow; each must carry the next sequence number.
 //
 // Thread-safety: a Sealer is used under its peer's lock; an Opener on the
 // receive thread only. Internal to src/van.
 #ifndef PS_SRC_VAN_SEAL_H_
 #define PS_SRC_VAN_SEAL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,8 +61,8 @@ namespace seal {
 constexpr size_t kKeyBytes = 32;
 constexpr size_t kSeqBytes = 8;
 constexpr size_t kTagBytes = 16;
-constexpr size_t kChunkBytes = size_t{256} << 10;
-constexpr size_t kParallelBytes = size_t{1} << 20;
+constexpr size_t kChunkBytes = size_t{128} << 10;
+constexpr size_t kStreamBytes = 2 * kChunkBytes;
 // The PLAIN user name a sealing sender presents.
 constexpr char kUserName[] = "ps-seal-1";
 
@@ -66,6 +73,11 @@ inline size_t Chunks(size_t bytes) {
 }
 inline size_t SealedBytes(size_t bytes) {
   return kSeqBytes + bytes + kTagBytes * Chunks(bytes);
+}
+// The plaintext bytes of chunk `chunk` of a frame of `bytes` bytes.
+inline size_t ChunkBytes(size_t bytes, size_t chunk) {
+  size_t at = chunk * kChunkBytes;
+  return at >= bytes ? 0 : std::min(kChunkBytes, bytes - at);
 }
 
 // An X25519 key pair: 32 bytes each.
@@ -120,9 +132,13 @@ class Sealer {
   // `out`, which holds SealedBytes(bytes).
   void Seal(uint64_t seq, uint32_t index, uint32_t frames, const void* in,
             size_t bytes, void* out);
+  // Seals chunk `chunk` of `chunks` of frame `index` of `frames`, numbered
+  // `seq`, from the `bytes` bytes at `in` into the record at `out`, which
+  // holds kSeqBytes + bytes + kTagBytes: a streamed message's record.
+  void SealChunk(uint64_t seq, uint32_t index, uint32_t frames, uint32_t chunk,
+                 uint32_t chunks, const void* in, size_t bytes, void* out);
 
  private:
-  const std::string key_;
   struct Cipher;
   std::unique_ptr<Cipher> cipher_;
   uint64_t next_ = 1;
@@ -146,10 +162,18 @@ class Opener {
   // why (a size no sealed frame has, replayed or out of order, tampered).
   // Nothing is changed by a refused message but the bytes of its frames.
   Status Open(Frame* frames, size_t count);
+  // Opens the record of `record_bytes` bytes at `record` as chunk `chunk` of
+  // `chunks` of frame `index` of `frames`, into the `bytes` bytes at `out`;
+  // it must carry the sequence number after the last one taken. Refused:
+  // nothing is changed but the bytes at `out`.
+  Status OpenChunk(const char* record, size_t record_bytes, uint32_t index,
+                   uint32_t frames, uint32_t chunk, uint32_t chunks, char* out,
+                   size_t bytes);
+  // Whether the record at `record` carries the next sequence number.
+  bool IsNext(const char* record, size_t record_bytes) const;
   uint64_t last() const { return last_; }
 
  private:
-  const std::string key_;
   struct Cipher;
   std::unique_ptr<Cipher> cipher_;
   uint64_t last_ = 0;  // the highest sequence number taken

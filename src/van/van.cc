@@ -44,21 +44,21 @@ bool IsNumericIPv4(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &addr) == 1;
 }
 
-// A received frame, kept alive by every SArray pointing into it.
-struct RecvFrame {
-  zmq_msg_t msg;
-  RecvFrame() { zmq_msg_init(&msg); }
-  ~RecvFrame() { zmq_msg_close(&msg); }
-  RecvFrame(const RecvFrame&) = delete;
-  RecvFrame& operator=(const RecvFrame&) = delete;
-};
-
 // ZeroMQ's free function for a zero-copy frame: drops the SArray reference.
 void ReleaseFrame(void* /*data*/, void* hint) {
   std::unique_ptr<SArray<char>> owner(static_cast<SArray<char>*>(hint));
 }
 
 }  // namespace
+
+// A received frame, kept alive by every SArray pointing into it.
+struct Van::RecvFrame {
+  zmq_msg_t msg;
+  RecvFrame() { zmq_msg_init(&msg); }
+  ~RecvFrame() { zmq_msg_close(&msg); }
+  RecvFrame(const RecvFrame&) = delete;
+  RecvFrame& operator=(const RecvFrame&) = delete;
+};
 
 Van::Van(const VanOptions& options)
     : options_(options),
@@ -365,24 +365,9 @@ Status Van::Send(Message* msg) {
         "): raise it on every node, or send less per request");
   }
   MutexLock lock(&peer->mu);
-  // With a job key every frame, the header's too, is sealed into a buffer
-  // of its own, in the order of its sequence numbers (hence under the lock).
-  seal::Sealer* sealer = peer->sealer.get();
+  if (peer->sealer != nullptr)
+    return SendSealed(peer.get(), header, *msg, by_ref);
   const auto frames = static_cast<uint32_t>(n + 1);
-  auto size_of = [&](uint32_t i) -> size_t {
-    if (i == 0) return header.size();
-    return by_ref[i - 1] ? 0 : msg->data[i - 1].size();  // a reference: none
-  };
-  uint64_t seq = 0;
-  if (sealer != nullptr) {
-    size_t chunks = 0;
-    for (uint32_t i = 0; i < frames; ++i) chunks += seal::Chunks(size_of(i));
-    seq = sealer->Begin(chunks);
-    std::string sealed(seal::SealedBytes(header.size()), '\0');
-    sealer->Seal(seq, 0, frames, header.data(), header.size(), &sealed[0]);
-    seq += seal::Chunks(header.size());
-    header = std::move(sealed);
-  }
   // The header goes by zmq_send (a copy), as the ThreadSanitizer build's
   // shim of ZeroMQ expects (tests/core/tsan_zmq_sync.cc).
   if (zmq_send(peer->socket, header.data(), header.size(),
@@ -390,28 +375,19 @@ Status Van::Send(Message* msg) {
     return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
   }
   for (uint32_t i = 1; i < frames; ++i) {
-    const SArray<char>* frame = &msg->data[i - 1];
-    const char* data = frame->data();
-    const size_t size = size_of(i);
+    const SArray<char>& frame = msg->data[i - 1];
+    const size_t size = by_ref[i - 1] ? 0 : frame.size();  // a reference: none
     if (by_ref[i - 1]) num_shared_sent_.fetch_add(1);
     zmq_msg_t part;
-    if (sealer != nullptr) {
-      if (zmq_msg_init_size(&part, seal::SealedBytes(size)) != 0) {
-        return Status::Unavailable("send to " + peer->address +
-                                   ": no memory to seal a frame of " +
-                                   std::to_string(size) + " bytes");
-      }
-      sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
-      seq += seal::Chunks(size);
-    } else if (size <= kInlineFrameBytes) {
+    if (size <= kInlineFrameBytes) {
       // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
       // them over by reference would cost a heap block instead of a copy
       // of a few bytes. Anything larger goes without a copy.
       zmq_msg_init_size(&part, size);
-      if (size > 0) std::memcpy(zmq_msg_data(&part), data, size);
+      if (size > 0) std::memcpy(zmq_msg_data(&part), frame.data(), size);
     } else {
-      auto owner = std::make_unique<SArray<char>>(*frame);
-      zmq_msg_init_data(&part, frame->data(), size, ReleaseFrame,
+      auto owner = std::make_unique<SArray<char>>(frame);
+      zmq_msg_init_data(&part, frame.data(), size, ReleaseFrame,
                         owner.release());
     }
     if (zmq_msg_send(&part, peer->socket, i + 1 < frames ? ZMQ_SNDMORE : 0) <
@@ -419,6 +395,74 @@ Status Van::Send(Message* msg) {
       zmq_msg_close(&part);
       return Status::Unavailable("send to " + peer->address + ": " +
                                  ZmqError());
+    }
+  }
+  return Status::OK();
+}
+
+Status Van::SendSealed(Peer* peer, const std::string& header,
+                       const Message& msg, const std::vector<bool>& by_ref) {
+  const size_t n = msg.data.size();
+  const auto frames = static_cast<uint32_t>(n + 1);
+  auto size_of = [&](uint32_t i) -> size_t {
+    if (i == 0) return header.size();
+    return by_ref[i - 1] ? 0 : msg.data[i - 1].size();  // a reference: none
+  };
+  size_t chunks = 0, data_bytes = 0;
+  for (uint32_t i = 0; i < frames; ++i) {
+    chunks += seal::Chunks(size_of(i));
+    if (i > 0) data_bytes += size_of(i);
+  }
+  const bool streamed = n > 0 && data_bytes >= seal::kStreamBytes;
+  // Every frame, the header's too, is sealed in the order of its sequence
+  // numbers (hence under the peer's lock). A streamed message's header is
+  // sealed as a message of one frame.
+  uint64_t seq = peer->sealer->Begin(chunks);
+  std::string sealed(seal::SealedBytes(header.size()), '\0');
+  peer->sealer->Seal(seq, 0, streamed ? 1 : frames, header.data(),
+                     header.size(), &sealed[0]);
+  seq += seal::Chunks(header.size());
+  // By zmq_send, as the ThreadSanitizer build's shim of ZeroMQ expects.
+  if (zmq_send(peer->socket, sealed.data(), sealed.size(),
+               frames > 1 && !streamed ? ZMQ_SNDMORE : 0) < 0) {
+    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
+  }
+  auto no_memory = [&](size_t bytes) {
+    return Status::Unavailable("send to " + peer->address +
+                               ": no memory to seal " + std::to_string(bytes) +
+                               " bytes");
+  };
+  for (uint32_t i = 1; i < frames; ++i) {
+    const char* data = msg.data[i - 1].data();
+    const size_t size = size_of(i);
+    if (by_ref[i - 1]) num_shared_sent_.fetch_add(1);
+    // Unstreamed: the frame sealed whole, one part of the message.
+    // Streamed: each chunk a record, a ZeroMQ message of its own, which
+    // ZeroMQ's I/O thread sends while this thread seals the next.
+    const auto parts = static_cast<uint32_t>(streamed ? seal::Chunks(size) : 1);
+    for (uint32_t c = 0; c < parts; ++c) {
+      const size_t bytes = streamed ? seal::ChunkBytes(size, c) : size;
+      zmq_msg_t part;
+      if (zmq_msg_init_size(&part,
+                            streamed ? seal::kSeqBytes + bytes + seal::kTagBytes
+                                     : seal::SealedBytes(size)) != 0) {
+        return no_memory(bytes);
+      }
+      if (streamed) {
+        peer->sealer->SealChunk(seq, i, frames, c, parts,
+                                data + c * seal::kChunkBytes, bytes,
+                                zmq_msg_data(&part));
+        seq += 1;
+      } else {
+        peer->sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
+        seq += seal::Chunks(size);
+      }
+      const bool more = !streamed && i + 1 < frames;
+      if (zmq_msg_send(&part, peer->socket, more ? ZMQ_SNDMORE : 0) < 0) {
+        zmq_msg_close(&part);
+        return Status::Unavailable("send to " + peer->address + ": " +
+                                   ZmqError());
+      }
     }
   }
   return Status::OK();
@@ -512,71 +556,179 @@ bool Van::ReceiveOne() {
     CountDropped(DescribeConnection(from, address), "no header frame");
     return true;
   }
-  // The header and data frames, opened in place with a job key.
-  std::vector<char*> data;
-  std::vector<size_t> sizes;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    data.push_back(static_cast<char*>(zmq_msg_data(&parts[i]->msg)));
-    sizes.push_back(zmq_msg_size(&parts[i]->msg));
-  }
   if (job_key_ != nullptr) {
-    const char* user_id = zmq_msg_gets(&parts[1]->msg, "User-Id");
-    Status opened =
-        OpenSealed(user_id == nullptr ? "" : user_id, &data, &sizes);
-    if (!opened.ok()) {
-      CountDropped(DescribeConnection(from, address),
-                   "sealed frames refused: " + opened.message());
-      return true;
-    }
+    ReceiveSealed(parts, from, address);
+    return true;
   }
   std::vector<SArray<char>> frames;
   for (size_t i = 2; i < parts.size(); ++i) {
-    std::shared_ptr<RecvFrame> holder = parts[i];
-    frames.emplace_back(data[i - 1], sizes[i - 1], [holder](char*) {});
+    frames.push_back(Adopt(parts[i],
+                           static_cast<char*>(zmq_msg_data(&parts[i]->msg)),
+                           zmq_msg_size(&parts[i]->msg)));
   }
   StatusOr<Message> msg =
-      Decode(data[0], sizes[0], std::move(frames), [this, &from](int) {
-        // By the connection, not by the sender the header claims.
-        std::shared_ptr<const Routes> routes = routes_.Load();
-        auto it = routes->accept_pid.find(from);
-        return it == routes->accept_pid.end() ? 0 : it->second;
-      });
+      Decode(static_cast<const char*>(zmq_msg_data(&parts[1]->msg)),
+             zmq_msg_size(&parts[1]->msg), std::move(frames), SharedPid(from));
+  Deliver(std::move(msg), std::move(from), std::move(address));
+  return true;
+}
+
+SArray<char> Van::Adopt(const std::shared_ptr<RecvFrame>& part, char* data,
+                        size_t bytes) {
+  std::shared_ptr<RecvFrame> holder = part;
+  return SArray<char>(data, bytes, [holder](char*) {});
+}
+
+std::function<int(int)> Van::SharedPid(const std::string& from) const {
+  return [this, from](int) {
+    // By the connection, not by the sender the header claims.
+    std::shared_ptr<const Routes> routes = routes_.Load();
+    auto it = routes->accept_pid.find(from);
+    return it == routes->accept_pid.end() ? 0 : it->second;
+  };
+}
+
+void Van::Deliver(StatusOr<Message> msg, std::string from,
+                  std::string address) {
   if (!msg.ok()) {
     CountDropped(DescribeConnection(from, address), msg.status().message());
-    return true;
+    return;
   }
   msg->from = std::move(from);
   msg->peer_address = std::move(address);
   num_shared_received_.fetch_add(msg->meta.shared_size());
   handler_(std::move(msg).value());
+}
+
+void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
+                        const std::string& from, const std::string& address) {
+  // The User-Id is the token the ZAP handler admitted (lower-case hex); its
+  // first half, the sender's ephemeral key, names the connection's key,
+  // however a replay of the token connects again.
+  const char* user_id = zmq_msg_gets(&parts[1]->msg, "User-Id");
+  const std::string token = user_id == nullptr ? "" : user_id;
+  const std::string e_pub = token.substr(0, 2 * seal::kKeyBytes);
+  auto it = inbound_.find(e_pub);
+  Inbound* in = it == inbound_.end() ? nullptr : &it->second;
+  const std::string who = DescribeConnection(from, address);
+  if (in != nullptr && in->stream) {
+    // The next record of the streamed message this connection is sending,
+    // or, if not, that message was cut short (a connection lost mid-way).
+    zmq_msg_t* record = &parts[1]->msg;
+    if (parts.size() != 2 ||
+        !in->opener->IsNext(static_cast<const char*>(zmq_msg_data(record)),
+                            zmq_msg_size(record))) {
+      CountDropped(who, "a streamed message cut short after " +
+                            std::to_string(in->stream->frame) + " of " +
+                            std::to_string(in->stream->frames.size()) +
+                            " data frames");
+      in->stream.reset();
+    } else {
+      Status took =
+          TakeRecord(in, static_cast<const char*>(zmq_msg_data(record)),
+                     zmq_msg_size(record));
+      if (!took.ok()) {
+        in->stream.reset();
+        CountDropped(who, "streamed message refused: " + took.message());
+      } else if (in->stream->frame == in->stream->frames.size()) {
+        Inbound::Stream done = std::move(*in->stream);
+        in->stream.reset();
+        Deliver(Decode(std::move(done.meta), std::move(done.frames),
+                       SharedPid(from)),
+                from, address);
+      }
+      return;
+    }
+  }
+  // A message whole, or the header of a streamed one: opened in place.
+  std::vector<seal::Opener::Frame> frames;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    frames.push_back({static_cast<char*>(zmq_msg_data(&parts[i]->msg)),
+                      zmq_msg_size(&parts[i]->msg)});
+  }
+  std::unique_ptr<seal::Opener> first;  // kept only if its message opens
+  if (in == nullptr) {
+    StatusOr<std::string> key = seal::FromHex(token);
+    if (key.ok()) key = job_key_->AcceptHello(static_key_, *key);
+    if (!key.ok()) {
+      CountDropped(who, "sealed frames refused: " + key.status().message());
+      return;
+    }
+    first = std::make_unique<seal::Opener>(*key);
+  }
+  seal::Opener* opener = first != nullptr ? first.get() : in->opener.get();
+  Status opened = opener->Open(frames.data(), frames.size());
+  if (!opened.ok()) {
+    CountDropped(who, "sealed frames refused: " + opened.message());
+    return;
+  }
+  if (first != nullptr) {
+    in = &inbound_[e_pub];
+    in->opener = std::move(first);
+  }
+  if (parts.size() == 2) {
+    // The header alone: a message without data frames, or a streamed one.
+    pb::Meta meta;
+    if (!meta.ParseFromArray(frames[0].data,
+                             static_cast<int>(frames[0].bytes))) {
+      CountDropped(who, "header of " + std::to_string(frames[0].bytes) +
+                            " bytes does not parse");
+      return;
+    }
+    StatusOr<bool> streamed = StartStream(in, &meta);
+    if (!streamed.ok()) {
+      CountDropped(who, streamed.status().message());
+      return;
+    }
+    if (*streamed) return;
+    Deliver(Decode(std::move(meta), {}, SharedPid(from)), from, address);
+    return;
+  }
+  std::vector<SArray<char>> data;
+  for (size_t i = 2; i < parts.size(); ++i) {
+    data.push_back(Adopt(parts[i], frames[i - 1].data, frames[i - 1].bytes));
+  }
+  Deliver(
+      Decode(frames[0].data, frames[0].bytes, std::move(data), SharedPid(from)),
+      from, address);
+}
+
+StatusOr<bool> Van::StartStream(Inbound* in, pb::Meta* meta) {
+  StatusOr<std::vector<size_t>> wire =
+      StreamedFrames(*meta, seal::kStreamBytes, kMaxParts - 1,
+                     static_cast<uint64_t>(options_.max_message_bytes));
+  if (!wire.ok()) return wire.status();
+  if (wire->empty()) return false;
+  // Each frame in a buffer of its own, aligned for any element type, which
+  // its records are opened into.
+  Inbound::Stream stream;
+  for (size_t bytes : *wire) {
+    std::shared_ptr<uint64_t[]> buffer(new (std::nothrow)
+                                           uint64_t[(bytes + 7) / 8]);
+    if (buffer == nullptr) {
+      return Status::Unavailable("no memory for a streamed frame of " +
+                                 std::to_string(bytes) + " bytes");
+    }
+    stream.frames.emplace_back(reinterpret_cast<char*>(buffer.get()),
+                               static_cast<size_t>(bytes), [buffer](char*) {});
+  }
+  stream.meta = std::move(*meta);
+  in->stream = std::move(stream);
   return true;
 }
 
-Status Van::OpenSealed(const std::string& user_id, std::vector<char*>* data,
-                       std::vector<size_t>* sizes) {
-  // The User-Id is the token the ZAP handler admitted; its first half, the
-  // sender's ephemeral key, names the connection's key, however a replay
-  // of the token connects again.
-  StatusOr<std::string> token = seal::FromHex(user_id);
-  if (!token.ok()) return token.status();
-  std::string e_pub = token->substr(0, seal::kKeyBytes);
-  auto it = openers_.find(e_pub);
-  std::unique_ptr<seal::Opener> first;  // kept only if its message opens
-  if (it == openers_.end()) {
-    StatusOr<std::string> key = job_key_->AcceptHello(static_key_, *token);
-    if (!key.ok()) return key.status();
-    first = std::make_unique<seal::Opener>(*key);
-  }
-  seal::Opener* opener = first != nullptr ? first.get() : it->second.get();
-  std::vector<seal::Opener::Frame> frames(data->size());
-  for (size_t i = 0; i < frames.size(); ++i) {
-    frames[i] = {(*data)[i], (*sizes)[i]};
-  }
-  PS_RETURN_IF_ERROR(opener->Open(frames.data(), frames.size()));
-  if (first != nullptr) openers_.emplace(e_pub, std::move(first));
-  for (size_t i = 0; i < frames.size(); ++i) {
-    (*data)[i] = frames[i].data;
-    (*sizes)[i] = frames[i].bytes;
+Status Van::TakeRecord(Inbound* in, const char* record, size_t bytes) {
+  Inbound::Stream& stream = *in->stream;
+  SArray<char>& frame = stream.frames[stream.frame];
+  const auto chunks = static_cast<uint32_t>(seal::Chunks(frame.size()));
+  PS_RETURN_IF_ERROR(in->opener->OpenChunk(
+      record, bytes, stream.frame + 1,
+      static_cast<uint32_t>(stream.frames.size() + 1), stream.chunk, chunks,
+      frame.data() + stream.chunk * seal::kChunkBytes,
+      seal::ChunkBytes(frame.size(), stream.chunk)));
+  if (++stream.chunk == chunks) {
+    stream.chunk = 0;
+    ++stream.frame;
   }
   return Status::OK();
 }

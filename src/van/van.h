@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -191,14 +192,48 @@ class Van {
 
  private:
   struct Peer;
+  struct RecvFrame;
+  // With a job key, what the receive thread keeps of one admitted
+  // connection: its key, and the streamed message whose records are still
+  // arriving (seal.h).
+  struct Inbound {
+    std::unique_ptr<seal::Opener> opener;
+    struct Stream {
+      pb::Meta meta;                     // the opened header
+      std::vector<SArray<char>> frames;  // opened into record by record
+      uint32_t frame = 0;                // the next record's frame and chunk
+      uint32_t chunk = 0;
+    };
+    std::optional<Stream> stream;
+  };
 
+  // With a job key: seals msg's header and frames (`by_ref`: sent as
+  // references, no bytes) to `peer`, its data frames streamed as records
+  // when they hold seal::kStreamBytes or more.
+  Status SendSealed(Peer* peer, const std::string& header, const Message& msg,
+                    const std::vector<bool>& by_ref);
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
-  // With a job key: opens the message's frames (parts[1..]) in place with
-  // its connection's key; says why not.
-  Status OpenSealed(const std::string& user_id, std::vector<char*>* data,
-                    std::vector<size_t>* sizes);
+  // With a job key: opens `parts` (the routing id, then the message's or a
+  // record's frames) with its connection's key and delivers what completes.
+  void ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
+                     const std::string& from, const std::string& address);
+  // With a job key, for a header that came alone: whether it starts a
+  // streamed message (then `in` waits for its records), or an error that
+  // names what it announces beyond the limits.
+  StatusOr<bool> StartStream(Inbound* in, pb::Meta* meta);
+  // Opens the record of `bytes` bytes at `record` into the next chunk of
+  // `in`'s streamed message.
+  Status TakeRecord(Inbound* in, const char* record, size_t bytes);
+  // An SArray of the `bytes` bytes at `data` within `part`, keeping it alive.
+  static SArray<char> Adopt(const std::shared_ptr<RecvFrame>& part, char* data,
+                            size_t bytes);
+  // Whose shared memory the connection `from` may name (codec.h's Decode).
+  std::function<int(int)> SharedPid(const std::string& from) const;
+  // Hands a decoded message from `from` to the handler, or counts it
+  // dropped, saying why.
+  void Deliver(StatusOr<Message> msg, std::string from, std::string address);
   // With a job key: binds the ZAP endpoint and the ROUTER's monitor, starts the
   // auth thread.
   void StartAuth();
@@ -229,12 +264,12 @@ class Van {
   SharedMemory* const shared_memory_;      // the process's; outlives every Van
   std::unique_ptr<seal::JobKey> job_key_;  // with a key only
   seal::KeyPair static_key_;               // with a key only
-  // The key of each admitted connection, by its sender's ephemeral key
-  // (the first half of the PLAIN token, which ZeroMQ gives its messages as
-  // their User-Id); the receive thread's alone. An entry is made by the
-  // first message that opens with it, so only holders of the job key add
-  // to it, one entry per connection they make.
-  std::unordered_map<std::string, std::unique_ptr<seal::Opener>> openers_;
+  // Each admitted connection, by its sender's ephemeral key in hex (the
+  // first half of the PLAIN token, which ZeroMQ gives its messages as their
+  // User-Id); the receive thread's alone. An entry is made by the first
+  // message that opens with it, so only holders of the job key add to it,
+  // one entry per connection they make.
+  std::unordered_map<std::string, Inbound> inbound_;
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth", with a key only

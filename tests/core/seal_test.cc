@@ -139,8 +139,8 @@ TEST(Seal, LargeFramesGoInChunksThatCannotBeChangedOrMoved) {
   Pair p;
   Sealer sealer(p.hello.key);
   Opener opener(p.key);
-  // Sizes around a chunk, and one sealed by two threads (kParallelBytes).
-  std::string big(3 * kChunkBytes + kParallelBytes + 5, '\0');
+  // Sizes around a chunk, and one of several chunks.
+  std::string big(7 * kChunkBytes + 5, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   std::vector<std::string> plain = {"h", std::string(kChunkBytes, 'c'),
                                     std::string(kChunkBytes + 1, 'd'), big};
@@ -150,8 +150,8 @@ TEST(Seal, LargeFramesGoInChunksThatCannotBeChangedOrMoved) {
   }
   EXPECT_EQ(Chunks(big.size()), 8u);
   std::vector<std::string> opened;
-  // A byte changed in the last chunk (the second thread's half), or in its
-  // tag; two chunks of the big frame swapped; the big frame cut short.
+  // A byte changed in the last chunk, or in its tag; two chunks of the big
+  // frame swapped; the big frame cut short.
   std::vector<std::string> bad = sealed;
   bad[3][kSeqBytes + big.size() - 1] ^= 1;
   EXPECT_FALSE(OpenMessage(&opener, bad, &opened).ok());

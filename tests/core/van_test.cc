@@ -38,8 +38,10 @@ constexpr size_t kSlot = 512;  // of a thread's shared region, per message
 
 // Message (thread t, number i): a tag frame (t, i) and a body whose length
 // (0 to kMaxBody - 1 bytes: inline, zero-copy and shared-memory frames all
-// occur) and bytes follow from (t, i).
+// occur; one message in 25 of several seal::kChunkBytes, which a sealed
+// van streams) and bytes follow from (t, i).
 size_t BodySize(int t, int i) {
+  if (i % 25 == 11) return 3 * seal::kChunkBytes + 1000 * t + i;
   return (static_cast<size_t>(t) * 131 + static_cast<size_t>(i) * 37) %
          kMaxBody;
 }
@@ -151,7 +153,7 @@ void ExpectConcurrentSendsArriveOnce(const VanOptions& options) {
       for (int i = 0; i < kPerThread; ++i) {
         const size_t n = BodySize(t, i);
         SArray<char> body;
-        if (i % 3 == 0) {
+        if (i % 3 == 0 && n <= kSlot) {
           body = shared[t].segment(i * kSlot, i * kSlot + n);
         } else {
           body = SArray<char>(n);
@@ -207,6 +209,94 @@ TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
   ExpectConcurrentSendsArriveOnce(VanOptions());
 }
 
+// Message (t, i) of Inbox's shape.
+Message TestMessage(int t, int i) {
+  Message msg;
+  const int32_t ti[2] = {t, i};
+  SArray<char> tag(sizeof(ti));
+  std::memcpy(tag.data(), ti, sizeof(ti));
+  msg.AddData(tag, pb::CHAR);
+  msg.AddData(SArray<char>(BodySize(t, i)), pb::CHAR);
+  for (size_t k = 0; k < msg.data[1].size(); ++k) {
+    msg.data[1][k] = BodyByte(t, i, k);
+  }
+  return msg;
+}
+
+// The ZeroMQ messages (each a list of parts) that a van with a job key
+// sends for `msg` on the connection `sealer` seals: one of all its frames,
+// or, `streamed`, the header alone and then each chunk of each data frame
+// as a record of its own (seal.h).
+std::vector<std::vector<std::string>> SealLikeAVan(seal::Sealer* sealer,
+                                                   Message* msg,
+                                                   bool streamed) {
+  std::vector<std::string> plain = {EncodeHeader(msg)};
+  for (const SArray<char>& f : msg->data)
+    plain.emplace_back(f.data(), f.size());
+  const auto frames = static_cast<uint32_t>(plain.size());
+  size_t chunks = 0;
+  for (const std::string& p : plain) chunks += seal::Chunks(p.size());
+  uint64_t seq = sealer->Begin(chunks);
+  std::vector<std::vector<std::string>> out(1);
+  for (uint32_t i = 0; i < frames; ++i) {
+    const std::string& p = plain[i];
+    if (!streamed || i == 0) {
+      std::string sealed(seal::SealedBytes(p.size()), '\0');
+      sealer->Seal(seq, i, streamed ? 1 : frames, p.data(), p.size(),
+                   &sealed[0]);
+      out[0].push_back(sealed);
+      seq += seal::Chunks(p.size());
+      continue;
+    }
+    const auto n = static_cast<uint32_t>(seal::Chunks(p.size()));
+    for (uint32_t c = 0; c < n; ++c) {
+      const size_t bytes = seal::ChunkBytes(p.size(), c);
+      std::string record(seal::kSeqBytes + bytes + seal::kTagBytes, '\0');
+      sealer->SealChunk(seq++, i, frames, c, n,
+                        p.data() + c * seal::kChunkBytes, bytes, &record[0]);
+      out.push_back({record});
+    }
+  }
+  return out;
+}
+
+// A DEALER connected to `port` that presents `token_hex` as a sealing
+// sender does, with routing id `id`.
+void* ConnectAs(void* context, int port, const std::string& token_hex,
+                const std::string& id) {
+  void* s = zmq_socket(context, ZMQ_DEALER);
+  int linger = 2000;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+  zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
+  zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, seal::kUserName,
+                 std::strlen(seal::kUserName));
+  zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, token_hex.data(), token_hex.size());
+  std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  zmq_connect(s, endpoint.c_str());
+  return s;
+}
+
+void SendParts(void* s, const std::vector<std::string>& parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    zmq_send(s, parts[i].data(), parts[i].size(),
+             i + 1 < parts.size() ? ZMQ_SNDMORE : 0);
+  }
+}
+
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 400 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return done();
+}
+
+// The job's secret as a Van with options.secret_key derives it.
+std::string JobSecret(const char* z85) {
+  std::string secret(seal::kKeyBytes, '\0');
+  CHECK(zmq_z85_decode(reinterpret_cast<uint8_t*>(&secret[0]), z85) != nullptr);
+  return secret;
+}
+
 // An eavesdropper who recorded a member's handshake token and sealed
 // message (made here with the job key, as the member made them) presents
 // them again, as recorded and with the token's hex in upper case: the
@@ -223,59 +313,21 @@ TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
   ASSERT_TRUE(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
   receiver.Start([&inbox](Message&& msg) { inbox.Take(std::move(msg)); });
 
-  std::string job_secret(seal::kKeyBytes, '\0');
-  ASSERT_NE(zmq_z85_decode(reinterpret_cast<uint8_t*>(&job_secret[0]), secret),
-            nullptr);
-  seal::JobKey job(job_secret);
+  seal::JobKey job(JobSecret(secret));
   seal::JobKey::Hello hello = job.MakeHello(receiver.wire_key()).value();
-  // The recorded message: frame 0 of Inbox's shape (tag, body).
-  Message msg;
-  const int32_t ti[2] = {7, 7};
-  SArray<char> tag(sizeof(ti));
-  std::memcpy(tag.data(), ti, sizeof(ti));
-  msg.AddData(tag, pb::CHAR);
-  msg.AddData(SArray<char>(BodySize(7, 7)), pb::CHAR);
-  for (size_t k = 0; k < msg.data[1].size(); ++k) {
-    msg.data[1][k] = BodyByte(7, 7, k);
-  }
-  std::vector<std::string> plain = {EncodeHeader(&msg)};
-  for (const SArray<char>& f : msg.data) plain.emplace_back(f.data(), f.size());
+  // The recorded message, whole.
+  Message msg = TestMessage(7, 7);
   seal::Sealer sealer(hello.key);
-  size_t chunks = 0;
-  for (const std::string& p : plain) chunks += seal::Chunks(p.size());
-  uint64_t seq = sealer.Begin(chunks);
-  std::vector<std::string> sealed;
-  for (uint32_t i = 0; i < plain.size(); ++i) {
-    std::string out(seal::SealedBytes(plain[i].size()), '\0');
-    sealer.Seal(seq, i, static_cast<uint32_t>(plain.size()), plain[i].data(),
-                plain[i].size(), &out[0]);
-    seq += seal::Chunks(plain[i].size());
-    sealed.push_back(out);
-  }
+  const std::vector<std::string> sealed =
+      SealLikeAVan(&sealer, &msg, /*streamed=*/false).at(0);
 
   void* context = zmq_ctx_new();
   auto send_as = [&](const std::string& token_hex, const std::string& id) {
-    void* s = zmq_socket(context, ZMQ_DEALER);
-    int linger = 2000;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
-    zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, seal::kUserName,
-                   std::strlen(seal::kUserName));
-    zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, token_hex.data(), token_hex.size());
-    std::string endpoint = "tcp://127.0.0.1:" + std::to_string(receiver.port());
-    zmq_connect(s, endpoint.c_str());
-    for (size_t i = 0; i < sealed.size(); ++i) {
-      zmq_send(s, sealed[i].data(), sealed[i].size(),
-               ZMQ_DONTWAIT | (i + 1 < sealed.size() ? ZMQ_SNDMORE : 0));
-    }
+    void* s = ConnectAs(context, receiver.port(), token_hex, id);
+    SendParts(s, sealed);
     return s;
   };
-  auto wait_for = [](const std::function<bool()>& done) {
-    for (int i = 0; i < 400 && !done(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    return done();
-  };
+  auto wait_for = WaitFor;
   const std::string token = seal::ToHex(hello.token);
   void* member = send_as(token, "member:1");
   ASSERT_TRUE(wait_for([&] {
@@ -302,6 +354,72 @@ TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_close(s);
   }
+  receiver.Stop(0);
+  zmq_ctx_term(context);
+}
+
+// A member's streamed messages on one connection: one cut short (its
+// header and two of its five records), one with a record tampered, one with
+// two records swapped, then one whole and a small one. Only the last two
+// arrive, with their bytes; the receiver drops the rest (each record that
+// no longer belongs to a message counts as a message dropped) and keeps
+// serving.
+TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
+  char pub[41], secret[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
+  VanOptions keyed;
+  keyed.secret_key = secret;
+  Inbox inbox;
+  Van receiver(keyed);
+  ASSERT_TRUE(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
+  receiver.Start([&inbox](Message&& msg) { inbox.Take(std::move(msg)); });
+  seal::JobKey job(JobSecret(secret));
+  seal::JobKey::Hello hello = job.MakeHello(receiver.wire_key()).value();
+  seal::Sealer sealer(hello.key);
+  void* context = zmq_ctx_new();
+  void* member =
+      ConnectAs(context, receiver.port(), seal::ToHex(hello.token), "member:1");
+
+  auto streamed = [&](int i) {
+    Message msg = TestMessage(0, i);
+    EXPECT_GE(msg.data[1].size(), seal::kStreamBytes);
+    std::vector<std::vector<std::string>> parts =
+        SealLikeAVan(&sealer, &msg, /*streamed=*/true);
+    EXPECT_EQ(parts.size(), 1u + 1u + 4u);  // header; tag; body of 4 chunks
+    return parts;
+  };
+  std::vector<std::vector<std::string>> cut = streamed(11);
+  cut.resize(3);
+  std::vector<std::vector<std::string>> tampered = streamed(36);
+  tampered[3][0][seal::kSeqBytes + 5] ^= 1;
+  std::vector<std::vector<std::string>> swapped = streamed(61);
+  std::swap(swapped[3], swapped[4]);
+  std::vector<std::vector<std::string>> whole = streamed(86);
+  Message small = TestMessage(1, 1);
+  for (const auto* m : {&cut, &tampered, &swapped, &whole}) {
+    for (const std::vector<std::string>& parts : *m) SendParts(member, parts);
+  }
+  SendParts(member, SealLikeAVan(&sealer, &small, false).at(0));
+
+  EXPECT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    return inbox.total == 2;
+  }));
+  // Dropped: the cut message (1, when the next header comes); the tampered
+  // record and the two after it (3); the record out of place, which also
+  // fails alone, and the two after it (4).
+  EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 8; }))
+      << receiver.num_dropped();
+  {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    EXPECT_TRUE(inbox.errors.empty()) << inbox.errors.front();
+    EXPECT_EQ(inbox.total, 2);
+    EXPECT_EQ((inbox.count[{0, 86}]), 1);
+    EXPECT_EQ((inbox.count[{1, 1}]), 1);
+  }
+  int zero = 0;
+  zmq_setsockopt(member, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_close(member);
   receiver.Stop(0);
   zmq_ctx_term(context);
 }

@@ -1,8 +1,12 @@
 // libFuzzer target: the receive path of a job with a key, on any bytes: the
 // sealing token (seal::JobKey::AcceptHello), then the frames opened in place
-// (seal::Opener::Open) and, if they open, decoded (ps::Decode). None may
-// abort or read out of bounds; an opened frame lies within its sealed bytes.
-// The seeds (fuzz_seeds) are real messages sealed with kFuzzSealKey.
+// (seal::Opener::Open) and, if they open, decoded (ps::Decode); and the same
+// bytes as a streamed message: the header opened alone, its plan
+// (ps::StreamedFrames, every message with data streamed), then each frame a
+// record (seal::Opener::OpenChunk) opened into the frames it plans, and
+// decoded. None may abort or read out of bounds; an opened frame lies within
+// its sealed bytes. The seeds (fuzz_seeds) are real messages sealed with
+// kFuzzSealKey, whole and streamed.
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
@@ -15,6 +19,43 @@
 #include "van/codec.h"
 #include "van/seal.h"
 
+namespace {
+
+// `in` as a streamed message: its header alone, then its frames as the
+// records of the data frames its header plans.
+void OpenStreamed(ps::fuzz::FuzzMessage* in) {
+  ps::seal::Opener opener(ps::fuzz::kFuzzSealKey);
+  ps::seal::Opener::Frame header = {&in->header[0], in->header.size()};
+  if (!opener.Open(&header, 1).ok()) return;
+  ps::pb::Meta meta;
+  if (!meta.ParseFromArray(header.data, static_cast<int>(header.bytes))) return;
+  ps::StatusOr<std::vector<size_t>> plan =
+      ps::StreamedFrames(meta, 0, 15, size_t{1} << 24);
+  if (!plan.ok() || plan->empty()) return;
+  const auto frames = static_cast<uint32_t>(plan->size() + 1);
+  std::vector<ps::SArray<char>> opened;
+  size_t record = 0;
+  for (uint32_t i = 0; i < plan->size(); ++i) {
+    ps::SArray<char> frame((*plan)[i]);
+    const auto chunks = static_cast<uint32_t>(ps::seal::Chunks(frame.size()));
+    for (uint32_t c = 0; c < chunks; ++c, ++record) {
+      if (record >= in->frames.size()) return;
+      const ps::SArray<char>& r = in->frames[record];
+      if (!opener
+               .OpenChunk(r.data(), r.size(), i + 1, frames, c, chunks,
+                          frame.data() + c * ps::seal::kChunkBytes,
+                          ps::seal::ChunkBytes(frame.size(), c))
+               .ok()) {
+        return;
+      }
+    }
+    opened.push_back(frame);
+  }
+  (void)ps::Decode(std::move(meta), opened, nullptr);
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   google::protobuf::SetLogHandler(nullptr);
   return 0;
@@ -25,6 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const ps::seal::KeyPair own = ps::seal::JobKey::NewKeyPair();
   ps::fuzz::FuzzMessage in = ps::fuzz::ParseFuzzInput(data, size);
   (void)job.AcceptHello(own, in.header.substr(0, 2 * ps::seal::kKeyBytes));
+  ps::fuzz::FuzzMessage streamed = in;
+  OpenStreamed(&streamed);
 
   ps::seal::Opener opener(ps::fuzz::kFuzzSealKey);
   std::vector<ps::seal::Opener::Frame> frames;

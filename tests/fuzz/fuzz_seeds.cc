@@ -273,6 +273,34 @@ int WriteSeeds(const std::string& dir) {
       return 1;
     }
     ++written;
+    if (frames == 1) continue;
+    // And streamed, as a van sends a message of seal::kStreamBytes or more:
+    // the header sealed alone, then each data frame's chunks as records.
+    seal::Sealer streamer(fuzz::kFuzzSealKey);
+    seq = streamer.Begin(chunks);
+    std::string streamed_header(seal::SealedBytes(header.size()), '\0');
+    streamer.Seal(seq, 0, 1, header.data(), header.size(), &streamed_header[0]);
+    seq += seal::Chunks(header.size());
+    std::vector<SArray<char>> records;
+    for (uint32_t i = 1; i < frames; ++i) {
+      const auto n = static_cast<uint32_t>(seal::Chunks(plain[i].size()));
+      for (uint32_t c = 0; c < n; ++c) {
+        const size_t bytes = seal::ChunkBytes(plain[i].size(), c);
+        SArray<char> record(seal::kSeqBytes + bytes + seal::kTagBytes);
+        streamer.SealChunk(seq++, i, frames, c, n,
+                           plain[i].data() + c * seal::kChunkBytes, bytes,
+                           record.data());
+        records.push_back(record);
+      }
+    }
+    path += "_streamed";
+    std::ofstream streamed_out(path, std::ios::binary);
+    streamed_out << fuzz::SerializeFuzzInput(streamed_header, records);
+    if (!streamed_out) {
+      std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+      return 1;
+    }
+    ++written;
   }
   std::printf("fuzz_seeds: wrote %d files under %s\n", written, dir.c_str());
   return 0;
