@@ -610,7 +610,9 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
   const std::string e_pub = token.substr(0, 2 * seal::kKeyBytes);
   auto it = inbound_.find(e_pub);
   Inbound* in = it == inbound_.end() ? nullptr : &it->second;
-  const std::string who = DescribeConnection(from, address);
+  auto drop = [&](const std::string& why) {
+    CountDropped(DescribeConnection(from, address), why);
+  };
   if (in != nullptr && in->stream) {
     // The next record of the streamed message this connection is sending,
     // or, if not, that message was cut short (a connection lost mid-way).
@@ -618,10 +620,9 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
     if (parts.size() != 2 ||
         !in->opener->IsNext(static_cast<const char*>(zmq_msg_data(record)),
                             zmq_msg_size(record))) {
-      CountDropped(who, "a streamed message cut short after " +
-                            std::to_string(in->stream->frame) + " of " +
-                            std::to_string(in->stream->frames.size()) +
-                            " data frames");
+      drop("a streamed message cut short after " +
+           std::to_string(in->stream->frame) + " of " +
+           std::to_string(in->stream->frames.size()) + " data frames");
       in->stream.reset();
     } else {
       Status took =
@@ -629,7 +630,7 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
                      zmq_msg_size(record));
       if (!took.ok()) {
         in->stream.reset();
-        CountDropped(who, "streamed message refused: " + took.message());
+        drop("streamed message refused: " + took.message());
       } else if (in->stream->frame == in->stream->frames.size()) {
         Inbound::Stream done = std::move(*in->stream);
         in->stream.reset();
@@ -651,7 +652,7 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
     StatusOr<std::string> key = seal::FromHex(token);
     if (key.ok()) key = job_key_->AcceptHello(static_key_, *key);
     if (!key.ok()) {
-      CountDropped(who, "sealed frames refused: " + key.status().message());
+      drop("sealed frames refused: " + key.status().message());
       return;
     }
     first = std::make_unique<seal::Opener>(*key);
@@ -659,7 +660,7 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
   seal::Opener* opener = first != nullptr ? first.get() : in->opener.get();
   Status opened = opener->Open(frames.data(), frames.size());
   if (!opened.ok()) {
-    CountDropped(who, "sealed frames refused: " + opened.message());
+    drop("sealed frames refused: " + opened.message());
     return;
   }
   if (first != nullptr) {
@@ -671,13 +672,13 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
     pb::Meta meta;
     if (!meta.ParseFromArray(frames[0].data,
                              static_cast<int>(frames[0].bytes))) {
-      CountDropped(who, "header of " + std::to_string(frames[0].bytes) +
-                            " bytes does not parse");
+      drop("header of " + std::to_string(frames[0].bytes) +
+           " bytes does not parse");
       return;
     }
     StatusOr<bool> streamed = StartStream(in, &meta);
     if (!streamed.ok()) {
-      CountDropped(who, streamed.status().message());
+      drop(streamed.status().message());
       return;
     }
     if (*streamed) return;
