@@ -365,8 +365,10 @@ Status Van::Send(Message* msg) {
         "): raise it on every node, or send less per request");
   }
   MutexLock lock(&peer->mu);
-  if (peer->sealer != nullptr)
-    return SendSealed(peer.get(), header, *msg, by_ref);
+  if (peer->sealer != nullptr) {
+    return SendSealed(peer->sealer.get(), peer->socket, peer->address, header,
+                      *msg, by_ref);
+  }
   const auto frames = static_cast<uint32_t>(n + 1);
   // The header goes by zmq_send (a copy), as the ThreadSanitizer build's
   // shim of ZeroMQ expects (tests/core/tsan_zmq_sync.cc).
@@ -400,7 +402,8 @@ Status Van::Send(Message* msg) {
   return Status::OK();
 }
 
-Status Van::SendSealed(Peer* peer, const std::string& header,
+Status Van::SendSealed(seal::Sealer* sealer, void* socket,
+                       const std::string& address, const std::string& header,
                        const Message& msg, const std::vector<bool>& by_ref) {
   const size_t n = msg.data.size();
   const auto frames = static_cast<uint32_t>(n + 1);
@@ -417,20 +420,19 @@ Status Van::SendSealed(Peer* peer, const std::string& header,
   // Every frame, the header's too, is sealed in the order of its sequence
   // numbers (hence under the peer's lock). A streamed message's header is
   // sealed as a message of one frame.
-  uint64_t seq = peer->sealer->Begin(chunks);
+  uint64_t seq = sealer->Begin(chunks);
   std::string sealed(seal::SealedBytes(header.size()), '\0');
-  peer->sealer->Seal(seq, 0, streamed ? 1 : frames, header.data(),
-                     header.size(), &sealed[0]);
+  sealer->Seal(seq, 0, streamed ? 1 : frames, header.data(), header.size(),
+               &sealed[0]);
   seq += seal::Chunks(header.size());
   // By zmq_send, as the ThreadSanitizer build's shim of ZeroMQ expects.
-  if (zmq_send(peer->socket, sealed.data(), sealed.size(),
+  if (zmq_send(socket, sealed.data(), sealed.size(),
                frames > 1 && !streamed ? ZMQ_SNDMORE : 0) < 0) {
-    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
+    return Status::Unavailable("send to " + address + ": " + ZmqError());
   }
   auto no_memory = [&](size_t bytes) {
-    return Status::Unavailable("send to " + peer->address +
-                               ": no memory to seal " + std::to_string(bytes) +
-                               " bytes");
+    return Status::Unavailable("send to " + address + ": no memory to seal " +
+                               std::to_string(bytes) + " bytes");
   };
   for (uint32_t i = 1; i < frames; ++i) {
     const char* data = msg.data[i - 1].data();
@@ -449,19 +451,18 @@ Status Van::SendSealed(Peer* peer, const std::string& header,
         return no_memory(bytes);
       }
       if (streamed) {
-        peer->sealer->SealChunk(seq, i, frames, c, parts,
-                                data + c * seal::kChunkBytes, bytes,
-                                zmq_msg_data(&part));
+        sealer->SealChunk(seq, i, frames, c, parts,
+                          data + c * seal::kChunkBytes, bytes,
+                          zmq_msg_data(&part));
         seq += 1;
       } else {
-        peer->sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
+        sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
         seq += seal::Chunks(size);
       }
       const bool more = !streamed && i + 1 < frames;
-      if (zmq_msg_send(&part, peer->socket, more ? ZMQ_SNDMORE : 0) < 0) {
+      if (zmq_msg_send(&part, socket, more ? ZMQ_SNDMORE : 0) < 0) {
         zmq_msg_close(&part);
-        return Status::Unavailable("send to " + peer->address + ": " +
-                                   ZmqError());
+        return Status::Unavailable("send to " + address + ": " + ZmqError());
       }
     }
   }

@@ -208,10 +208,12 @@ class Van {
   };
 
   // With a job key: seals msg's header and frames (`by_ref`: sent as
-  // references, no bytes) to `peer`, its data frames streamed as records
-  // when they hold seal::kStreamBytes or more.
-  Status SendSealed(Peer* peer, const std::string& header, const Message& msg,
-                    const std::vector<bool>& by_ref);
+  // references, no bytes) with `sealer` and sends them on `socket` (to
+  // `address`), both of one peer, under its lock; its data frames streamed
+  // as records when they hold seal::kStreamBytes or more.
+  Status SendSealed(seal::Sealer* sealer, void* socket,
+                    const std::string& address, const std::string& header,
+                    const Message& msg, const std::vector<bool>& by_ref);
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
