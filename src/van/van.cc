@@ -49,6 +49,57 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   std::unique_ptr<SArray<char>> owner(static_cast<SArray<char>*>(hint));
 }
 
+// The data parts of one multipart message, each made (allocated, filled,
+// sealed) before its header is sent, so that running out of memory leaves
+// nothing half-sent on the socket; the parts not sent are closed.
+class OutParts {
+ public:
+  explicit OutParts(size_t n) { parts_.reserve(n); }  // never moved after
+  ~OutParts() {
+    for (size_t i = sent_; i < parts_.size(); ++i) zmq_msg_close(&parts_[i]);
+  }
+  OutParts(const OutParts&) = delete;
+  OutParts& operator=(const OutParts&) = delete;
+
+  // A new part of `bytes` bytes to fill, or nullptr without memory.
+  void* Add(size_t bytes) {
+    zmq_msg_t part;
+    if (zmq_msg_init_size(&part, bytes) != 0) return nullptr;
+    parts_.push_back(part);
+    return zmq_msg_data(&parts_.back());
+  }
+  // A new part that is `frame` itself, no copy; false without memory.
+  bool AddFrame(const SArray<char>& frame) {
+    auto owner = std::make_unique<SArray<char>>(frame);
+    zmq_msg_t part;
+    if (zmq_msg_init_data(&part, frame.data(), frame.size(), ReleaseFrame,
+                          owner.get()) != 0) {
+      return false;
+    }
+    owner.release();  // ZeroMQ's now: ReleaseFrame frees it
+    parts_.push_back(part);
+    return true;
+  }
+  // Sends `header` (by zmq_send, as the ThreadSanitizer build's shim of
+  // ZeroMQ expects: tests/core/tsan_zmq_sync.cc), then every part; false
+  // when ZeroMQ refuses one (its context ends).
+  bool Send(void* socket, const std::string& header) {
+    if (zmq_send(socket, header.data(), header.size(),
+                 parts_.empty() ? 0 : ZMQ_SNDMORE) < 0) {
+      return false;
+    }
+    for (; sent_ < parts_.size(); ++sent_) {
+      const int more = sent_ + 1 < parts_.size() ? ZMQ_SNDMORE : 0;
+      if (zmq_msg_send(&parts_[sent_], socket, more) < 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<zmq_msg_t> parts_;
+  size_t sent_ = 0;
+};
+
 }  // namespace
 
 // A received frame, kept alive by every SArray pointing into it.
@@ -369,35 +420,25 @@ Status Van::Send(Message* msg) {
     return SendSealed(peer->sealer.get(), peer->socket, peer->address, header,
                       *msg, by_ref);
   }
-  const auto frames = static_cast<uint32_t>(n + 1);
-  // The header goes by zmq_send (a copy), as the ThreadSanitizer build's
-  // shim of ZeroMQ expects (tests/core/tsan_zmq_sync.cc).
-  if (zmq_send(peer->socket, header.data(), header.size(),
-               frames > 1 ? ZMQ_SNDMORE : 0) < 0) {
-    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
+  OutParts parts(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SArray<char>& frame = msg->data[i];
+    const size_t size = by_ref[i] ? 0 : frame.size();  // a reference: none
+    if (by_ref[i]) num_shared_sent_.fetch_add(1);
+    // ZeroMQ stores frames this small inside zmq_msg_t itself; handing them
+    // over by reference would cost a heap block instead of a copy of a few
+    // bytes. Anything larger goes without a copy.
+    void* small = size <= kInlineFrameBytes ? parts.Add(size) : nullptr;
+    if (small != nullptr) {
+      if (size > 0) std::memcpy(small, frame.data(), size);
+    } else if (size <= kInlineFrameBytes || !parts.AddFrame(frame)) {
+      return Status::Unavailable("send to " + peer->address +
+                                 ": no memory for a frame of " +
+                                 std::to_string(size) + " bytes");
+    }
   }
-  for (uint32_t i = 1; i < frames; ++i) {
-    const SArray<char>& frame = msg->data[i - 1];
-    const size_t size = by_ref[i - 1] ? 0 : frame.size();  // a reference: none
-    if (by_ref[i - 1]) num_shared_sent_.fetch_add(1);
-    zmq_msg_t part;
-    if (size <= kInlineFrameBytes) {
-      // ZeroMQ stores frames this small inside zmq_msg_t itself; handing
-      // them over by reference would cost a heap block instead of a copy
-      // of a few bytes. Anything larger goes without a copy.
-      zmq_msg_init_size(&part, size);
-      if (size > 0) std::memcpy(zmq_msg_data(&part), frame.data(), size);
-    } else {
-      auto owner = std::make_unique<SArray<char>>(frame);
-      zmq_msg_init_data(&part, frame.data(), size, ReleaseFrame,
-                        owner.release());
-    }
-    if (zmq_msg_send(&part, peer->socket, i + 1 < frames ? ZMQ_SNDMORE : 0) <
-        0) {
-      zmq_msg_close(&part);
-      return Status::Unavailable("send to " + peer->address + ": " +
-                                 ZmqError());
-    }
+  if (!parts.Send(peer->socket, header)) {
+    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
   }
   return Status::OK();
 }
@@ -417,6 +458,13 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
     if (i > 0) data_bytes += size_of(i);
   }
   const bool streamed = n > 0 && data_bytes >= seal::kStreamBytes;
+  auto no_memory = [&](size_t bytes) {
+    return Status::Unavailable("send to " + address + ": no memory to seal " +
+                               std::to_string(bytes) + " bytes");
+  };
+  auto refused = [&] {
+    return Status::Unavailable("send to " + address + ": " + ZmqError());
+  };
   // Every frame, the header's too, is sealed in the order of its sequence
   // numbers (hence under the peer's lock). A streamed message's header is
   // sealed as a message of one frame.
@@ -425,44 +473,43 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
   sealer->Seal(seq, 0, streamed ? 1 : frames, header.data(), header.size(),
                &sealed[0]);
   seq += seal::Chunks(header.size());
-  // By zmq_send, as the ThreadSanitizer build's shim of ZeroMQ expects.
-  if (zmq_send(socket, sealed.data(), sealed.size(),
-               frames > 1 && !streamed ? ZMQ_SNDMORE : 0) < 0) {
-    return Status::Unavailable("send to " + address + ": " + ZmqError());
+  for (size_t i = 0; i < n; ++i) {
+    if (by_ref[i]) num_shared_sent_.fetch_add(1);
   }
-  auto no_memory = [&](size_t bytes) {
-    return Status::Unavailable("send to " + address + ": no memory to seal " +
-                               std::to_string(bytes) + " bytes");
-  };
+  if (!streamed) {
+    // Each frame sealed whole, a part of one message.
+    OutParts parts(n);
+    for (uint32_t i = 1; i < frames; ++i) {
+      const size_t size = size_of(i);
+      void* out = parts.Add(seal::SealedBytes(size));
+      if (out == nullptr) return no_memory(size);
+      sealer->Seal(seq, i, frames, msg.data[i - 1].data(), size, out);
+      seq += seal::Chunks(size);
+    }
+    return parts.Send(socket, sealed) ? Status::OK() : refused();
+  }
+  // Streamed: the header alone, then each chunk of each data frame a record,
+  // a ZeroMQ message of its own, which ZeroMQ's I/O thread sends while this
+  // thread seals the next. One that is not sent ends the message: the
+  // receiver drops it as cut short.
+  if (!OutParts(0).Send(socket, sealed)) return refused();
   for (uint32_t i = 1; i < frames; ++i) {
     const char* data = msg.data[i - 1].data();
     const size_t size = size_of(i);
-    if (by_ref[i - 1]) num_shared_sent_.fetch_add(1);
-    // Unstreamed: the frame sealed whole, one part of the message.
-    // Streamed: each chunk a record, a ZeroMQ message of its own, which
-    // ZeroMQ's I/O thread sends while this thread seals the next.
-    const auto parts = static_cast<uint32_t>(streamed ? seal::Chunks(size) : 1);
-    for (uint32_t c = 0; c < parts; ++c) {
-      const size_t bytes = streamed ? seal::ChunkBytes(size, c) : size;
-      zmq_msg_t part;
-      if (zmq_msg_init_size(&part,
-                            streamed ? seal::kSeqBytes + bytes + seal::kTagBytes
-                                     : seal::SealedBytes(size)) != 0) {
+    const auto records = static_cast<uint32_t>(seal::Chunks(size));
+    for (uint32_t c = 0; c < records; ++c) {
+      const size_t bytes = seal::ChunkBytes(size, c);
+      zmq_msg_t record;
+      if (zmq_msg_init_size(&record,
+                            seal::kSeqBytes + bytes + seal::kTagBytes) != 0) {
         return no_memory(bytes);
       }
-      if (streamed) {
-        sealer->SealChunk(seq, i, frames, c, parts,
-                          data + c * seal::kChunkBytes, bytes,
-                          zmq_msg_data(&part));
-        seq += 1;
-      } else {
-        sealer->Seal(seq, i, frames, data, size, zmq_msg_data(&part));
-        seq += seal::Chunks(size);
-      }
-      const bool more = !streamed && i + 1 < frames;
-      if (zmq_msg_send(&part, socket, more ? ZMQ_SNDMORE : 0) < 0) {
-        zmq_msg_close(&part);
-        return Status::Unavailable("send to " + address + ": " + ZmqError());
+      sealer->SealChunk(seq++, i, frames, c, records,
+                        data + c * seal::kChunkBytes, bytes,
+                        zmq_msg_data(&record));
+      if (zmq_msg_send(&record, socket, 0) < 0) {
+        zmq_msg_close(&record);
+        return refused();
       }
     }
   }
