@@ -48,20 +48,21 @@ Resender::Key Resender::KeyOf(int peer, const pb::Meta& m, bool request) {
              request};
 }
 
-RttEstimator& Resender::PeerLocked(int peer) {
-  auto it = peers_.find(peer);
+RttEstimator& Resender::PeerLocked(int peer, bool large) {
+  auto it = peers_.find({peer, large});
   if (it == peers_.end()) {
     it = peers_
-             .emplace(peer, RttEstimator(initial_ms_, kFloorMs,
-                                         kMaxBackoff * initial_ms_))
+             .emplace(
+                 std::make_pair(peer, large),
+                 RttEstimator(initial_ms_, kFloorMs, kMaxBackoff * initial_ms_))
              .first;
   }
   return it->second;
 }
 
-Resender::Clock::time_point Resender::DueLocked(int peer,
+Resender::Clock::time_point Resender::DueLocked(int peer, bool large,
                                                 Clock::time_point now) {
-  const double rto_ms = PeerLocked(peer).rto_ms();
+  const double rto_ms = PeerLocked(peer, large).rto_ms();
   return now + std::chrono::microseconds(static_cast<int64_t>(rto_ms * 1000));
 }
 
@@ -73,7 +74,10 @@ void Resender::Keep(Message* msg, Clock::time_point now) {
   msg->meta.set_attempt(static_cast<int>(k.sent.size()));
   k.msg.meta = msg->meta;
   k.msg.data = msg->data;
-  k.due = DueLocked(peer, now);
+  size_t bytes = 0;
+  for (const SArray<char>& frame : msg->data) bytes += frame.size();
+  k.large = bytes >= kLargeBytes;
+  k.due = DueLocked(peer, k.large, now);
   if (k.due < wake_) cv_.Signal();
 }
 
@@ -97,7 +101,8 @@ void Resender::OnAck(int peer, const pb::Meta& ack, Clock::time_point now) {
   const size_t attempt = static_cast<size_t>(ack.attempt());
   if (attempt >= 1 && attempt <= sent.size() && now >= sent[attempt - 1]) {
     std::chrono::duration<double, std::milli> rtt = now - sent[attempt - 1];
-    PeerLocked(peer).OnSample(rtt.count());
+    std::chrono::duration<double, std::milli> at = now.time_since_epoch();
+    PeerLocked(peer, it->second.large).OnSample(rtt.count(), at.count());
   }
   kept_.erase(it);
 }
@@ -123,7 +128,7 @@ Message Resender::AckOf(const pb::Meta& m) {
 
 std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
   std::vector<Message> due;
-  std::vector<int> late_peers;
+  std::vector<std::pair<int, bool>> late;  // peer, large
   for (auto it = kept_.begin(); it != kept_.end();) {
     Kept& k = it->second;
     if (k.due > now) {
@@ -137,16 +142,15 @@ std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
     k.sent.push_back(now);
     k.msg.meta.set_attempt(static_cast<int>(k.sent.size()));
     due.push_back(k.msg);
-    late_peers.push_back(std::get<0>(it->first));
+    late.emplace_back(std::get<0>(it->first), k.large);
     ++it;
   }
-  // One backoff per peer a round, however many of its messages were late.
-  std::sort(late_peers.begin(), late_peers.end());
-  late_peers.erase(std::unique(late_peers.begin(), late_peers.end()),
-                   late_peers.end());
-  for (int peer : late_peers) PeerLocked(peer).OnTimeout();
+  // One backoff per peer and size a round, however many were late.
+  std::sort(late.begin(), late.end());
+  late.erase(std::unique(late.begin(), late.end()), late.end());
+  for (const auto& [peer, large] : late) PeerLocked(peer, large).OnTimeout();
   for (auto& [key, k] : kept_) {
-    if (k.sent.back() == now) k.due = DueLocked(std::get<0>(key), now);
+    if (k.sent.back() == now) k.due = DueLocked(std::get<0>(key), k.large, now);
   }
   return due;
 }
@@ -178,9 +182,9 @@ size_t Resender::num_kept() const {
   return kept_.size();
 }
 
-double Resender::RtoMs(int peer) const {
+double Resender::RtoMs(int peer, bool large) const {
   MutexLock lock(&mu_);
-  auto it = peers_.find(peer);
+  auto it = peers_.find({peer, large});
   return it == peers_.end() ? initial_ms_ : it->second.rto_ms();
 }
 

@@ -27,7 +27,7 @@
 #include <map>
 #include <thread>
 #include <tuple>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "postoffice/rtt_estimator.h"
@@ -48,6 +48,11 @@ class Resender {
   // takes milliseconds to arrive whole: below this, resends would be
   // spurious copies of messages still on their way.
   static constexpr double kFloorMs = 5;
+  // Messages of this many payload bytes or more take their own RTO per
+  // peer: their round trips include their transfer, which the small ones'
+  // do not, so one estimate for both would be too short for the large
+  // (spurious resends of megabytes) or too long for the small.
+  static constexpr size_t kLargeBytes = size_t{64} << 10;
   // The most RTO: this many times the initial one (backoff's cap).
   static constexpr int kMaxBackoff = 16;
   static constexpr int kMaxSends = 8;
@@ -79,7 +84,7 @@ class Resender {
 
   // Tests.
   size_t num_kept() const EXCLUDES(mu_);
-  double RtoMs(int peer) const EXCLUDES(mu_);
+  double RtoMs(int peer, bool large = false) const EXCLUDES(mu_);
 
  private:
   // A message: to (or, acknowledged, from) `peer`.
@@ -90,12 +95,15 @@ class Resender {
     Message msg;
     std::vector<Clock::time_point> sent;  // of each attempt
     Clock::time_point due;                // of the next
+    bool large = false;                   // kLargeBytes or more
   };
   void Loop() EXCLUDES(mu_);
   // Takes what is due (rescheduled, the peers' RTO backed off) to send.
   std::vector<Message> TakeDueLocked(Clock::time_point now) REQUIRES(mu_);
-  RttEstimator& PeerLocked(int peer) REQUIRES(mu_);
-  Clock::time_point DueLocked(int peer, Clock::time_point now) REQUIRES(mu_);
+  // The RTO of messages to `peer`, small or `large`.
+  RttEstimator& PeerLocked(int peer, bool large) REQUIRES(mu_);
+  Clock::time_point DueLocked(int peer, bool large, Clock::time_point now)
+      REQUIRES(mu_);
 
   const double initial_ms_;
   const SendFn send_;
@@ -103,7 +111,7 @@ class Resender {
   CondVar cv_{&mu_};
   // A few per request in flight.
   std::map<Key, Kept> kept_ GUARDED_BY(mu_);
-  std::unordered_map<int, RttEstimator> peers_ GUARDED_BY(mu_);
+  std::map<std::pair<int, bool>, RttEstimator> peers_ GUARDED_BY(mu_);
   // When the thread wakes next (max: when told).
   Clock::time_point wake_ GUARDED_BY(mu_) = Clock::time_point::max();
   bool stop_ GUARDED_BY(mu_) = false;

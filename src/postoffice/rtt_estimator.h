@@ -5,7 +5,15 @@
 //   first sample R:  SRTT = R, RTTVAR = R / 2
 //   later sample R:  RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|,
 //                    SRTT = 7/8 SRTT + 1/8 R
-//   RTO = clamp(SRTT + 4 RTTVAR, floor, ceiling) x backoff
+//   RTO = clamp(max(SRTT + 4 RTTVAR, 1.25 x recent max), floor, ceiling)
+//         x backoff
+//
+// The recent max is the longest round trip sampled in this window of
+// kWindowMs or the one before (a windowed maximum, as BBR keeps of the
+// bandwidth). On a busy host round trips come in bursts (a receive thread
+// that waits a scheduler slice or two before it acknowledges): SRTT +
+// 4 RTTVAR forgets a burst within some ten samples, and the next would be
+// resent spuriously, megabytes at a time.
 //
 // Before the first sample the RTO is the initial value (RFC 6298 2.1; here
 // PS_RESEND_TIMEOUT_MS's default). A timeout doubles the backoff (5.5), up
@@ -25,7 +33,18 @@ class RttEstimator {
   RttEstimator(double initial_ms, double floor_ms, double ceiling_ms)
       : initial_ms_(initial_ms), floor_ms_(floor_ms), ceiling_ms_(ceiling_ms) {}
 
-  void OnSample(double rtt_ms) {
+  static constexpr double kWindowMs = 5000;
+  static constexpr double kMaxMargin = 1.25;
+
+  // A round trip of rtt_ms, sampled at now_ms (any fixed origin).
+  void OnSample(double rtt_ms, double now_ms = 0) {
+    if (now_ms - window_start_ms_ >= kWindowMs) {
+      previous_max_ms_ =
+          now_ms - window_start_ms_ < 2 * kWindowMs ? window_max_ms_ : 0;
+      window_max_ms_ = 0;
+      window_start_ms_ = now_ms;
+    }
+    window_max_ms_ = std::max(window_max_ms_, rtt_ms);
     if (!sampled_) {
       srtt_ms_ = rtt_ms;
       rttvar_ms_ = rtt_ms / 2;
@@ -42,9 +61,12 @@ class RttEstimator {
   }
 
   double rto_ms() const {
-    double base =
-        sampled_ ? std::clamp(srtt_ms_ + 4 * rttvar_ms_, floor_ms_, ceiling_ms_)
-                 : initial_ms_;
+    const double recent =
+        kMaxMargin * std::max(window_max_ms_, previous_max_ms_);
+    double base = sampled_
+                      ? std::clamp(std::max(srtt_ms_ + 4 * rttvar_ms_, recent),
+                                   floor_ms_, ceiling_ms_)
+                      : initial_ms_;
     return std::min(ceiling_ms_, base * backoff_);
   }
   bool sampled() const { return sampled_; }
@@ -59,6 +81,9 @@ class RttEstimator {
   bool sampled_ = false;
   double srtt_ms_ = 0;
   double rttvar_ms_ = 0;
+  double window_start_ms_ = 0;
+  double window_max_ms_ = 0;    // in the window that began then
+  double previous_max_ms_ = 0;  // in the window before it
   int backoff_ = 1;
 };
 

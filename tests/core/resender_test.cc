@@ -47,6 +47,26 @@ TEST(RttEstimator, BacksOffOnTimeoutAndResetsOnASample) {
   EXPECT_LE(e.backoff(), 64);    // and no more doubling past it
 }
 
+// A burst of slow round trips (a busy host) is remembered for a window or
+// two, however many fast ones follow, then forgotten.
+TEST(RttEstimator, KeepsTheLongestRecentRoundTripForTwoWindows) {
+  RttEstimator e(1000, 5, 16000);
+  const double w = RttEstimator::kWindowMs;
+  e.OnSample(1, 0);
+  e.OnSample(40, 10);  // the burst
+  for (int i = 0; i < 100; ++i) e.OnSample(1, 20 + i);
+  // SRTT + 4 RTTVAR has forgotten it (about 1 ms), the window has not.
+  EXPECT_LT(e.srtt_ms() + 4 * e.rttvar_ms(), 5);
+  EXPECT_DOUBLE_EQ(e.rto_ms(), 1.25 * 40);
+  e.OnSample(1, w + 1);  // the next window: the one before still counts
+  EXPECT_DOUBLE_EQ(e.rto_ms(), 1.25 * 40);
+  e.OnSample(1, 2 * w + 2);  // two windows on: forgotten
+  EXPECT_DOUBLE_EQ(e.rto_ms(), 5);
+  e.OnSample(30, 2 * w + 3);
+  e.OnSample(1, 5 * w);  // a window with no samples between: forgotten too
+  EXPECT_LT(e.rto_ms(), 1.25 * 30);
+}
+
 TEST(RttEstimator, FloorAndCeiling) {
   RttEstimator fast(1000, 5, 16000);
   fast.OnSample(0.2);  // 0.2 + 4 x 0.1 = 0.6 ms: the floor
@@ -105,7 +125,8 @@ TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   // Sent twice (t0, t0 + 100 ms): an acknowledgement of the first send
   // at t0 + 150 ms is a sample of 150 ms, not 50 (no ambiguity to skip,
   // Karn's problem): RTTVAR = 3/4 x 5 + 1/4 x 140 = 38.75, SRTT = 7/8 x 10
-  // + 1/8 x 150 = 27.5.
+  // + 1/8 x 150 = 27.5; SRTT + 4 RTTVAR = 182.5, below 1.25 x 150, the
+  // longest recent round trip's margin.
   Message again = Request(2);
   r.Keep(&again, t0);
   r.Keep(&again, t0 + std::chrono::milliseconds(100));
@@ -114,7 +135,7 @@ TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   first_ack.meta.set_attempt(1);
   r.OnAck(8, first_ack.meta, t0 + std::chrono::milliseconds(150));
   EXPECT_EQ(r.num_kept(), 0u);
-  EXPECT_DOUBLE_EQ(r.RtoMs(8), 27.5 + 4 * 38.75);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 1.25 * 150);
   // One naming no attempt of ours settles the message, without a sample.
   Message odd = Request(4);
   r.Keep(&odd, t0);
@@ -122,7 +143,7 @@ TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   odd_ack.meta.set_attempt(7);
   r.OnAck(8, odd_ack.meta, t0 + std::chrono::seconds(9));
   EXPECT_EQ(r.num_kept(), 0u);
-  EXPECT_DOUBLE_EQ(r.RtoMs(8), 27.5 + 4 * 38.75);
+  EXPECT_DOUBLE_EQ(r.RtoMs(8), 1.25 * 150);
   // An answer settles its request, without a sample.
   Message third = Request(3);
   r.Keep(&third, t0);
