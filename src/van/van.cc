@@ -426,6 +426,7 @@ Status Van::Send(Message* msg) {
 
 void Van::CountDropped(const std::string& from, const std::string& why) {
   num_dropped_.fetch_add(1);
+  if (options_.metrics) options_.metrics->Refused(ClassifyRefusal(why));
   Report("dropped a message from " + from + ": " + why);
 }
 

@@ -1,0 +1,171 @@
+// Metrics (src/metrics): what the registry counts, how it names peers and
+// refusals, and that /metrics is served over HTTP on the port it says.
+#include "metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace ps {
+namespace {
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line) != std::string::npos;
+}
+
+// GET /metrics from 127.0.0.1:port; "" when the connection fails.
+std::string Scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) reply.append(buf, n);
+    }
+  }
+  close(fd);
+  return reply;
+}
+
+TEST(Metrics, CountsTrafficPerPeerWithRoleAndRank) {
+  Metrics m(Role::kWorker);
+  m.set_rank(1);
+  m.Sent(ServerRankToId(0), 100);
+  m.Sent(ServerRankToId(0), 20);
+  m.Received(ServerRankToId(1), 7);
+  m.Received(kSchedulerId, 3);
+  const std::string text = m.Text();
+  EXPECT_TRUE(Has(text,
+                  "ps_bytes_sent_total{role=\"worker\",rank=\"1\","
+                  "peer=\"server0\"} 120"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_messages_sent_total{role=\"worker\",rank=\"1\","
+                  "peer=\"server0\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_bytes_received_total{role=\"worker\",rank=\"1\","
+                  "peer=\"server1\"} 7"))
+      << text;
+  EXPECT_TRUE(Has(text, "peer=\"scheduler\"} 3")) << text;
+}
+
+TEST(Metrics, UnknownPeersShareOneSeries) {
+  Metrics m(Role::kServer);
+  m.Received(-5, 1);  // a registering node's temporary id
+  m.Received(Metrics::kMaxPeerIds + 1, 1);
+  m.Received(3, 1);  // no role has id 3
+  EXPECT_TRUE(Has(m.Text(),
+                  "ps_messages_received_total{role=\"server\",rank=\"\","
+                  "peer=\"other\"} 3"))
+      << m.Text();
+}
+
+TEST(Metrics, RefusalsHaveAFixedSetOfReasons) {
+  EXPECT_EQ(ClassifyRefusal("it claims to be server 0 in ..."),
+            RefusalReason::kNotAMember);
+  EXPECT_EQ(ClassifyRefusal("unknown sender of DATA"),
+            RefusalReason::kNotAMember);
+  EXPECT_EQ(ClassifyRefusal("a malformed acknowledgement: x"),
+            RefusalReason::kMalformed);
+  EXPECT_EQ(ClassifyRefusal("frames that do not open with its key"),
+            RefusalReason::kAuthentication);
+  EXPECT_EQ(ClassifyRefusal("a message of 2000 bytes"), RefusalReason::kSize);
+  EXPECT_EQ(ClassifyRefusal("\x01\x02whatever a peer wrote"),
+            RefusalReason::kOther);
+  Metrics m(Role::kServer);
+  m.Refused(ClassifyRefusal("unknown sender of DATA"));
+  m.Refused(RefusalReason::kAuthentication);
+  m.Refused(RefusalReason::kAuthentication);
+  const std::string text = m.Text();
+  EXPECT_TRUE(Has(text, "reason=\"authentication\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "reason=\"not_a_member\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "reason=\"size\"} 0")) << text;
+}
+
+TEST(Metrics, RequestsByOpInAHistogram) {
+  Metrics m(Role::kWorker);
+  m.RequestDone(/*push=*/true, /*pull=*/false, 0.002);
+  m.RequestDone(false, true, 0.5);
+  m.RequestDone(false, true, 0.5);
+  const std::string text = m.Text();
+  EXPECT_TRUE(Has(text,
+                  "ps_request_seconds_count{role=\"worker\",rank=\"\","
+                  "op=\"push\"} 1"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_request_seconds_count{role=\"worker\",rank=\"\","
+                  "op=\"pull\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_request_seconds_sum{role=\"worker\",rank=\"\","
+                  "op=\"pull\"} 1"))
+      << text;
+}
+
+TEST(Metrics, PeerStateIsOneGaugeSetToOne) {
+  Metrics m(Role::kScheduler);
+  m.SetPeerState(WorkerRankToId(0), "joining");
+  m.SetPeerState(WorkerRankToId(0), "live");
+  m.SetHeartbeatAge(WorkerRankToId(0), 0.25);
+  const std::string text = m.Text();
+  EXPECT_TRUE(Has(text, "peer=\"worker0\",state=\"live\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "peer=\"worker0\",state=\"joining\"} 0")) << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_peer_heartbeat_age_seconds{role=\"scheduler\","
+                  "rank=\"\",peer=\"worker0\"} 0.25"))
+      << text;
+}
+
+TEST(Metrics, GaugesByNameRefuseBadNames) {
+  Metrics m(Role::kWorker);
+  EXPECT_TRUE(m.SetGauge("ps_samples_per_second", 1200.5));
+  EXPECT_TRUE(m.SetGauge("ps_samples_per_second", 1300));
+  EXPECT_FALSE(m.SetGauge("not a name", 1));
+  EXPECT_FALSE(m.SetGauge("ps_bytes_sent_total", 1));  // a counter's
+  EXPECT_TRUE(Has(m.Text(),
+                  "ps_samples_per_second{role=\"worker\",rank=\"\"}"
+                  " 1300"))
+      << m.Text();
+}
+
+TEST(Metrics, ServesOverHttpOnAnEphemeralPort) {
+  Metrics m(Role::kServer);
+  m.set_rank(0);
+  ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
+  ASSERT_GT(m.port(), 0);
+  m.Sent(WorkerRankToId(0), 42);
+  const std::string reply = Scrape(m.port());
+  EXPECT_TRUE(Has(reply, "200 OK")) << reply;
+  EXPECT_TRUE(Has(reply,
+                  "ps_bytes_sent_total{role=\"server\",rank=\"0\","
+                  "peer=\"worker0\"} 42"))
+      << reply;
+}
+
+TEST(Metrics, ABusyPortIsAnErrorNamingIt) {
+  Metrics first(Role::kServer);
+  ASSERT_TRUE(first.Serve("127.0.0.1", 0).ok());
+  Metrics second(Role::kWorker);
+  Status st = second.Serve("127.0.0.1", first.port());
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "127.0.0.1:" + std::to_string(first.port())))
+      << st;
+  EXPECT_TRUE(Has(st.message(), "PS_METRICS_PORT")) << st;
+}
+
+}  // namespace
+}  // namespace ps
