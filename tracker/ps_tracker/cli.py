@@ -249,6 +249,12 @@ def parse_args(argv):
                         "PS_RESTART_COUNT; "
                         "every process gets PS_MAX_RESTARTS=N (default: "
                         "%(default)s, no restart)")
+    parser.add_argument("--metrics", metavar="DIR",
+                        help="local, ssh: every node serves Prometheus "
+                        "metrics on a port of its own (PS_METRICS_PORT=0); "
+                        "DIR/targets.json lists them for Prometheus's "
+                        "file_sd_configs, with labels role and rank, and is "
+                        "rewritten when a node is restarted")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -300,6 +306,13 @@ def parse_args(argv):
         usage_error("--max-restarts is not offered with --worker-customers: "
                     "a restarted process would not find its customers' "
                     "ranks again")
+    if args.metrics is not None:
+        if args.launcher not in ("local", "ssh"):
+            usage_error("--metrics is offered with --launcher local or ssh")
+        if args.worker_customers > 1:
+            usage_error("--metrics is not offered with --worker-customers: "
+                        "a process's customers would share one target")
+        args.metrics = os.path.abspath(args.metrics)
     # The worker processes to launch; DMLC_NUM_WORKER stays W.
     args.worker_processes = args.num_workers // args.worker_customers
     if not 0 <= args.port <= 65535:
