@@ -1,11 +1,10 @@
-// Metrics: the families, the per-peer cache, the role and rank labels added
-// at scrape time, and the HTTP endpoint (prometheus-cpp's Exposer).
+// Metrics: the families, the per-peer cache, and the role and rank labels
+// added at scrape time.
 #include "metrics/metrics.h"
 
 #include <prometheus/check_names.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -200,36 +199,23 @@ Metrics::Metrics(Role role)
                       .Help("Checkpoints written")
                       .Register(r)
                       .Add({});
-  replica_lag_ = &BuildGauge()
-                      .Name("ps_replica_lag_steps")
-                      .Help("Steps this server's replica is behind it")
-                      .Register(r)
-                      .Add({});
 }
 
 Metrics::~Metrics() {
-  // The server's threads call into labelled_; they are joined here.
-  exposer_.reset();
+  // The endpoint's thread renders from the registry: joined first.
+  endpoint_.Stop();
 }
 
 Status Metrics::Serve(const std::string& host, int port) {
-  const std::string address = host + ":" + std::to_string(port);
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", address, "num_threads", "2"});
-  } catch (const std::exception& e) {
-    return Status::Unavailable(
-        "cannot serve /metrics on " + address +
-        (port == 0 ? "" : " (PS_METRICS_PORT; is the port in use?)") + ": " +
-        e.what());
+  Status st = endpoint_.Start(host, port, [this] { return Text(); });
+  if (!st.ok() && port != 0) {
+    return Status::Unavailable(st.message() +
+                               " (PS_METRICS_PORT; is the port in use?)");
   }
-  exposer_->RegisterCollectable(labelled_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  port_ = ports.empty() ? port : ports.front();
-  return Status::OK();
+  return st;
 }
 
-void Metrics::StopServing() { exposer_.reset(); }
+void Metrics::StopServing() { endpoint_.Stop(); }
 
 void Metrics::SetCollectHook(std::function<void()> hook) {
   MutexLock lock(&mu_);
@@ -338,8 +324,6 @@ void Metrics::CheckpointDone(double seconds, uint64_t bytes) {
   checkpoint_bytes_->Set(static_cast<double>(bytes));
   checkpoints_->Increment();
 }
-
-void Metrics::SetReplicaLag(double steps) { replica_lag_->Set(steps); }
 
 std::string Metrics::Text() const {
   return prometheus::TextSerializer().Serialize(labelled_->Collect());

@@ -1,6 +1,7 @@
-// Metrics: one node's registry of Prometheus metrics (prometheus-cpp), and
-// the HTTP endpoint that serves it as /metrics (PS_METRICS_PORT). The van,
-// the postoffice and the KV engines report into it where an event happens,
+// Metrics: one node's registry of Prometheus metrics (prometheus-cpp's
+// core: counters, gauges, histograms, the text format), and the HTTP
+// endpoint that serves it as /metrics (PS_METRICS_PORT; http_endpoint.h). The
+// van, the postoffice and the KV engines report into it where an event happens,
 // one call each; every series gets the node's role and rank as labels when
 // it is scraped (the rank is known only after rendezvous, and changes
 // nothing already counted).
@@ -14,8 +15,8 @@
 //
 // Thread-safety: every method may be called from any thread, but Serve
 // and StopServing from one. The collect hook runs on a thread of the HTTP
-// server (civetweb's, started by Serve and joined by StopServing), under no
-// lock of this class.
+// endpoint ("ps-metrics", started by Serve and joined by StopServing),
+// under no lock of this class.
 #ifndef PS_SRC_METRICS_METRICS_H_
 #define PS_SRC_METRICS_METRICS_H_
 
@@ -26,13 +27,13 @@
 #include <memory>
 #include <string>
 
+#include "metrics/http_endpoint.h"
 #include "ps/base.h"
 #include "ps/status.h"
 #include "van/sync.h"
 
 namespace prometheus {
 class Counter;
-class Exposer;
 class Gauge;
 class Histogram;
 class Registry;
@@ -69,11 +70,11 @@ class Metrics {
   // Serves /metrics on host:port (port 0: an ephemeral one). Error names
   // the address and why (e.g. the port is in use).
   Status Serve(const std::string& host, int port);
-  // Stops serving (joins the HTTP server's threads). Idempotent; the
+  // Stops serving (joins the endpoint's thread). Idempotent; the
   // destructor stops too.
   void StopServing();
   // The port /metrics is served on; 0 when not serving.
-  int port() const { return port_; }
+  int port() const { return endpoint_.port(); }
   // The rank label (-1 until known: rank="").
   void set_rank(int rank) { rank_.store(rank); }
 
@@ -98,9 +99,6 @@ class Metrics {
   bool SetGauge(const std::string& name, double value);
   // A checkpoint written: its duration and its bytes.
   void CheckpointDone(double seconds, uint64_t bytes);
-  // Steps the replica of this server's keys is behind (this server's
-  // primary keys, as the backup last acknowledged).
-  void SetReplicaLag(double steps);
 
   // The text a scrape would get (tests; also without Serve).
   std::string Text() const;
@@ -116,8 +114,7 @@ class Metrics {
   std::atomic<int> rank_{-1};
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<Labelled> labelled_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
+  HttpEndpoint endpoint_;
 
   prometheus::Family<prometheus::Counter>* bytes_sent_;
   prometheus::Family<prometheus::Counter>* bytes_received_;
@@ -134,7 +131,6 @@ class Metrics {
   prometheus::Histogram* checkpoint_seconds_;
   prometheus::Gauge* checkpoint_bytes_;
   prometheus::Counter* checkpoints_;
-  prometheus::Gauge* replica_lag_;
 
   // Made under mu_, read without it once set.
   std::array<std::atomic<PeerSeries*>, kMaxPeerIds> peers_{};
