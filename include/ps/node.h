@@ -111,6 +111,9 @@ class Node {
   // thread; cheap enough to call once a step.
   int metrics_port() const;
   bool SetMetric(const std::string& name, double value);
+  // A checkpoint file written: how long it took and its bytes
+  // (ps_checkpoint_seconds, ps_checkpoint_bytes, ps_checkpoints_total).
+  void RecordCheckpoint(double seconds, uint64_t bytes);
 
   // Internal: the postoffice, for the KV layer (src/kv). Never null.
   core::Postoffice* postoffice() const;

@@ -37,6 +37,9 @@ int Node::metrics_port() const { return postoffice_->metrics().port(); }
 bool Node::SetMetric(const std::string& name, double value) {
   return postoffice_->metrics().SetGauge(name, value);
 }
+void Node::RecordCheckpoint(double seconds, uint64_t bytes) {
+  postoffice_->metrics().CheckpointDone(seconds, bytes);
+}
 std::vector<int> Node::GetNodeIds(int group) const {
   return postoffice_->GetNodeIds(group);
 }
