@@ -80,7 +80,9 @@ RefusalReason ClassifyRefusal(const std::string& why) {
     return RefusalReason::kSize;
   }
   if (Contains(why, "malformed") || Contains(why, "unexpected") ||
-      Contains(why, "decode") || Contains(why, "without exactly")) {
+      Contains(why, "decode") || Contains(why, "without exactly") ||
+      Contains(why, "header") || Contains(why, "frame") ||
+      Contains(why, "does not take")) {
     return RefusalReason::kMalformed;
   }
   return RefusalReason::kOther;

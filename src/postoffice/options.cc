@@ -103,7 +103,8 @@ const char kMarkdownOutro[] = R"(
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,
   python/ps_build_backend.py) and the `PS_*` CMake options (README), with
   `PS_PSLITE_SOURCE_DIR` (a ps-lite checkout whose own tests the suite
-  runs, docs/pslite.md).
+  runs, docs/pslite.md) and `PS_PLOT_PYTHON` (a Python with matplotlib for
+  the tests that draw plots; default /usr/bin/python3).
 - **The scripts' and tests'**: `PS_FUZZ_SECONDS` (scripts/test.sh),
   `PS_PYTHON_DEPS` and `PS_CLUSTER_DEPS` (scripts/install_deps.sh),
   `PS_PYTHONPATH` (where the Python tests and benchmarks find the built

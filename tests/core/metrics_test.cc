@@ -17,8 +17,8 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line) != std::string::npos;
 }
 
-// GET /metrics from 127.0.0.1:port; "" when the connection fails.
-std::string Scrape(int port) {
+// GET `path` from 127.0.0.1:port; "" when the connection fails.
+std::string Scrape(int port, const std::string& path = "/metrics") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   sockaddr_in addr{};
@@ -28,7 +28,7 @@ std::string Scrape(int port) {
   std::string reply;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     const std::string request =
-        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
     if (write(fd, request.data(), request.size()) ==
         static_cast<ssize_t>(request.size())) {
       char buf[4096];
@@ -84,6 +84,12 @@ TEST(Metrics, RefusalsHaveAFixedSetOfReasons) {
   EXPECT_EQ(ClassifyRefusal("frames that do not open with its key"),
             RefusalReason::kAuthentication);
   EXPECT_EQ(ClassifyRefusal("a message of 2000 bytes"), RefusalReason::kSize);
+  EXPECT_EQ(ClassifyRefusal("more than 9 frames or 1024 bytes "
+                            "(PS_MAX_MESSAGE_BYTES) in one message"),
+            RefusalReason::kSize);
+  EXPECT_EQ(ClassifyRefusal("no header frame"), RefusalReason::kMalformed);
+  EXPECT_EQ(ClassifyRefusal("sealed frames refused: replayed"),
+            RefusalReason::kAuthentication);
   EXPECT_EQ(ClassifyRefusal("\x01\x02whatever a peer wrote"),
             RefusalReason::kOther);
   Metrics m(Role::kServer);
@@ -154,6 +160,16 @@ TEST(Metrics, ServesOverHttpOnAnEphemeralPort) {
                   "ps_bytes_sent_total{role=\"server\",rank=\"0\","
                   "peer=\"worker0\"} 42"))
       << reply;
+}
+
+TEST(Metrics, OnlyMetricsIsServedAndServingStops) {
+  Metrics m(Role::kWorker);
+  ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
+  const int port = m.port();
+  EXPECT_TRUE(Has(Scrape(port, "/"), "404 Not Found"));
+  EXPECT_TRUE(Has(Scrape(port, "/metrics"), "ps_resent_total"));
+  m.StopServing();
+  EXPECT_EQ(Scrape(port), "");  // refused: nobody listens
 }
 
 TEST(Metrics, ABusyPortIsAnErrorNamingIt) {
