@@ -201,6 +201,20 @@ Metrics::Metrics(Role role)
                       .Help("Checkpoints written")
                       .Register(r)
                       .Add({});
+  replica_forwarded_ = &BuildCounter()
+                            .Name("ps_replica_updates_sent_total")
+                            .Help(
+                                "Updates (pushes, step sums) a primary sent "
+                                "to its replica")
+                            .Register(r)
+                            .Add({});
+  replica_answered_ = &BuildCounter()
+                           .Name("ps_replica_updates_answered_total")
+                           .Help(
+                               "Updates the replica answered (sent minus "
+                               "answered: how far it lags)")
+                           .Register(r)
+                           .Add({});
 }
 
 Metrics::~Metrics() {
@@ -326,6 +340,9 @@ void Metrics::CheckpointDone(double seconds, uint64_t bytes) {
   checkpoint_bytes_->Set(static_cast<double>(bytes));
   checkpoints_->Increment();
 }
+
+void Metrics::ReplicaForwarded() { replica_forwarded_->Increment(); }
+void Metrics::ReplicaAnswered() { replica_answered_->Increment(); }
 
 std::string Metrics::Text() const {
   return prometheus::TextSerializer().Serialize(labelled_->Collect());

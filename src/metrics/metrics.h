@@ -100,6 +100,12 @@ class Metrics {
   // A checkpoint written: its duration and its bytes.
   void CheckpointDone(double seconds, uint64_t bytes);
 
+  // Replication, at a primary: an update (a push copied, or a step's sum)
+  // sent to its replica, and one the replica answered. Their difference
+  // is how far the replica lags.
+  void ReplicaForwarded();
+  void ReplicaAnswered();
+
   // The text a scrape would get (tests; also without Serve).
   std::string Text() const;
 
@@ -131,6 +137,8 @@ class Metrics {
   prometheus::Histogram* checkpoint_seconds_;
   prometheus::Gauge* checkpoint_bytes_;
   prometheus::Counter* checkpoints_;
+  prometheus::Counter* replica_forwarded_;
+  prometheus::Counter* replica_answered_;
 
   // Made under mu_, read without it once set.
   std::array<std::atomic<PeerSeries*>, kMaxPeerIds> peers_{};

@@ -148,6 +148,22 @@ TEST(Metrics, GaugesByNameRefuseBadNames) {
       << m.Text();
 }
 
+TEST(Metrics, ReplicaLagIsSentMinusAnswered) {
+  Metrics m(Role::kServer);
+  m.ReplicaForwarded();
+  m.ReplicaForwarded();
+  m.ReplicaAnswered();
+  const std::string text = m.Text();
+  EXPECT_TRUE(Has(text,
+                  "ps_replica_updates_sent_total{role=\"server\","
+                  "rank=\"\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  "ps_replica_updates_answered_total{role=\"server\","
+                  "rank=\"\"} 1"))
+      << text;
+}
+
 TEST(Metrics, ServesOverHttpOnAnEphemeralPort) {
   Metrics m(Role::kServer);
   m.set_rank(0);
