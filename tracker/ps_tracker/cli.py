@@ -31,6 +31,8 @@ is the launcher's own plus:
   PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
   PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
                      first run
+  PS_METRICS_PORT    0 with --metrics DIR: each node serves Prometheus
+                     metrics on a free port, which DIR/targets.json names
   OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
                      machine's cores, and OpenMP threads that spin while
                      idle (the default) take them from the other processes
@@ -108,7 +110,7 @@ launchers (--launcher):
          servers, then the workers, one a slot, cyclically. A session
          gets no environment of the launcher's but, explicitly, DMLC_ROLE,
          DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER, PS_RANK,
-         PS_MAX_RESTARTS and PS_RESTART_COUNT (as above),
+         PS_MAX_RESTARTS, PS_RESTART_COUNT and PS_METRICS_PORT (as above),
          DMLC_NODE_HOST (its host as the hostfile names it, unless --env
          sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
          DMLC_* and PS_* variables and every --env. The key's one line
