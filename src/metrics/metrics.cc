@@ -246,7 +246,9 @@ std::string Metrics::PeerName(int id) const {
 }
 
 Metrics::PeerSeries& Metrics::Peer(int id) {
-  const bool own = id >= 0 && id < kMaxPeerIds && PeerName(id) != "other";
+  // No string is made on this path: only a new peer's series is named.
+  const bool own = id < kMaxPeerIds &&
+                   (id == kSchedulerId || IsServerId(id) || IsWorkerId(id));
   std::atomic<PeerSeries*>& slot = own ? peers_[id] : other_peer_;
   PeerSeries* series = slot.load(std::memory_order_acquire);
   if (series != nullptr) return *series;
