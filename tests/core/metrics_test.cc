@@ -2,13 +2,11 @@
 // refusals, and that /metrics is served over HTTP on the port it says.
 #include "metrics/metrics.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <string>
+
+#include "http_get.h"
 
 namespace ps {
 namespace {
@@ -17,27 +15,8 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line) != std::string::npos;
 }
 
-// GET `path` from 127.0.0.1:port; "" when the connection fails.
 std::string Scrape(int port, const std::string& path = "/metrics") {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof(buf))) > 0) reply.append(buf, n);
-    }
-  }
-  close(fd);
-  return reply;
+  return HttpGet(port, path);
 }
 
 TEST(Metrics, CountsTrafficPerPeerWithRoleAndRank) {
