@@ -28,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "tracker" / "launch.py"
+sys.path.insert(0, str(ROOT / "tracker"))
+from ps_tracker.common import die_with_parent  # noqa: E402
 KV_JOB = Path(os.environ.get("PS_KV_JOB", ROOT / "build/tests/core/kv_job"))
 PROMETHEUS = os.environ.get("PS_PROMETHEUS",
                             shutil.which("prometheus") or "/usr/bin/prometheus")
@@ -132,9 +134,10 @@ class PrometheusTest(unittest.TestCase):
         self.addCleanup(log.close)
         self.job = subprocess.Popen(
             [sys.executable, str(LAUNCH), "-s", "2", "-w", "2",
-             "--metrics", str(metrics_dir), "--timeout", "600",
+             "--metrics", str(metrics_dir), "--timeout", "280",
              "--env", f"KV_JOB_GO={go}", "--", str(KV_JOB), "until-go"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent())  # and its job with it
         targets_path = metrics_dir / "targets.json"
 
         def five_targets():
@@ -168,7 +171,8 @@ class PrometheusTest(unittest.TestCase):
             [PROMETHEUS, f"--config.file={config}",
              f"--storage.tsdb.path={self.tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.prom_port}"],
-            stdout=prom_log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=prom_log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent())
         try:
             wait_for("all five nodes up in /api/v1/targets", self.up_targets)
             first = wait_for("bytes sent in /api/v1/query", self.bytes_sent)
