@@ -6,7 +6,8 @@
 # 98.68% on 2 cores, where a constant lr or batch 32 per worker stayed at
 # 98.3-98.5%), ending with the test accuracy
 # on all 10,000 test images and the throughput. Writes the metrics (JSON
-# lines) and their plot (SVG) to out/demo/.
+# lines) and their plot (PNG, drawn by matplotlib with Debian's
+# /usr/bin/python3) to out/demo/.
 # Usage: scripts/demo.sh [extra mnist_dist flags]   (env: BUILD_DIR, OUT_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ python3 tracker/launch.py -s 2 -w 2 -- "$build/examples/mnist/mnist_dist" \
   --lr 1e-3 --lr_every_steps 470 --lr_gamma 0.5 --consistency bsp \
   --threads "$threads" --metrics_dir "$out" "$@" \
   2>&1 | tee "$out/log.txt"
-python3 scripts/plot_metrics.py "$out"/worker*.jsonl -o "$out/metrics.svg"
+/usr/bin/python3 scripts/plot_metrics.py "$out"/worker*.jsonl \
+  -o "$out/metrics.png"
 echo "demo: $(grep -o 'final: test accuracy.*' "$out/log.txt" | head -1)"
-echo "demo: metrics in $out/worker0.jsonl, plot in $out/metrics.svg"
+echo "demo: metrics in $out/worker*.jsonl, plot in $out/metrics.png"

@@ -17,6 +17,10 @@ packages=(
   # Sealed frames (src/van/seal.h): X25519 and BLAKE2b from libsodium (also
   # libzmq3-dev's), AES-256-GCM from OpenSSL's libcrypto.
   libsodium-dev libssl-dev
+  # /metrics (src/metrics): prometheus-cpp (its core: registry, text format);
+  # the Prometheus server for the test that scrapes a live job
+  # (tests/tracker/test_metrics.py), matplotlib for scripts/plot_metrics.py.
+  prometheus-cpp-dev prometheus python3-matplotlib
   dataset-fashion-mnist
   # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
   libtsan2

@@ -4,9 +4,10 @@
 for S servers and W workers, each node on a host of its own, with
 byte-balanced placement ("bytes") and whole tensors per server ("tensor",
 the shape of ps-lite's one key per tensor). Prints tables and writes
-scaling.svg (samples/s against S) and results.json to --out.
+scaling-MODEL.svg (samples/s against S, drawn with matplotlib: Debian's
+python3-matplotlib for /usr/bin/python3) and results.json to --out.
 
-  python3 bench/net/run.py [--build build] [--rate 1gbit] [--out DIR]
+  /usr/bin/python3 bench/net/run.py [--build build] [--rate 1gbit] [--out DIR]
 
 Per-server bytes are what the server's host sent plus received on its link
 (the link counters, so every header, ack and retransmit is counted) over
@@ -16,7 +17,6 @@ the whole job, divided by the job's steps. Needs root and iproute2 (exits
 
 import argparse
 import json
-import math
 import os
 import re
 import subprocess
@@ -184,59 +184,36 @@ def table(results, model):
     return "\n".join(out)
 
 
-def svg(rows, path):
-    """One model's rate against S: a line per W and placement (dashed:
-    tensor), the y axis in the model's unit from 0."""
+def plot(rows, path):
+    """One model's rate against S with matplotlib (the file's extension
+    picks the format): a line per W and placement (dashed: tensor), the y
+    axis in the model's unit from 0."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+
     series = {}
     for r in rows:
         series.setdefault((r["W"], r["placement"]), []).append(r)
-    width, height, pad, legend = 760, 400, 60, 220
-    max_s = max(r["S"] for r in rows)
-    top = max(r["rate"] for r in rows)
-    step = 10 ** math.floor(math.log10(top))
-    step *= 1 if top / step > 5 else 0.5 if top / step > 2 else 0.2
-    max_y = step * math.ceil(top / step)
-    plot_w = width - 2 * pad - legend
-
-    def xy(s, y):
-        return (pad + (s - 1) / max(1, max_s - 1) * plot_w,
-                height - pad - y / max_y * (height - 2 * pad))
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-             f'height="{height}" font-family="sans-serif" font-size="12">',
-             '<rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{pad + plot_w / 2}" y="24" text-anchor="middle">'
-             f'{rows[0]["model"]}: {rows[0]["unit"]} against servers S '
-             f'(each node on its own host)</text>']
-    y = 0.0
-    while y <= max_y + 1e-9:
-        x0, y0 = xy(1, y)
-        x1, _ = xy(max_s, y)
-        parts.append(f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" '
-                     f'y2="{y0:.1f}" stroke="#ddd"/><text x="{x0 - 8:.1f}" '
-                     f'y="{y0 + 4:.1f}" text-anchor="end">{y:g}</text>')
-        y += step
-    for s in sorted({r["S"] for r in rows}):
-        x, y0 = xy(s, 0)
-        parts.append(f'<text x="{x:.1f}" y="{y0 + 18:.1f}" '
-                     f'text-anchor="middle">S={s}</text>')
-    for i, ((w, placement), line) in enumerate(sorted(series.items())):
-        color = colors[sorted({k[0] for k in series}).index(w) % len(colors)]
-        dash = "" if placement == "bytes" else ' stroke-dasharray="6 4"'
-        points = " ".join("%.1f,%.1f" % xy(r["S"], r["rate"]) for r in line)
-        parts.append(f'<polyline points="{points}" fill="none" '
-                     f'stroke="{color}" stroke-width="2"{dash}/>')
-        for r in line:
-            parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>'
-                         % (*xy(r["S"], r["rate"]), color))
-        lx, ly = width - legend, 60 + 18 * i
-        parts.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 30}" y2="{ly}" '
-                     f'stroke="{color}" stroke-width="2"{dash}/>'
-                     f'<text x="{lx + 36}" y="{ly + 4}">W={w}, placement '
-                     f'{placement}</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
+    workers = sorted({w for w, _ in series})
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for (w, placement), line in sorted(series.items()):
+        line = sorted(line, key=lambda r: r["S"])
+        ax.plot([r["S"] for r in line], [r["rate"] for r in line],
+                color=f"C{workers.index(w)}", marker="o",
+                linestyle="-" if placement == "bytes" else "--",
+                label=f"W={w}, placement {placement}")
+    ax.set_title(f'{rows[0]["model"]}: {rows[0]["unit"]} against servers S '
+                 "(each node on its own host)")
+    ax.set_xlabel("servers S")
+    ax.set_ylabel(rows[0]["unit"])
+    ax.set_xticks(sorted({r["S"] for r in rows}))
+    ax.set_ylim(bottom=0)
+    ax.grid(True, color="#ddd")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main():
@@ -305,9 +282,14 @@ def main():
     written = ["results.json", "jobs.log"]
     for model in ("mnist", "dense"):
         rows = [r for r in results if r["model"] == model]
-        if rows:
-            svg(rows, os.path.join(args.out, f"scaling-{model}.svg"))
+        if not rows:
+            continue
+        try:
+            plot(rows, os.path.join(args.out, f"scaling-{model}.svg"))
             written.append(f"scaling-{model}.svg")
+        except ImportError as err:
+            print(f"no plot: {err} (python3-matplotlib, with "
+                  "/usr/bin/python3)", file=sys.stderr)
     print(f"\nwrote {', '.join(written)} to {args.out}")
 
 

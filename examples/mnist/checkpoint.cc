@@ -2,6 +2,10 @@
 // (checkpoint.h).
 #include "checkpoint.h"
 
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
 namespace mnist {
 
 std::string CheckpointPath(const CheckpointJob& job, int step,
@@ -18,8 +22,20 @@ ps::Status CheckEmptyCheckpointDir(const CheckpointJob& job) {
 }
 
 ps::Status WriteCheckpoint(const CheckpointJob& job, CheckpointRole role,
-                           int rank, int step, const std::string& payload) {
-  return ps::Checkpointer(job).Write(role, rank, step, payload);
+                           int rank, int step, const std::string& payload,
+                           ps::Node* node) {
+  const auto start = std::chrono::steady_clock::now();
+  ps::Checkpointer checkpointer(job);
+  ps::Status st = checkpointer.Write(role, rank, step, payload);
+  if (!st.ok() || node == nullptr) return st;
+  std::error_code error;
+  const auto bytes =
+      std::filesystem::file_size(checkpointer.Path(step, role, rank), error);
+  node->RecordCheckpoint(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      error ? payload.size() : bytes);
+  return st;
 }
 
 ps::StatusOr<int> FindCheckpoint(const CheckpointJob& job,

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kv/checkpointer.h"
+#include "ps/node.h"
 #include "ps/status.h"
 
 namespace mnist {
@@ -39,8 +40,10 @@ ps::Status CheckEmptyCheckpointDir(const CheckpointJob& job);
 
 // Writes (role, rank)'s file of `step`, then prunes this process's files of
 // sets older than the two newest complete ones (Checkpointer::Write).
+// With a `node`, its time and bytes go to the node's metrics.
 ps::Status WriteCheckpoint(const CheckpointJob& job, CheckpointRole role,
-                           int rank, int step, const std::string& payload);
+                           int rank, int step, const std::string& payload,
+                           ps::Node* node = nullptr);
 
 // The newest step whose S + W files all exist and verify; the newer ones
 // skipped and why in *skipped (Checkpointer::FindNewest).

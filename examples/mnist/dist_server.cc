@@ -178,8 +178,9 @@ ps::DenseSnapshot SnapshotOf(const TrainOptions& options, int rank,
         std::to_string(step) +
         (rank == ps::MyRank() ? std::string()
                               : " for server " + std::to_string(rank));
-    ps::Status st = WriteCheckpoint(
-        CheckpointJobOf(options), CheckpointRole::kServer, rank, step, payload);
+    ps::Status st =
+        WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kServer, rank,
+                        step, payload, ps::DefaultNode());
     if (!st.ok()) {
       // A full disk must not end a job that trains well: the sets already
       // written stay whole, and the next checkpoint is tried again.

@@ -5,9 +5,11 @@
 // the optimizer locally.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -275,7 +277,7 @@ void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
   if (options.checkpoint_dir.empty() || !due || WorkerLost()) return;
   ps::Status st =
       WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
-                      at.steps, WorkerPayload(at, net));
+                      at.steps, WorkerPayload(at, net), ps::DefaultNode());
   if (!st.ok()) {  // as a server's (dist_server.cc): the job goes on
     LOG(ERROR) << "worker " << rank << ": checkpoint of step " << at.steps
                << " not written: " << st.message()
@@ -284,12 +286,27 @@ void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
   }
 }
 
+// "1h02m", "3m05s", "42s": a time left, to the second.
+std::string Duration(double seconds) {
+  const long s = seconds > 0 ? std::lround(seconds) : 0;
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof(text), "%ldh%02ldm", s / 3600, s / 60 % 60);
+  } else if (s >= 60) {
+    std::snprintf(text, sizeof(text), "%ldm%02lds", s / 60, s % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%lds", s);
+  }
+  return text;
+}
+
 // Runs every epoch from `from` (restored: the dropout generator too);
-// evaluates after each when `test` is not empty.
+// evaluates after each when `test` is not empty. `node`: where the step,
+// loss and samples/s go as metrics (PS_METRICS_PORT); null: nowhere.
 Summary Train(const TrainOptions& options, const char* who, int rank,
               int num_workers, ps::model::Net* net, Exchange* exchange,
               const ps::model::Dataset& train, const ps::model::Dataset& test,
-              const Position* from = nullptr) {
+              ps::Node* node, const Position* from = nullptr) {
   MetricsLog metrics;
   ps::Status st = metrics.Open(MetricsPath(options, rank), from != nullptr);
   if (!st.ok()) Die(st.ToString());
@@ -315,6 +332,9 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     at.epoch = epoch;
     const auto epoch_start = Clock::now();
     auto last_log = Clock::now();
+    auto step_start = Clock::now();
+    const int per_epoch = std::max(batcher.batches_per_epoch(), 1);
+    int logged_steps = 0;
     double loss_sum = 0;
     int loss_count = 0;
     size_t logged = 0;
@@ -340,6 +360,12 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
         Die("step " + std::to_string(sum.steps) + ": " + st.ToString());
       ++sum.steps;
       ++loss_count;
+      ++logged_steps;
+      if (node != nullptr) {
+        node->SetMetric("ps_train_step", sum.steps);
+        node->SetMetric("ps_step_seconds", Seconds(step_start));
+      }
+      step_start = Clock::now();
       logged += batch.size;
       sum.samples += batch.size;
       std::swap(batch, next);
@@ -354,16 +380,36 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
         std::raise(SIGKILL);
       }
       if (Seconds(last_log) >= options.log_every_s || !have) {
-        const double rate = logged / Seconds(last_log);
-        std::printf("%s %d epoch %d step %d  loss %.4f  %.0f samples/s\n", who,
-                    rank, epoch, sum.steps, loss_sum / loss_count, rate);
+        const double interval = Seconds(last_log);
+        const double rate = logged / interval;
+        const double loss = loss_sum / loss_count;
+        // Where the run stands in epochs, and the time left at this
+        // interval's pace.
+        const double epochs_done =
+            epoch + static_cast<double>(at.batches_in_epoch) / per_epoch;
+        const double steps_left =
+            static_cast<double>(options.epochs - epoch) * per_epoch -
+            at.batches_in_epoch;
+        const double eta = steps_left * interval / logged_steps;
+        std::printf(
+            "%s %d epoch %d step %d  (%.2f of %d epochs)  loss %.4f  "
+            "%.0f samples/s  ETA %s\n",
+            who, rank, epoch, sum.steps, epochs_done, options.epochs, loss,
+            rate, Duration(eta).c_str());
         std::fflush(stdout);
+        if (node != nullptr) {
+          node->SetMetric("ps_train_epochs", epochs_done);
+          node->SetMetric("ps_train_loss", loss);
+          node->SetMetric("ps_samples_per_second", rate);
+          node->SetMetric("ps_train_eta_seconds", eta);
+        }
         metrics.Progress(Seconds(start), epoch, sum.steps,
                          loss_sum / loss_count, rate);
         last_log = Clock::now();
         loss_sum = 0;
         loss_count = 0;
         logged = 0;
+        logged_steps = 0;
       }
     }
     sum.train_s += Seconds(epoch_start);
@@ -443,9 +489,9 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
   }
   ps::Status st = exchange.PullInitial(from.steps);
   if (!st.ok()) Die("initial pull: " + st.ToString());
-  Summary sum =
-      Train(run, "worker", rank, num_workers, net.get(), &exchange, train, test,
-            rejoined || options.restore_step >= 0 ? &from : nullptr);
+  Summary sum = Train(run, "worker", rank, num_workers, net.get(), &exchange,
+                      train, test, ps::DefaultNode(),
+                      rejoined || options.restore_step >= 0 ? &from : nullptr);
   st = exchange.Done(sum.steps);
   if (!st.ok()) Die("done: " + st.ToString());
   const double rate = sum.samples / sum.train_s;
@@ -471,8 +517,8 @@ int RunLocal(const TrainOptions& options, const ps::model::Dataset& train,
              const ps::model::Dataset& test) {
   auto net = MakeNet(options, false);
   LocalExchange exchange(options, net.get());
-  Summary sum =
-      Train(options, "local", 0, 1, net.get(), &exchange, train, test);
+  Summary sum = Train(options, "local", 0, 1, net.get(), &exchange, train, test,
+                      /*node=*/nullptr);
   std::printf(
       "final: test accuracy %.2f%%  wall %.1f s  %.0f train "
       "samples/s (single process)\n",

@@ -51,6 +51,7 @@ struct Config {
   int wait_spin_us = 100;
   Key max_key = kMaxKey;
   int verbose = 0;
+  int metrics_port = -1;  // -1: no /metrics; 0: an ephemeral port
   bool shm = true;
   // The job's secret key in Z85 (40 characters) as read from
   // key_file (a path, or "fd:N" for PS_KEY_FD=N); empty: no encryption or

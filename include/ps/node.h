@@ -103,6 +103,18 @@ class Node {
   void SetPeerFailureHandler(
       std::function<void(int id, const Status& why)> handler);
 
+  // Metrics (PS_METRICS_PORT): the port this node serves /metrics on, 0
+  // when it serves none (after Bind()/Start()). SetMetric sets the gauge
+  // `name` (a Prometheus metric name, e.g. "ps_samples_per_second"),
+  // labelled with this node's role and rank like the node's own metrics;
+  // false if the name is not valid or names another kind of metric. Any
+  // thread; cheap enough to call once a step.
+  int metrics_port() const;
+  bool SetMetric(const std::string& name, double value);
+  // A checkpoint file written: how long it took and its bytes
+  // (ps_checkpoint_seconds, ps_checkpoint_bytes, ps_checkpoints_total).
+  void RecordCheckpoint(double seconds, uint64_t bytes);
+
   // Internal: the postoffice, for the KV layer (src/kv). Never null.
   core::Postoffice* postoffice() const;
 

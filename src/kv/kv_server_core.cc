@@ -147,6 +147,7 @@ class KVServerCore::Impl {
     AddKVFrames(frames, true, val_type_, &forward);
     hold_.ForwardedStep(forward, covers);
     SendCopy(&forward);
+    post_->metrics().ReplicaForwarded();
     return true;
   }
 
@@ -420,6 +421,7 @@ class KVServerCore::Impl {
         ReplicaCopy(meta, kvs, val_type_, post_->rank(), hold_.replica_id());
     hold_.Forwarded(meta);
     SendCopy(&copy);
+    post_->metrics().ReplicaForwarded();
   }
 
   void SendCopy(Message* copy) {
@@ -436,6 +438,7 @@ class KVServerCore::Impl {
     ReplicaHold::ReplicaAnswer answer =
         hold_.OnReplicaAnswer(m.origin(), m.customer_id(), m.timestamp());
     if (answer.duplicate) post_->CountDuplicate();
+    if (!answer.duplicate) post_->metrics().ReplicaAnswered();
     for (Message& release : answer.release) Send(&release);
   }
 

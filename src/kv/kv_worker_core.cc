@@ -229,9 +229,17 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   // (It cannot fail: no answers, no error.)
   if (servers.empty() && state) state->Assemble().IgnoreError();
   std::weak_ptr<PullState> weak_state = state;
+  // ps_request_seconds: from here to the last answer (or the failure).
+  const auto started = Postoffice::Clock::now();
+  Metrics* metrics = &post_->metrics();
   int ts = tracker_.Start(
       servers,
-      [kvs, weak_state, callback = std::move(callback)] {
+      [kvs, weak_state, callback = std::move(callback), started, metrics, push,
+       pull] {
+        metrics->RequestDone(
+            push, pull,
+            std::chrono::duration<double>(Postoffice::Clock::now() - started)
+                .count());
         if (auto s = weak_state.lock()) s->Abandon();  // after a late copy
         if (callback) callback();
       },

@@ -416,7 +416,8 @@ std::string Config::ToString() const {
      << " resend_adaptive=" << resend_adaptive
      << " drop_percent=" << drop_percent << " replicas=" << replicas
      << " max_restarts=" << max_restarts
-     << " rejoin_timeout_ms=" << rejoin_timeout_ms;
+     << " rejoin_timeout_ms=" << rejoin_timeout_ms
+     << " metrics_port=" << metrics_port;
   return os.str();
 }
 

@@ -269,6 +269,15 @@ std::vector<int> Membership::Tick(Clock::time_point now,
   return silent;
 }
 
+std::vector<Membership::PeerView> Membership::Peers() const {
+  MutexLock lock(&mu_);
+  std::vector<PeerView> peers;
+  for (const auto& [id, r] : nodes_) {
+    if (id != self_) peers.push_back({id, r.state, r.watched, r.last_heard});
+  }
+  return peers;
+}
+
 PeerState Membership::state(int id) const {
   MutexLock lock(&mu_);
   auto it = nodes_.find(id);

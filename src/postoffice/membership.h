@@ -190,6 +190,15 @@ class Membership {
   std::vector<int> InState(PeerState state) const EXCLUDES(mu_);
   // How many nodes are in any of `states`.
   int Count(std::initializer_list<PeerState> states) const EXCLUDES(mu_);
+  // Every node but this one: its state, and when it was last heard from
+  // (meaningful for watched nodes only: `watched`).
+  struct PeerView {
+    int id;
+    PeerState state;
+    bool watched;
+    Clock::time_point last_heard;
+  };
+  std::vector<PeerView> Peers() const EXCLUDES(mu_);
   // Forgets every node (a node table replaces what came before).
   void Clear() EXCLUDES(mu_);
 

@@ -33,6 +33,13 @@ int Node::rank() const { return postoffice_->rank(); }
 int Node::num_servers() const { return config().num_servers; }
 int Node::num_workers() const { return config().num_workers; }
 int Node::port() const { return postoffice_->port(); }
+int Node::metrics_port() const { return postoffice_->metrics().port(); }
+bool Node::SetMetric(const std::string& name, double value) {
+  return postoffice_->metrics().SetGauge(name, value);
+}
+void Node::RecordCheckpoint(double seconds, uint64_t bytes) {
+  postoffice_->metrics().CheckpointDone(seconds, bytes);
+}
 std::vector<int> Node::GetNodeIds(int group) const {
   return postoffice_->GetNodeIds(group);
 }

@@ -94,7 +94,8 @@ const char kMarkdownOutro[] = R"(
   `DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`, `DMLC_NUM_SERVER`,
   `DMLC_NUM_WORKER`, `DMLC_NODE_HOST`, `PS_RANK`, `PS_KEY_FD` (or
   `PS_KEY_FILE`) and `PS_MAX_RESTARTS` (above) for each process it
-  starts, and `PS_RESTART_COUNT=k` in a process's k-th restart: the
+  starts, `PS_METRICS_PORT=0` (above) with `--metrics DIR`,
+  and `PS_RESTART_COUNT=k` in a process's k-th restart: the
   library does not read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE`,
   `PS_LAUNCH_NODE_ADDRS` and `PS_LAUNCH_WORKER_PROCESSES` pass between
   launch.py's own processes.
@@ -102,12 +103,15 @@ const char kMarkdownOutro[] = R"(
 - **The build's**: `PS_BUILD_DIR` and `PS_CMAKE_ARGS` (pip's build backend,
   python/ps_build_backend.py) and the `PS_*` CMake options (README), with
   `PS_PSLITE_SOURCE_DIR` (a ps-lite checkout whose own tests the suite
-  runs, docs/pslite.md).
+  runs, docs/pslite.md) and `PS_PLOT_PYTHON` (a Python with matplotlib for
+  the tests that draw plots; default /usr/bin/python3).
 - **The scripts' and tests'**: `PS_FUZZ_SECONDS` (scripts/test.sh),
   `PS_PYTHON_DEPS` and `PS_CLUSTER_DEPS` (scripts/install_deps.sh),
   `PS_PYTHONPATH` (where the Python tests and benchmarks find the built
   module), `PS_LOCAL_TIMEOUT` and `PS_LOCAL_WORKER_PROCESSES`
-  (tests/pslite/local.sh).
+  (tests/pslite/local.sh), `PS_ALLOW_MISSING_PROMETHEUS`
+  (tests/tracker/test_metrics.py skips, instead of failing, without
+  Debian's prometheus).
 - **Code**: `PS_VLOG` is ps-lite's logging macro (ps/internal/postoffice.h).
 - **Logging** (glog): a node logs to stderr; it writes log files only when
   asked to, by `GLOG_log_dir=DIR` or `--log_dir=DIR` (files in DIR) or by

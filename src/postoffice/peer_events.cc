@@ -21,6 +21,21 @@ std::string NodeName(int id) {
 }
 }  // namespace
 
+namespace core {
+
+void Postoffice::CollectPeerMetrics() const {
+  const Clock::time_point now = Clock::now();
+  for (const Membership::PeerView& p : membership_.Peers()) {
+    metrics_.SetPeerState(p.id, PeerStateName(p.state));
+    if (p.watched) {
+      metrics_.SetHeartbeatAge(
+          p.id, std::chrono::duration<double>(now - p.last_heard).count());
+    }
+  }
+}
+
+}  // namespace core
+
 std::string JsonString(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {

@@ -22,8 +22,9 @@ namespace {
 constexpr int kLostConnectionGraceMs = 250;
 constexpr int kLingerMs = 1000;
 
-VanOptions VanOptionsOf(const Config& c) {
+VanOptions VanOptionsOf(const Config& c, Metrics* metrics) {
   VanOptions o;
+  o.metrics = metrics;
   o.secret_key = c.secret_key;
   o.scheduler = c.role == Role::kScheduler;
   o.max_message_bytes = c.max_message_bytes;
@@ -43,7 +44,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 Postoffice::Postoffice(const Config& config)
     : config_(config),
-      van_(VanOptionsOf(config)),
+      metrics_(config.role),
+      van_(VanOptionsOf(config, &metrics_)),
       rendezvous_(config.num_servers, config.num_workers),
       rejoins_(config.num_workers, config.max_restarts),
       takeover_(config.num_servers, config.num_workers, config.max_restarts),
@@ -75,7 +77,9 @@ Postoffice::Postoffice(const Config& config)
           CountResent();
           if (config_.verbose >= 1)
             LOG(INFO) << "resending " << DebugString(*msg);
-          return van_.Send(msg);
+          Status st = van_.Send(msg);
+          if (st.ok()) metrics_.Sent(msg->meta.recver(), WireBytes(*msg));
+          return st;
         });
   }
 }
@@ -87,6 +91,14 @@ Status Postoffice::Bind() {
   PS_RETURN_IF_ERROR(van_.Bind(config_.node_host, config_.port,
                                config_.port_range_lo, config_.port_range_hi));
   van_.set_identity(config_.node_host + ":" + std::to_string(van_.port()));
+  if (config_.metrics_port >= 0) {
+    PS_RETURN_IF_ERROR(metrics_.Serve(config_.node_host, config_.metrics_port));
+    metrics_.SetCollectHook([this] { CollectPeerMetrics(); });
+    // For the launcher (tracker/launch.py --metrics writes its targets).
+    PrintEvent("{\"event\":\"metrics\",\"role\":" +
+               JsonString(RoleName(config_.role)) +
+               ",\"port\":" + std::to_string(metrics_.port()) + "}");
+  }
   bound_ = true;
   return Status::OK();
 }
@@ -99,6 +111,7 @@ Status Postoffice::Start() {
     MutexLock lock(&mu_);
     my_id_ = kSchedulerId;
     my_rank_ = 0;
+    metrics_.set_rank(0);
     NodeInfo me;
     me.role = Role::kScheduler;
     me.id = kSchedulerId;
@@ -206,6 +219,7 @@ Status Postoffice::Send(Message* msg) {
   if (kept) resender_->Keep(msg, Clock::now());
   Status st = van_.Send(msg);
   if (!st.ok() && kept) resender_->Forget(msg->meta);
+  if (st.ok()) metrics_.Sent(msg->meta.recver(), WireBytes(*msg));
   return st;
 }
 
@@ -256,6 +270,9 @@ void Postoffice::CountDropped(int sender, const std::string& why) {
 
 void Postoffice::OnMessage(Message&& msg) {
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
+  // By the sender the header claims (ids past Metrics::kMaxPeerIds share
+  // one series); one that is not proven is also counted refused below.
+  metrics_.Received(msg.meta.sender(), WireBytes(msg));
   if (FastDispatch(&msg)) return;
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
@@ -614,6 +631,7 @@ void Postoffice::Stop() {
   }
   // What it said last (goodbye, or why the job cannot start) still goes.
   van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);
+  metrics_.StopServing();
   const std::vector<std::shared_ptr<Customer>> customers = Customers();
   Status aborted = Status::Aborted("node stopped");
   for (auto& c : customers) {

@@ -31,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "metrics/metrics.h"
 #include "postoffice/barrier_coordinator.h"
 #include "postoffice/barrier_waits.h"
 #include "postoffice/membership.h"
@@ -143,20 +144,33 @@ class Postoffice {
   void CountDropped(int sender, const std::string& why);
   // Counts a message received again (a resent request or its answer) and
   // let go; no log: after a loss they are expected.
-  void CountDuplicate() { num_duplicates_.fetch_add(1); }
+  void CountDuplicate() {
+    num_duplicates_.fetch_add(1);
+    metrics_.Duplicate();
+  }
   uint64_t num_duplicates() const { return num_duplicates_.load(); }
   // Counts a request sent again for want of an answer.
-  void CountResent() { num_resent_.fetch_add(1); }
+  void CountResent() {
+    num_resent_.fetch_add(1);
+    metrics_.Resent();
+  }
   uint64_t num_resent() const { return num_resent_.load(); }
   // The adaptive resend timer; null when resends use a fixed timer or none.
   const Resender* resender() const { return resender_.get(); }
   // Messages the test switch PS_DROP_MSG let go.
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
+  // This node's metrics (served on PS_METRICS_PORT when set); the KV layer
+  // reports into them.
+  Metrics& metrics() { return metrics_; }
 
  private:
   // Data messages held before the node table (early_) or before their
   // KVServer registered (held_): at most this many, each.
   static constexpr size_t kMaxEarlyMessages = 10000;
+  // What msg weighs on the wire, about: its header and its data frames.
+  static uint64_t WireBytes(const Message& msg) {
+    return msg.meta.ByteSizeLong() + MessageBytes(msg);
+  }
   // The data bytes of msg (what the holding budgets count).
   static uint64_t MessageBytes(const Message& msg) {
     uint64_t bytes = 0;
@@ -312,6 +326,8 @@ class Postoffice {
   // Watch thread: the connection to node `id` was made again after it had
   // closed.
   void OnConnectionRegained(int id) EXCLUDES(mu_);
+  // Before a scrape: each peer's state and heartbeat age into metrics_.
+  void CollectPeerMetrics() const;
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
   std::vector<Message> SchedulerCheckLocked(Clock::time_point now,
@@ -356,6 +372,8 @@ class Postoffice {
   bool IsScheduler() const { return config_.role == Role::kScheduler; }
 
   const Config config_;
+  // Before van_, which reports refusals into it.
+  mutable Metrics metrics_;
   Van van_;
   bool bound_ = false;
   bool started_ = false;

@@ -518,6 +518,7 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
 
 void Van::CountDropped(const std::string& from, const std::string& why) {
   num_dropped_.fetch_add(1);
+  if (options_.metrics) options_.metrics->Refused(ClassifyRefusal(why));
   Report("dropped a message from " + from + ": " + why);
 }
 

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "meta.pb.h"
+#include "metrics/metrics.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/message.h"
@@ -99,6 +100,8 @@ struct VanOptions {
   // TCP connections to our port, and idle ones must not pile up until the
   // process runs out of descriptors.
   int handshake_timeout_ms = 3000;
+  // Where refusals are counted by reason (null: nowhere); outlives the van.
+  Metrics* metrics = nullptr;
 };
 
 class Van {

@@ -77,6 +77,8 @@ void Van::AuthLoop(void* zap, void* monitor) {
       }
       zmq_msg_close(&part);
       if (failed) num_refused_.fetch_add(1);
+      if (failed && options_.metrics)
+        options_.metrics->Refused(RefusalReason::kAuthentication);
     }
   }
   zmq_close(zap);

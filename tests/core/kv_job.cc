@@ -26,6 +26,9 @@
 //                worker waits for the file $KV_JOB_GO before it pushes (an
 //                attacker acts meanwhile); at the end every node prints
 //                its drop and refusal counts and its peak memory
+//   until-go     as sum, but each worker first pushes zeros every 50 ms
+//                until the file $KV_JOB_GO exists (at most 5 minutes): a
+//                job that runs, with traffic, as long as a test watches it
 // Workers exit 1 when a pulled value differs from the exact expectation.
 // The --ps_* flags (include/ps/config.h) are parsed and override the
 // environment.
@@ -127,6 +130,20 @@ void PrintCounters() {
 }
 
 // Waits (bounded) for the file $KV_JOB_GO.
+// Mode until-go: pushes of zeros (the sums stay exact) until $KV_JOB_GO
+// exists, every 50 ms, at most 6000 times.
+bool PushZerosUntilGo(ps::KVWorker<float>* kv, const std::vector<ps::Key>& keys,
+                      size_t n) {
+  const char* go = std::getenv("KV_JOB_GO");
+  const std::vector<float> zeros(n, 0.0f);
+  for (int i = 0; go != nullptr && i < 6000; ++i) {
+    if (access(go, F_OK) == 0) return true;
+    if (!kv->Wait(kv->Push(keys, zeros)).ok()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
 void WaitForGo() {
   const char* go = std::getenv("KV_JOB_GO");
   for (int i = 0; go != nullptr && i < 1200; ++i) {
@@ -291,6 +308,7 @@ int RunWorker(const std::string& mode) {
   }
   if (mode == "shared") return RunSharedWorker(&kv, keys, n);
   if (mode == "hostile") WaitForGo();
+  if (mode == "until-go" && !PushZerosUntilGo(&kv, keys, n)) return 1;
   std::vector<float> vals(n);
   for (size_t i = 0; i < n; ++i) vals[i] = (rank + 1.0f) * (i + 1);
   if (!kv.Wait(kv.Push(keys, vals, varlen ? lens : std::vector<int>{})).ok()) {

@@ -96,8 +96,18 @@ std::vector<float> ReadFloats(const std::string& path) {
 
 constexpr long kModelBytes = 1199882L * 4;
 
+// The first bytes of `path` ("" if it cannot be read).
+std::string FileHead(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(n, '\0');
+  in.read(&head[0], static_cast<std::streamsize>(n));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head;
+}
+
 TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
-  std::string metrics = TempPath("metrics.jsonl"), svg = TempPath("plot.svg");
+  std::string metrics = TempPath("metrics.jsonl"), png = TempPath("plot.png"),
+              svg = TempPath("plot.svg");
   Result r =
       Launch(2, 2,
              "--train_limit 6000 --test_limit 2000 --epochs 1 "
@@ -121,15 +131,31 @@ TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
                   std::istreambuf_iterator<char>());
   EXPECT_NE(all.find("\"loss\""), std::string::npos) << all;
   EXPECT_NE(all.find("\"accuracy\""), std::string::npos) << all;
-  Result plot = Shell(std::string(PS_PYTHON) + " " + PS_PLOT + " " + metrics +
-                      " -o " + svg);
-  ASSERT_EQ(plot.rc, 0) << plot.out;
+  // The progress line: step, epoch fraction, loss, samples/s and the time
+  // left, once per interval (at least at the epoch's end).
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\] worker 0 epoch 0 step \d+  \([01]\.\d\d of 1 )"
+                        R"(epochs\)  loss \d+\.\d{4}  \d+ samples/s  ETA )"
+                        R"(\d+(s|m\d\ds|h\d\dm)\n)")))
+      << r.out;
+  // The plot, drawn by matplotlib (PS_PLOT_PYTHON has it): a PNG, and an
+  // SVG whose lines are paths.
+  for (const std::string& out : {png, svg}) {
+    Result plot = Shell(std::string(PS_PLOT_PYTHON) + " " + PS_PLOT + " " +
+                        metrics + " -o " + out);
+    ASSERT_EQ(plot.rc, 0) << plot.out;
+  }
+  EXPECT_EQ(FileHead(png, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   std::ifstream svg_in(svg);
   std::string svg_text((std::istreambuf_iterator<char>(svg_in)),
                        std::istreambuf_iterator<char>());
-  EXPECT_EQ(svg_text.rfind("<svg", 0), 0u) << svg_text.substr(0, 200);
-  EXPECT_NE(svg_text.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg_text.find("<svg"), std::string::npos)
+      << svg_text.substr(0, 200);
+  EXPECT_NE(svg_text.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg_text.find("<path"), std::string::npos);
+  EXPECT_NE(svg_text.find("samples/s"), std::string::npos);
   std::remove(metrics.c_str());
+  std::remove(png.c_str());
   std::remove(svg.c_str());
 }
 

@@ -31,6 +31,8 @@ is the launcher's own plus:
   PS_MAX_RESTARTS    N with --max-restarts N > 0 (below); else not set
   PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
                      first run
+  PS_METRICS_PORT    0 with --metrics DIR: each node serves Prometheus
+                     metrics on a free port, which DIR/targets.json names
   OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
                      machine's cores, and OpenMP threads that spin while
                      idle (the default) take them from the other processes
@@ -108,7 +110,7 @@ launchers (--launcher):
          servers, then the workers, one a slot, cyclically. A session
          gets no environment of the launcher's but, explicitly, DMLC_ROLE,
          DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER, PS_RANK,
-         PS_MAX_RESTARTS and PS_RESTART_COUNT (as above),
+         PS_MAX_RESTARTS, PS_RESTART_COUNT and PS_METRICS_PORT (as above),
          DMLC_NODE_HOST (its host as the hostfile names it, unless --env
          sets it or DMLC_INTERFACE), OMP_WAIT_POLICY, the launcher's
          DMLC_* and PS_* variables and every --env. The key's one line
@@ -249,6 +251,12 @@ def parse_args(argv):
                         "PS_RESTART_COUNT; "
                         "every process gets PS_MAX_RESTARTS=N (default: "
                         "%(default)s, no restart)")
+    parser.add_argument("--metrics", metavar="DIR",
+                        help="local, ssh: every node serves Prometheus "
+                        "metrics on a port of its own (PS_METRICS_PORT=0); "
+                        "DIR/targets.json lists them for Prometheus's "
+                        "file_sd_configs, with labels role and rank, and is "
+                        "rewritten when a node is restarted")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -300,6 +308,13 @@ def parse_args(argv):
         usage_error("--max-restarts is not offered with --worker-customers: "
                     "a restarted process would not find its customers' "
                     "ranks again")
+    if args.metrics is not None:
+        if args.launcher not in ("local", "ssh"):
+            usage_error("--metrics is offered with --launcher local or ssh")
+        if args.worker_customers > 1:
+            usage_error("--metrics is not offered with --worker-customers: "
+                        "a process's customers would share one target")
+        args.metrics = os.path.abspath(args.metrics)
     # The worker processes to launch; DMLC_NUM_WORKER stays W.
     args.worker_processes = args.num_workers // args.worker_customers
     if not 0 <= args.port <= 65535:

@@ -39,6 +39,13 @@ def token_env(args):
     return {"PS_JOB_TOKEN": token} if token else {}
 
 
+def metrics_env(args):
+    """PS_METRICS_PORT=0 with --metrics DIR (each node an ephemeral port,
+    which it says in a ps-event line). (getattr: a Job may be given args
+    without it.)"""
+    return {"PS_METRICS_PORT": "0"} if getattr(args, "metrics", None) else {}
+
+
 def child_env(args, port, role, rank, key_path, restarts=0, key_fd=None):
     """A local process's environment; restarts: how many times this one
     was restarted (its PS_RESTART_COUNT). The key: PS_KEY_FILE=key_path,
@@ -64,6 +71,7 @@ def child_env(args, port, role, rank, key_path, restarts=0, key_fd=None):
     if rank is not None:
         env["PS_RANK"] = str(rank)
     env.update(restart_env(args, restarts))
+    env.update(metrics_env(args))
     env.update(args.extra_env)
     return env
 
@@ -91,5 +99,6 @@ def job_settings(args, root, port):
         env["PS_LAUNCH_WORKER_PROCESSES"] = str(args.worker_processes)
     env.update(restart_env(args))
     env.update(token_env(args))
+    env.update(metrics_env(args))
     env.update(args.extra_env)
     return env

@@ -17,6 +17,7 @@ import threading
 import time
 
 from .common import (DEAD_REPORT_GRACE, POLL_SECONDS, describe_exit, plural)
+from .metrics import MetricsTargets
 
 # What a node logs when it learns that a node failed; the scheduler logs it
 # too for a node that stopped without Finalize.
@@ -28,7 +29,8 @@ DECLARED_DEAD = re.compile(
 # JSON object each: {"event":"job","replicas":1,"heartbeat_timeout_ms":..}
 # when it starts; {"event":"dead","node":"server 1","covered_by":"server 2"}
 # (covered_by only when a replica took the keys over; "awaited":true for a
-# node the job waits to rejoin) for each node it declares dead.
+# node the job waits to rejoin) for each node it declares dead. Every node,
+# with PS_METRICS_PORT: {"event":"metrics","role":"server","port":40123}.
 EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
 
 # A glog line ("I20261126 20:19:58.944772 24237 file.cc:12] ..."): the
@@ -131,6 +133,9 @@ class Job:
         self.verdicts = {}  # node name: the scheduler's first "dead" event
         self._declared = queue.Queue()  # Names declared dead, to act on.
         self._last_said = {}  # node name: its last line that is not a log
+        # --metrics DIR: the nodes' /metrics addresses (DIR/targets.json).
+        directory = getattr(args, "metrics", None)
+        self.metrics = None if directory is None else MetricsTargets(directory)
 
     @property
     def total(self):
@@ -164,6 +169,12 @@ class Job:
 
     def start(self, port):
         self.port = port
+        if self.metrics is not None:
+            try:
+                self.metrics.prepare()
+            except OSError as err:
+                self.mux.say(f"cannot write {self.metrics.path}: {err}")
+                return False
         for child in self.plan():
             try:
                 child.proc = self.popen(child, port)
@@ -217,15 +228,20 @@ class Job:
 
     def _read_event(self, reporter, line):
         """Keeps the scheduler's events (no other process speaks for the
-        job)."""
+        job), and each node's metrics port."""
         match = EVENT.search(line.rstrip(b"\r\n"))
-        if match is None or reporter != "scheduler":
+        if match is None:
             return
         try:
             event = json.loads(match.group(1))
         except ValueError:
             return
         if not isinstance(event, dict):
+            return
+        if event.get("event") == "metrics":
+            self._node_serves_metrics(reporter, event.get("port"))
+            return
+        if reporter != "scheduler":
             return
         if event.get("event") == "job":
             self.job_event = event
@@ -238,6 +254,18 @@ class Job:
             with self._reports_lock:
                 self.verdicts.setdefault(event["node"], event)
             self._declared.put(event["node"])
+
+    def _node_serves_metrics(self, reporter, port):
+        child = next((c for c in self.children if c.name == reporter), None)
+        if (self.metrics is None or child is None or not isinstance(port, int)
+                or not 0 < port < 65536):
+            return
+        rank = 0 if child.rank is None else child.rank
+        try:
+            self.metrics.node_serves(reporter, child.role, rank,
+                                     child.host or "127.0.0.1", port)
+        except OSError as err:
+            self.mux.say(f"cannot write {self.metrics.path}: {err}")
 
     def first_report(self):
         """(declared name, reason, reporter's name) read first, or None.
