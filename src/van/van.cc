@@ -38,6 +38,9 @@ constexpr auto kReportWindow = std::chrono::seconds(10);
 // lens); anything with more parts is malformed, and its extra parts are
 // read and discarded rather than kept.
 constexpr size_t kMaxParts = 16;
+// A streamed message none of whose records came for this long is let go
+// when another stream starts (its sender went away mid-way).
+constexpr auto kStreamIdle = std::chrono::seconds(30);
 
 bool IsNumericIPv4(const std::string& host) {
   in_addr addr;
@@ -662,33 +665,27 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
   auto drop = [&](const std::string& why) {
     CountDropped(DescribeConnection(from, address), why);
   };
-  if (in != nullptr && in->stream) {
-    // The next record of the streamed message this connection is sending,
-    // or, if not, that message was cut short (a connection lost mid-way).
-    zmq_msg_t* record = &parts[1]->msg;
-    if (parts.size() != 2 ||
-        !in->opener->IsNext(static_cast<const char*>(zmq_msg_data(record)),
-                            zmq_msg_size(record))) {
-      drop("a streamed message cut short after " +
-           std::to_string(in->stream->frame) + " of " +
-           std::to_string(in->stream->frames.size()) + " data frames");
+  // Only what opens changes a streamed message's state: a replayed token
+  // puts a stranger's connection on the same key, and what it sends must
+  // not end or spoil a member's message.
+  zmq_msg_t* record = &parts[1]->msg;
+  if (in != nullptr && in->stream && parts.size() == 2 &&
+      in->opener->IsNext(static_cast<const char*>(zmq_msg_data(record)),
+                         zmq_msg_size(record))) {
+    // The next record of the streamed message this connection is sending;
+    // one that does not open is dropped alone, and the stream waits on.
+    Status took = TakeRecord(in, static_cast<const char*>(zmq_msg_data(record)),
+                             zmq_msg_size(record));
+    if (!took.ok()) {
+      drop("a record refused: " + took.message());
+    } else if (in->stream->frame == in->stream->bytes.size()) {
+      Inbound::Stream done = std::move(*in->stream);
       in->stream.reset();
-    } else {
-      Status took =
-          TakeRecord(in, static_cast<const char*>(zmq_msg_data(record)),
-                     zmq_msg_size(record));
-      if (!took.ok()) {
-        in->stream.reset();
-        drop("streamed message refused: " + took.message());
-      } else if (in->stream->frame == in->stream->frames.size()) {
-        Inbound::Stream done = std::move(*in->stream);
-        in->stream.reset();
-        Deliver(Decode(std::move(done.meta), std::move(done.frames),
-                       SharedPid(from)),
-                from, address);
-      }
-      return;
+      Deliver(
+          Decode(std::move(done.meta), std::move(done.frames), SharedPid(from)),
+          from, address);
     }
+    return;
   }
   // A message whole, or the header of a streamed one: opened in place.
   std::vector<seal::Opener::Frame> frames;
@@ -716,10 +713,20 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
     in = &inbound_[e_pub];
     in->opener = std::move(first);
   }
+  if (in->stream) {
+    // A message of its own in the middle of a streamed one, which it ends:
+    // that one was cut short (a connection lost mid-way; the resend layer
+    // sends it whole again).
+    drop("a streamed message cut short after " +
+         std::to_string(in->stream->frame) + " of " +
+         std::to_string(in->stream->bytes.size()) + " data frames");
+    in->stream.reset();
+  }
   if (parts.size() == 2) {
     // The header alone: a message without data frames, or a streamed one.
     pb::Meta meta;
-    if (!meta.ParseFromArray(frames[0].data,
+    if (frames[0].bytes > static_cast<size_t>(INT32_MAX) ||
+        !meta.ParseFromArray(frames[0].data,
                              static_cast<int>(frames[0].bytes))) {
       drop("header of " + std::to_string(frames[0].bytes) +
            " bytes does not parse");
@@ -749,37 +756,51 @@ StatusOr<bool> Van::StartStream(Inbound* in, pb::Meta* meta) {
                      static_cast<uint64_t>(options_.max_message_bytes));
   if (!wire.ok()) return wire.status();
   if (wire->empty()) return false;
-  // Each frame in a buffer of its own, aligned for any element type, which
-  // its records are opened into.
-  Inbound::Stream stream;
-  for (size_t bytes : *wire) {
-    std::shared_ptr<uint64_t[]> buffer(new (std::nothrow)
-                                           uint64_t[(bytes + 7) / 8]);
-    if (buffer == nullptr) {
-      return Status::Unavailable("no memory for a streamed frame of " +
-                                 std::to_string(bytes) + " bytes");
+  // A stream whose sender went away mid-way (a crash, a lost connection
+  // that came back under a new key) would keep its frames: let them go.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [key, other] : inbound_) {
+    if (other.stream && now - other.stream->last > kStreamIdle) {
+      other.stream.reset();
+      CountDropped("a connection that went quiet",
+                   "a streamed message abandoned mid-way");
     }
-    stream.frames.emplace_back(reinterpret_cast<char*>(buffer.get()),
-                               static_cast<size_t>(bytes), [buffer](char*) {});
   }
+  Inbound::Stream stream;
+  stream.bytes = std::move(wire).value();
   stream.meta = std::move(*meta);
+  stream.last = now;
   in->stream = std::move(stream);
   return true;
 }
 
 Status Van::TakeRecord(Inbound* in, const char* record, size_t bytes) {
   Inbound::Stream& stream = *in->stream;
+  if (stream.frames.size() == stream.frame) {
+    // Its first record: the frame's buffer, aligned for any element type,
+    // made only now, so a header alone holds no memory.
+    const size_t size = stream.bytes[stream.frame];
+    std::shared_ptr<uint64_t[]> buffer(new (std::nothrow)
+                                           uint64_t[(size + 7) / 8]);
+    if (buffer == nullptr) {
+      return Status::Unavailable("no memory for a streamed frame of " +
+                                 std::to_string(size) + " bytes");
+    }
+    stream.frames.emplace_back(reinterpret_cast<char*>(buffer.get()), size,
+                               [buffer](char*) {});
+  }
   SArray<char>& frame = stream.frames[stream.frame];
   const auto chunks = static_cast<uint32_t>(seal::Chunks(frame.size()));
   PS_RETURN_IF_ERROR(in->opener->OpenChunk(
       record, bytes, stream.frame + 1,
-      static_cast<uint32_t>(stream.frames.size() + 1), stream.chunk, chunks,
+      static_cast<uint32_t>(stream.bytes.size() + 1), stream.chunk, chunks,
       frame.data() + stream.chunk * seal::kChunkBytes,
       seal::ChunkBytes(frame.size(), stream.chunk)));
   if (++stream.chunk == chunks) {
     stream.chunk = 0;
     ++stream.frame;
   }
+  stream.last = std::chrono::steady_clock::now();
   return Status::OK();
 }
 

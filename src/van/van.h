@@ -203,9 +203,11 @@ class Van {
     std::unique_ptr<seal::Opener> opener;
     struct Stream {
       pb::Meta meta;                     // the opened header
+      std::vector<size_t> bytes;         // each data frame's, on the wire
       std::vector<SArray<char>> frames;  // opened into record by record
       uint32_t frame = 0;                // the next record's frame and chunk
       uint32_t chunk = 0;
+      std::chrono::steady_clock::time_point last;  // a record last taken
     };
     std::optional<Stream> stream;
   };

@@ -361,9 +361,11 @@ TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
 // A member's streamed messages on one connection: one cut short (its
 // header and two of its five records), one with a record tampered, one with
 // two records swapped, then one whole and a small one. Only the last two
-// arrive, with their bytes; the receiver drops the rest (each record that
-// no longer belongs to a message counts as a message dropped) and keeps
-// serving.
+// arrive, with their bytes; the receiver drops the rest and keeps serving.
+// Then an eavesdropper who replays the member's token (so its connection
+// shares the member's key) sends junk in the middle of a streamed message:
+// a byte, two parts, and the next record with a byte changed. Each is
+// dropped alone, and the member's message still arrives whole.
 TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
   char pub[41], secret[41];
   ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
@@ -405,9 +407,10 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
     std::lock_guard<std::mutex> lock(inbox.mu);
     return inbox.total == 2;
   }));
-  // Dropped: the cut message (1, when the next header comes); the tampered
-  // record and the two after it (3); the record out of place, which also
-  // fails alone, and the two after it (4).
+  // Dropped: the cut message (when the next header comes); the tampered
+  // record, the two after it (each out of place, failing alone) and its
+  // message (when the next header comes); the record out of place, the one
+  // after it that is then out of place too, and its message.
   EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 8; }))
       << receiver.num_dropped();
   {
@@ -417,9 +420,36 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
     EXPECT_EQ((inbox.count[{0, 86}]), 1);
     EXPECT_EQ((inbox.count[{1, 1}]), 1);
   }
+
+  std::vector<std::vector<std::string>> spoiled = streamed(111);
+  void* eavesdropper = ConnectAs(context, receiver.port(),
+                                 seal::ToHex(hello.token), "eavesdropper:1");
+  for (size_t i = 0; i < 3; ++i) SendParts(member, spoiled[i]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::string forged = spoiled[3][0];
+  forged[seal::kSeqBytes + 1] ^= 1;
+  for (const std::vector<std::string>& junk :
+       std::vector<std::vector<std::string>>{{"x"}, {"a", "b"}, {forged}}) {
+    SendParts(eavesdropper, junk);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (size_t i = 3; i < spoiled.size(); ++i) SendParts(member, spoiled[i]);
+  EXPECT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    return inbox.total == 3;
+  }));
+  EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 11; }))
+      << receiver.num_dropped();
+  {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    EXPECT_TRUE(inbox.errors.empty()) << inbox.errors.front();
+    EXPECT_EQ((inbox.count[{0, 111}]), 1);
+  }
   int zero = 0;
-  zmq_setsockopt(member, ZMQ_LINGER, &zero, sizeof(zero));
-  zmq_close(member);
+  for (void* s : {member, eavesdropper}) {
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(s);
+  }
   receiver.Stop(0);
   zmq_ctx_term(context);
 }
