@@ -8,10 +8,10 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -21,20 +21,36 @@ namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
 
-void SetTimeouts(int fd) {
-  timeval tv{};
-  tv.tv_sec = HttpEndpoint::kIoTimeoutMs / 1000;
-  tv.tv_usec = (HttpEndpoint::kIoTimeoutMs % 1000) * 1000;
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+using Clock = std::chrono::steady_clock;
+
+// Waits until `fd` is ready for `events`, the connection's deadline passes
+// or `wake_fd` (Stop) fires; true only for the first.
+bool WaitReady(int fd, short events, int wake_fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    const int n = poll(fds, 2, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || fds[1].revents != 0) return false;
+    return true;
+  }
 }
 
-void WriteAll(int fd, const std::string& text) {
+// Writes `text` to the non-blocking `fd` by the deadline, or gives up.
+void WriteAll(int fd, const std::string& text, int wake_fd,
+              Clock::time_point deadline) {
   size_t done = 0;
   while (done < text.size()) {
-    ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+    ssize_t n = send(fd, text.data() + done, text.size() - done,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the client left or stalled: nothing to do
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!WaitReady(fd, POLLOUT, wake_fd, deadline)) return;
+      continue;
+    }
+    if (n <= 0) return;  // the client left: nothing to do
     done += static_cast<size_t>(n);
   }
 }
@@ -108,22 +124,30 @@ void HttpEndpoint::Loop() {
     }
     if (fds[1].revents != 0) return;  // Stop
     if ((fds[0].revents & POLLIN) == 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int fd =
+        accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
-    SetTimeouts(fd);
     Answer(fd);
     close(fd);
   }
 }
 
 void HttpEndpoint::Answer(int fd) const {
+  // One deadline for the whole connection, however slowly it trickles;
+  // Stop ends it at once.
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(kIoTimeoutMs);
   std::string request;
   char buf[1024];
   while (request.find("\r\n\r\n") == std::string::npos &&
          request.find("\n\n") == std::string::npos &&
          request.size() < kMaxRequestBytes) {
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!WaitReady(fd, POLLIN, wake_fd_, deadline)) return;
+      continue;
+    }
     if (n <= 0) break;
     request.append(buf, static_cast<size_t>(n));
   }
@@ -133,12 +157,16 @@ void HttpEndpoint::Answer(int fd) const {
   const bool metrics = line.rfind("GET /metrics ", 0) == 0 ||
                        line.rfind("GET /metrics?", 0) == 0;
   if (!metrics) {
-    WriteAll(fd, Reply("404 Not Found", "text/plain",
-                       "only /metrics is served here\n"));
+    WriteAll(
+        fd,
+        Reply("404 Not Found", "text/plain", "only /metrics is served here\n"),
+        wake_fd_, deadline);
     return;
   }
-  WriteAll(fd, Reply("200 OK", "text/plain; version=0.0.4; charset=utf-8",
-                     render_()));
+  WriteAll(
+      fd,
+      Reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_()),
+      wake_fd_, deadline);
 }
 
 }  // namespace ps

@@ -8,8 +8,9 @@
 // A scrape is one short request every few seconds: no pool is needed.
 //
 // Thread-safety: Start and Stop from one thread; `render` runs on the
-// endpoint's thread. Each connection gets kIoTimeoutMs to send its request
-// and take the answer, so a client that stalls holds the thread no longer.
+// endpoint's thread. Each connection gets kIoTimeoutMs in all to send its
+// request and take the answer, however slowly it trickles, so a client
+// that stalls holds the thread no longer; Stop ends a connection at once.
 #ifndef PS_SRC_METRICS_HTTP_ENDPOINT_H_
 #define PS_SRC_METRICS_HTTP_ENDPOINT_H_
 

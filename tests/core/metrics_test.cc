@@ -2,9 +2,16 @@
 // refusals, and that /metrics is served over HTTP on the port it says.
 #include "metrics/metrics.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "http_get.h"
 
@@ -165,6 +172,47 @@ TEST(Metrics, OnlyMetricsIsServedAndServingStops) {
   EXPECT_TRUE(Has(Scrape(port, "/metrics"), "ps_resent_total"));
   m.StopServing();
   EXPECT_EQ(Scrape(port), "");  // refused: nobody listens
+}
+
+// A client that sends its request a byte at a time, never finishing,
+// holds the endpoint for one connection's time at most: a scrape after it
+// is answered, and StopServing returns while it still trickles.
+TEST(Metrics, ATricklingClientHoldsNeitherScrapesNorStop) {
+  Metrics m(Role::kServer);
+  ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
+  auto dial = [&] {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(m.port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+              0);
+    return fd;
+  };
+  std::atomic<bool> trickle{true};
+  auto trickler = [&](int fd) {
+    for (int i = 0; i < 600 && trickle.load(); ++i) {  // 60 s at most
+      if (send(fd, "G", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    close(fd);
+  };
+  std::thread first(trickler, dial());
+  EXPECT_TRUE(Has(Scrape(m.port()), "200 OK"));  // after its deadline
+  std::thread second(trickler, dial());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    m.StopServing();
+    stopped.store(true);
+  });
+  for (int i = 0; i < 200 && !stopped.load(); ++i) {  // 20 s at most
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(stopped.load()) << "StopServing waited on a trickling client";
+  trickle.store(false);
+  for (std::thread* t : {&first, &second, &stopper}) t->join();
 }
 
 TEST(Metrics, ABusyPortIsAnErrorNamingIt) {
