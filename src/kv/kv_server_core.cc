@@ -260,7 +260,10 @@ class KVServerCore::Impl {
     // and write into them (KVMeta::vals_borrowed says when it may not), so
     // nothing else reads them after it got them; the replica's copy has
     // bytes of its own.
-    if (forward && !stepped) Forward(meta, *kvs);
+    if (forward && !stepped) {
+      Forward(meta, *kvs);
+      post_->metrics().ReplicaForwarded();  // once: not again on a resend
+    }
     Handle(meta, *kvs, for_replica);
   }
 
@@ -421,7 +424,6 @@ class KVServerCore::Impl {
         ReplicaCopy(meta, kvs, val_type_, post_->rank(), hold_.replica_id());
     hold_.Forwarded(meta);
     SendCopy(&copy);
-    post_->metrics().ReplicaForwarded();
   }
 
   void SendCopy(Message* copy) {
