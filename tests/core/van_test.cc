@@ -403,10 +403,13 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
   }
   SendParts(member, SealLikeAVan(&sealer, &small, false).at(0));
 
-  EXPECT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    return inbox.total == 2;
-  }));
+  auto arrived = [&](int n) {
+    return WaitFor([&] {
+      std::lock_guard<std::mutex> lock(inbox.mu);
+      return inbox.total == n;
+    });
+  };
+  EXPECT_TRUE(arrived(2));
   // Dropped: the cut message (when the next header comes); the tampered
   // record, the two after it (each out of place, failing alone) and its
   // message (when the next header comes); the record out of place, the one
@@ -434,10 +437,7 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   for (size_t i = 3; i < spoiled.size(); ++i) SendParts(member, spoiled[i]);
-  EXPECT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    return inbox.total == 3;
-  }));
+  EXPECT_TRUE(arrived(3));
   EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 11; }))
       << receiver.num_dropped();
   {
