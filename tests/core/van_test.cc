@@ -297,6 +297,29 @@ std::string JobSecret(const char* z85) {
   return secret;
 }
 
+// A van with a fresh job key, started, filling `inbox`; and a sealing
+// hello for it made with that key, as a member makes one.
+struct KeyedReceiver {
+  static VanOptions Keyed() {
+    char pub[41], secret[41];
+    CHECK_EQ(zmq_curve_keypair(pub, secret), 0);
+    VanOptions options;
+    options.secret_key = secret;
+    return options;
+  }
+  KeyedReceiver() {
+    CHECK(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
+    receiver.Start([this](Message&& msg) { inbox.Take(std::move(msg)); });
+    hello = seal::JobKey(JobSecret(options.secret_key.c_str()))
+                .MakeHello(receiver.wire_key())
+                .value();
+  }
+  const VanOptions options = Keyed();
+  Inbox inbox;  // outlives the van that fills it
+  Van receiver{options};
+  seal::JobKey::Hello hello;
+};
+
 // An eavesdropper who recorded a member's handshake token and sealed
 // message (made here with the job key, as the member made them) presents
 // them again, as recorded and with the token's hex in upper case: the
@@ -304,17 +327,10 @@ std::string JobSecret(const char* z85) {
 // refused as a replay; the other spelling is refused at connect. The
 // message opens exactly once.
 TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
-  char pub[41], secret[41];
-  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
-  VanOptions keyed;
-  keyed.secret_key = secret;
-  Inbox inbox;
-  Van receiver(keyed);
-  ASSERT_TRUE(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
-  receiver.Start([&inbox](Message&& msg) { inbox.Take(std::move(msg)); });
-
-  seal::JobKey job(JobSecret(secret));
-  seal::JobKey::Hello hello = job.MakeHello(receiver.wire_key()).value();
+  KeyedReceiver keyed;
+  Inbox& inbox = keyed.inbox;
+  Van& receiver = keyed.receiver;
+  const seal::JobKey::Hello& hello = keyed.hello;
   // The recorded message, whole.
   Message msg = TestMessage(7, 7);
   seal::Sealer sealer(hello.key);
@@ -367,16 +383,10 @@ TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
 // a byte, two parts, and the next record with a byte changed. Each is
 // dropped alone, and the member's message still arrives whole.
 TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
-  char pub[41], secret[41];
-  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
-  VanOptions keyed;
-  keyed.secret_key = secret;
-  Inbox inbox;
-  Van receiver(keyed);
-  ASSERT_TRUE(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
-  receiver.Start([&inbox](Message&& msg) { inbox.Take(std::move(msg)); });
-  seal::JobKey job(JobSecret(secret));
-  seal::JobKey::Hello hello = job.MakeHello(receiver.wire_key()).value();
+  KeyedReceiver keyed;
+  Inbox& inbox = keyed.inbox;
+  Van& receiver = keyed.receiver;
+  const seal::JobKey::Hello& hello = keyed.hello;
   seal::Sealer sealer(hello.key);
   void* context = zmq_ctx_new();
   void* member =
