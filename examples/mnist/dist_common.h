@@ -19,6 +19,7 @@
 #include "model/backend.h"
 #include "model/dataset.h"
 #include "model/optimizer.h"
+#include "ps/compress.h"
 #include "ps/dense_server.h"
 #include "ps/placement.h"
 #include "ps/simple_app.h"
@@ -71,6 +72,11 @@ struct TrainOptions {
   // A worker's death: stop the job, or go on with the others.
   ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
   bool allow_non_finite = false;  // servers sum NaN/inf gradients too
+  // Values on the wire (ps/compress.h): the workers' and servers' filter,
+  // made once per process (a worker's holds its error feedback, which goes
+  // into its checkpoints); null without compression.
+  ps::CompressOptions compress;
+  std::shared_ptr<ps::Compressor> compressor;
   // Test hooks: the node named by die_node ("worker:R" or "server:R") kills
   // itself after die_after_steps steps (a server counts updates); the last
   // worker sleeps slow_worker_ms per step.

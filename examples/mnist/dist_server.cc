@@ -235,6 +235,10 @@ int RunServer(const TrainOptions& options) {
   shard_options.allow_non_finite = options.allow_non_finite;
   shard_options.snapshot_every = options.checkpoint_every_steps;
   ps::KVServer<float> server(0);
+  if (options.compressor != nullptr) {
+    ps::Status st = server.AddFilter(options.compressor);
+    if (!st.ok()) Die("--compress: " + st.ToString());
+  }
   auto updater = std::make_shared<SliceUpdater>(options, slice.size(), true);
   if (options.restore_step >= 0) {
     LoadServer(options, rank, options.restore_step, &slice, updater.get());

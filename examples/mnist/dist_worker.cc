@@ -81,6 +81,10 @@ class PsExchange : public Exchange {
         ModelPlacement(layout_, ps::NumServers(), options.placement);
     if (!placement.ok()) Die(placement.status().ToString());
     kv_.SetPlacement(*placement);
+    if (options.compressor != nullptr) {
+      ps::Status st = kv_.AddFilter(options.compressor);
+      if (!st.ok()) Die("--compress: " + st.ToString());
+    }
     for (size_t k = 0; k < layout_.num_keys(); ++k) {
       keys_.push_back(k);
       lens_.push_back(static_cast<int>(layout_.length(k)));
@@ -234,12 +238,15 @@ int LrPeriod(const TrainOptions& options, int epoch, int step) {
   return std::min(period, ps::kMaxDenseTag);
 }
 
-// A worker's checkpoint payload: its position and dropout generator.
-std::string WorkerPayload(const Position& at, const ps::model::Net& net) {
+// A worker's checkpoint payload: its position, dropout generator and what
+// its compression's error feedback holds (empty without).
+std::string WorkerPayload(const TrainOptions& options, const Position& at,
+                          const ps::model::Net& net) {
   Packer out;
   out.Put<int32_t>(at.epoch);
   out.Put<int32_t>(at.batches_in_epoch);
   out.PutString(net.DropoutState());
+  out.PutString(options.compressor ? options.compressor->SaveState() : "");
   return out.data();
 }
 
@@ -253,13 +260,23 @@ Position LoadWorker(const TrainOptions& options, int rank, int step,
   Unpacker in(*payload);
   Position at;
   at.steps = step;
-  std::string dropout;
+  std::string dropout, feedback;
   if (!in.Get(&at.epoch) || !in.Get(&at.batches_in_epoch) ||
-      !in.GetString(&dropout) || !in.done() || at.epoch < 0 ||
-      at.batches_in_epoch < 0 || !net->SetDropoutState(dropout)) {
+      !in.GetString(&dropout) || !in.GetString(&feedback) || !in.done() ||
+      at.epoch < 0 || at.batches_in_epoch < 0 ||
+      !net->SetDropoutState(dropout)) {
     Die("--restore: '" +
         CheckpointPath(job, step, CheckpointRole::kWorker, rank) +
-        "': not a worker position (epoch, batch, dropout state)");
+        "': not a worker position (epoch, batch, dropout state, "
+        "compression state)");
+  }
+  if (options.compressor != nullptr) {
+    ps::Status st = options.compressor->RestoreState(feedback);
+    if (!st.ok()) {
+      Die("--restore: '" +
+          CheckpointPath(job, step, CheckpointRole::kWorker, rank) +
+          "': " + st.message());
+    }
   }
   RemoveCheckpointsAfter(job, step, CheckpointRole::kWorker, rank);
   return at;
@@ -275,9 +292,9 @@ void MaybeCheckpoint(const TrainOptions& options, int rank, const Position& at,
       (every > 0 && at.steps % every == 0) ||
       (options.clock != nullptr && options.clock->Announced(at.steps));
   if (options.checkpoint_dir.empty() || !due || WorkerLost()) return;
-  ps::Status st =
-      WriteCheckpoint(CheckpointJobOf(options), CheckpointRole::kWorker, rank,
-                      at.steps, WorkerPayload(at, net), ps::DefaultNode());
+  ps::Status st = WriteCheckpoint(
+      CheckpointJobOf(options), CheckpointRole::kWorker, rank, at.steps,
+      WorkerPayload(options, at, net), ps::DefaultNode());
   if (!st.ok()) {  // as a server's (dist_server.cc): the job goes on
     LOG(ERROR) << "worker " << rank << ": checkpoint of step " << at.steps
                << " not written: " << st.message()

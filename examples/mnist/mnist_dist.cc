@@ -91,6 +91,11 @@ DEFINE_bool(allow_non_finite, false,
             "servers accept gradients that hold a NaN or an infinity (by "
             "default such a push is refused and its worker stops, naming "
             "it)");
+DEFINE_string(compress, "",
+              "values on the wire: CODEC[,pull=CODEC], CODEC one of none, "
+              "fp16, bf16, onebit, topk:R, randomk:R (pushes; pulls: none, "
+              "fp16, bf16); not to peers of this host, whose values go by "
+              "reference (empty: PS_COMPRESS, else none)");
 DEFINE_int32(replicas, -1,
              "1: every server's keys are also held by the next server, which "
              "takes them over if it dies (PS_REPLICAS; -1: as the "
@@ -222,6 +227,18 @@ mnist::TrainOptions OptionsFromFlags() {
             "boundaries every node agrees on)");
   CheckFlag(o.checkpoint_dir.empty() || !FLAGS_local, "checkpoint_dir",
             "is for a ps job, not --local");
+  if (FLAGS_compress.empty()) {
+    auto env = ps::CompressOptions::FromEnv();
+    if (!env.ok()) Die(env.status().message());
+    o.compress = *env;
+  } else {
+    o.compress = OrDie("compress", ps::CompressOptions::Parse(FLAGS_compress));
+  }
+  CheckFlag(!o.compress.any() || !FLAGS_local, "compress",
+            "is for a ps job, not --local");
+  if (o.compress.any()) {
+    o.compressor = OrDie("compress", ps::Compressor::Make(o.compress));
+  }
   o.die_after_steps = FLAGS_die_after_steps;
   o.die_node = FLAGS_die_node;
   o.die_freezes = FLAGS_die_signal == "stop";

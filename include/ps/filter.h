@@ -16,8 +16,10 @@
 //
 // Thread-safety: add filters before the first request (or before the
 // server's handle is set); Encode and Decode may then be called from any
-// thread, several at once, and must be safe so. A resend (PS_RESEND_TIMEOUT_MS)
-// encodes the slice again.
+// thread, several at once, and must be safe so. Encode runs once per
+// message: a resend, by the worker (PS_RESEND_TIMEOUT_MS) or the
+// Postoffice, carries the bytes of the first encoding, so a filter may keep
+// state across messages (ps/compress.h's error feedback does).
 #ifndef PS_FILTER_H_
 #define PS_FILTER_H_
 
@@ -50,6 +52,9 @@ struct FilterContext {
   int cmd = 0;  // the user command (KVMeta::cmd)
   int app_id = 0;
   int peer = 0;  // the node id it goes to (Encode) or came from (Decode)
+  // Whether values to this peer go by reference (the same host, PS_SHM):
+  // they do not cross a wire.
+  bool shared = false;
 };
 
 class Filter {

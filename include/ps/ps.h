@@ -23,6 +23,7 @@
 #include <functional>
 
 #include "ps/base.h"
+#include "ps/compress.h"
 #include "ps/config.h"
 #include "ps/internal/env.h"
 #include "ps/internal/postoffice.h"

@@ -27,7 +27,9 @@ bool ToFrames(const Message& msg, KVFrames* frames) {
   return true;
 }
 
-FilterContext ContextOf(const pb::Meta& m, int peer) {
+}  // namespace
+
+FilterContext FilterChain::ContextOf(const pb::Meta& m, int peer) const {
   FilterContext ctx;
   ctx.request = m.request();
   ctx.push = m.push();
@@ -35,10 +37,9 @@ FilterContext ContextOf(const pb::Meta& m, int peer) {
   ctx.cmd = m.head();
   ctx.app_id = m.app_id();
   ctx.peer = peer;
+  ctx.shared = shared_ != nullptr && shared_(peer);
   return ctx;
 }
-
-}  // namespace
 
 Status FilterChain::Add(std::shared_ptr<Filter> filter) {
   if (filter == nullptr) return Status::InvalidArgument("AddFilter(nullptr)");

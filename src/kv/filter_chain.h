@@ -10,6 +10,7 @@
 #ifndef PS_SRC_KV_FILTER_CHAIN_H_
 #define PS_SRC_KV_FILTER_CHAIN_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,8 +24,12 @@ namespace detail {
 
 class FilterChain {
  public:
-  // `owner` names the chain's app in errors ("KVWorker", "KVServer").
-  explicit FilterChain(std::string owner) : owner_(std::move(owner)) {}
+  // `owner` names the chain's app in errors ("KVWorker", "KVServer");
+  // shared(id): whether values to and from node `id` go by reference
+  // (FilterContext::shared; none: never).
+  explicit FilterChain(std::string owner,
+                       std::function<bool(int)> shared = nullptr)
+      : owner_(std::move(owner)), shared_(std::move(shared)) {}
   // Appends `filter`; a second filter of the same name is refused.
   Status Add(std::shared_ptr<Filter> filter);
   bool empty() const { return filters_.empty(); }
@@ -36,8 +41,10 @@ class FilterChain {
 
  private:
   Filter* Find(const std::string& name) const;
+  FilterContext ContextOf(const pb::Meta& m, int peer) const;
 
   const std::string owner_;
+  const std::function<bool(int)> shared_;
   std::vector<std::shared_ptr<Filter>> filters_;
 };
 

@@ -469,7 +469,9 @@ class KVServerCore::Impl {
   }
 
   Postoffice* const post_;
-  FilterChain filters_{"KVServer"};
+  FilterChain filters_{"KVServer", [post = post_](int id) {
+                         return post->van().SendsReferencesTo(id);
+                       }};
   const int app_id_;
   const int val_type_;
   const size_t val_size_;

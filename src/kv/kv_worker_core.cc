@@ -1,7 +1,7 @@
 // KVWorkerCore: the worker's push/pull path, one function a stage:
 //   Request (CheckKVPairs) -> slice: SliceKVPairs -> SendSlices, for each
-//   server: encode: EncodeSlice (AddKVFrames) -> filters + send:
-//   FilterAndSend (FilterChain::Encode, Postoffice::Send)
+//   server: encode: EncodeSlice (AddKVFrames) -> filters
+//   (FilterChain::Encode) -> send (Postoffice::Send)
 //   ... OnResponse: dedup (Answered) -> filters (FilterChain::Decode) ->
 //   decode (DecodeKVPairs) -> PullState::Store -> RequestTracker::Answer ->
 //   FinishRequest (PullState::Assemble, RequestTracker::Finish).
@@ -13,8 +13,8 @@
 // slices, and the pulled values are assembled key by key, since its slices
 // need not be contiguous runs of the request's keys.
 // Resending (PS_RESEND_TIMEOUT_MS): each slice is kept until its server
-// answers (KeepForResend, before it is sent); Resend (on the monitor
-// thread's tick) builds its message again and sends it when due, and
+// answers (KeepForResend, filtered, before it is sent); Resend (on the
+// monitor thread's tick) sends that message again when due, and
 // OnResponse lets go of a second answer (Answered). The server
 // applies a request once (RequestDedup::Seen). With the default timer
 // (PS_RESEND_TIMEOUT_MS unset) the Postoffice below also resends each
@@ -111,8 +111,8 @@ class KVWorkerCore::Impl {
   // to whoever serves them now (its replica, once it died).
   Message EncodeSlice(int ts, int slot, bool push, bool pull, int cmd,
                       const RawKVPairs& kvs);
-  // The filters stage, then the send stage.
-  Status FilterAndSend(Message* msg);
+  // To whoever serves server `slot`'s keys now (its replica, once it died).
+  void Route(int slot, pb::Meta* m) const;
   // Server `rank`'s part of a direct pull destination, if in shared memory
   // (and no filter may rewrite the answer).
   bool ReplyInto(const PullState& state, size_t rank, pb::SharedRef* ref);
@@ -123,15 +123,13 @@ class KVWorkerCore::Impl {
   StatusOr<RawKVPairs> DecodeAnswer(Message* msg) const;
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
   void OnFailure(int id, const Status& why);
-  // A slice of a request, kept until its server answers: enough to send
-  // it again.
+  // A slice of a request, kept until its server answers: its message as
+  // the filters made it, sent again as it is (to whoever serves the keys
+  // then), so that a filter's Encode runs once per slice.
   struct Unanswered {
     int ts;
     int slot;  // the server whose keys it asks for
-    bool push;
-    bool pull;
-    int cmd;
-    RawKVPairs kvs;
+    Message msg;
     Postoffice::Clock::time_point due;  // of the next resend
     int sends = 1;
   };
@@ -155,7 +153,9 @@ class KVWorkerCore::Impl {
   Answer Answered(int ts, int server) EXCLUDES(resend_mu_);
 
   Postoffice* const post_;
-  FilterChain filters_{"KVWorker"};
+  FilterChain filters_{"KVWorker", [post = post_](int id) {
+                         return post->van().SendsReferencesTo(id);
+                       }};
   const int app_id_;
   const int customer_id_;
   const int val_type_;
@@ -324,23 +324,21 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (!slice.touched) continue;
     const int slot = ServerRankToId(static_cast<int>(s));
     Message msg = EncodeSlice(ts, slot, push, pull, cmd, slice.kvs);
+    // The filters stage, then the send stage.
+    Status st = filters_.Encode(&msg);
+    if (!st.ok()) {
+      tracker_.FailServer(slot, st);
+      continue;
+    }
+    if (resend_ms_ > 0) KeepForResend({ts, slot, msg, due});
     pb::SharedRef into;
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       // The van drops it for remote servers; a resend goes without it.
       *msg.meta.mutable_reply_into() = into;
     }
-    if (resend_ms_ > 0) {
-      KeepForResend({ts, slot, push, pull, cmd, std::move(slice.kvs), due});
-    }
-    Status st = FilterAndSend(&msg);
+    st = post_->Send(&msg);
     if (!st.ok()) tracker_.FailServer(slot, st);
   }
-}
-
-Status KVWorkerCore::Impl::FilterAndSend(Message* msg) {
-  Status st = filters_.Encode(msg);
-  if (!st.ok()) return st;
-  return post_->Send(msg);
 }
 
 Message KVWorkerCore::Impl::EncodeSlice(int ts, int slot, bool push, bool pull,
@@ -354,11 +352,19 @@ Message KVWorkerCore::Impl::EncodeSlice(int ts, int slot, bool push, bool pull,
   m.set_push(push);
   m.set_pull(pull);
   m.set_head(cmd);
-  const int to = routes_.RouteOf(slot);
-  m.set_recver(to);
-  if (to != slot) m.set_shard(IdToRank(slot));  // taken over
+  Route(slot, &m);
   AddKVFrames(kvs, push, val_type_, &msg);
   return msg;
+}
+
+void KVWorkerCore::Impl::Route(int slot, pb::Meta* m) const {
+  const int to = routes_.RouteOf(slot);
+  m->set_recver(to);
+  if (to != slot) {
+    m->set_shard(IdToRank(slot));  // taken over
+  } else {
+    m->clear_shard();
+  }
 }
 
 void KVWorkerCore::Impl::KeepForResend(Unanswered&& u) {
@@ -368,12 +374,13 @@ void KVWorkerCore::Impl::KeepForResend(Unanswered&& u) {
 
 void KVWorkerCore::Impl::SendAgain(const std::vector<Unanswered>& slices) {
   for (const Unanswered& u : slices) {
-    Message msg = EncodeSlice(u.ts, u.slot, u.push, u.pull, u.cmd, u.kvs);
+    Message msg = u.msg;
+    Route(u.slot, &msg.meta);
     post_->CountResent();
     if (post_->config().verbose >= 1) {
       LOG(INFO) << "resending " << DebugString(msg);
     }
-    Status st = FilterAndSend(&msg);
+    Status st = post_->Send(&msg);
     if (!st.ok()) {
       LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
                    << " failed: " << st;

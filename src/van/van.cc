@@ -363,6 +363,11 @@ bool Van::IsConnected(int id) const {
   return routes->peers.count(id) > 0;
 }
 
+bool Van::SendsReferencesTo(int id) const {
+  std::shared_ptr<const Routes> routes = routes_.Load();
+  return routes->send_references.count(id) > 0;
+}
+
 bool Van::FindShared(const void* data, size_t bytes, pb::SharedRef* ref) const {
   return shared_memory_->Find(data, bytes, ref);
 }

@@ -162,6 +162,8 @@ class Van {
   void Rekey(int old_id, int new_id);
   void Disconnect(int id);
   bool IsConnected(int id) const;
+  // Whether frames in shared memory go to node `id` by reference.
+  bool SendsReferencesTo(int id) const;
 
   // Sends msg to msg->meta.recver(); fills the header's data sizes.
   Status Send(Message* msg);

@@ -273,6 +273,37 @@ TEST_F(Checkpoint, JobKilledFromOutsideRestoresToTheSameBytes) {
   Shell("rm -rf " + dir + " " + dir + ".log");
 }
 
+// Compression with error feedback (topk, values through the sockets, pulls
+// in bf16): what each worker kept unsent is in its checkpoint, so a job
+// killed after step 25 and restored ends with the bytes of the same job
+// never killed. (Without the kept values in the files it would not.)
+TEST(CompressedCheckpoint, KilledJobRestoresToTheSameBytes) {
+  const std::string dir = TempDir("compressed"), bin = dir + "/weights.bin";
+  const std::string whole_bin = dir + "/whole.bin";
+  const std::string shm = "--env PS_SHM=0";
+  const std::string compress = " --compress topk:0.05,pull=bf16";
+  Result whole =
+      Launch(shm, " --epochs 2" + compress + " --dump_weights " + whole_bin);
+  ASSERT_EQ(whole.rc, 0) << whole.out;
+  const std::string flags = " --epochs 2 --checkpoint_every_steps 5" +
+                            compress + " --checkpoint_dir " + dir;
+  Result killed =
+      Launch(shm, flags + " --die_node worker:1 --die_after_steps 27");
+  ASSERT_EQ(killed.rc, 1) << killed.out;
+  Result restored = Launch(shm, flags + " --restore --dump_weights " + bin);
+  ASSERT_EQ(restored.rc, 0) << restored.out;
+  EXPECT_EQ(Count(restored.out,
+                  "restore: resuming from the checkpoint of step 25 in " + dir),
+            4)
+      << restored.out;
+  const std::string want = ReadBytes(whole_bin);
+  ASSERT_EQ(want.size(), 1199882u * 4);
+  EXPECT_TRUE(ReadBytes(bin) == want)
+      << "the compressed job restored from step 25 ends with other weights";
+  EXPECT_EQ(FinalAccuracyText(restored.out), FinalAccuracyText(whole.out));
+  Shell("rm -rf " + dir);
+}
+
 // The child of `parent` whose environment says DMLC_ROLE=`role` (-1: none).
 int ChildWithRole(int parent, const std::string& role) {
   std::vector<int> pids =

@@ -1,0 +1,650 @@
+// Compressor: float codecs as a filter (ps/compress.h).
+//
+// On the wire, a compressed message's values frame is one segment per key,
+// in key order, each in its key's codec:
+//   none          n floats
+//   fp16, bf16    n uint16
+//   topk, randomk uint32 k, k uint32 indices (ascending), k floats
+//   onebit        ceil(n / kOneBitChunk) float scales, ceil(n / 8) bytes of
+//                 signs (bit j % 8 of byte j / 8: value j >= 0)
+// where n is the key's count of values (its lens entry, or the values split
+// evenly over the keys). The filter note holds the message's count of
+// values (uint64) and the codecs as runs: (uint32 keys, uint8 Codec::Kind).
+// All integers and floats little-endian, as the hosts that run this.
+#include "ps/compress.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+#include <utility>
+
+#include "ps/kv_core.h"
+#include "van/sync.h"
+
+namespace ps {
+
+namespace {
+
+// IEEE binary16 from a float, rounded to nearest-even.
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t a = x & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) {  // infinity, NaN (kept quiet, payload's top bits)
+    return static_cast<uint16_t>(
+        sign | 0x7C00u | (a > 0x7F800000u ? 0x200u | ((a >> 13) & 0x3FFu) : 0));
+  }
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // inf
+  if (a < 0x38800000u) {
+    // Below 2^-14: a multiple of 2^-24. Adding 0.5 (whose unit in the last
+    // place is 2^-24) lets the FPU round it; its mantissa is the half's.
+    float abs_f;
+    std::memcpy(&abs_f, &a, 4);
+    const float r = abs_f + 0.5f;
+    uint32_t rb;
+    std::memcpy(&rb, &r, 4);
+    return static_cast<uint16_t>(sign | (rb - 0x3F000000u));
+  }
+  const uint32_t odd = (a >> 13) & 1u;
+  a -= (127u - 15u) << 23;  // the half's exponent bias
+  a += 0xFFFu + odd;        // round to nearest, ties to even
+  return static_cast<uint16_t>(sign | (a >> 13));
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu;
+  const uint32_t m = h & 0x3FFu;
+  float f;
+  if (e == 0) {
+    f = static_cast<float>(m) * (1.0f / 16777216.0f);  // m * 2^-24
+    return sign ? -f : f;
+  }
+  const uint32_t x = e == 31 ? sign | 0x7F800000u | (m << 13)
+                             : sign | ((e + 112) << 23) | (m << 13);
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// bfloat16: the upper half of a float, rounded to nearest-even.
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) {
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN stays NaN
+  }
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// Little-endian writes and bounded reads over byte buffers.
+template <typename T>
+void Put(char** p, T v) {
+  std::memcpy(*p, &v, sizeof(T));
+  *p += sizeof(T);
+}
+
+class Reader {
+ public:
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (left() < sizeof(T)) return false;
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  // n bytes in place, or null.
+  const char* Take(size_t n) {
+    if (left() < n) return nullptr;
+    const char* at = p_;
+    p_ += n;
+    return at;
+  }
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+size_t SparseCount(double ratio, size_t n) {
+  if (n == 0) return 0;
+  const double k = std::ceil(ratio * static_cast<double>(n));
+  return std::min(n, std::max<size_t>(1, static_cast<size_t>(k)));
+}
+
+size_t OneBitScales(size_t n) { return (n + kOneBitChunk - 1) / kOneBitChunk; }
+
+// The bytes of one key's segment of n values in codec c.
+size_t SegmentBytes(const Codec& c, size_t n) {
+  switch (c.kind) {
+    case Codec::kNone:
+      return 4 * n;
+    case Codec::kFp16:
+    case Codec::kBf16:
+      return 2 * n;
+    case Codec::kTopK:
+    case Codec::kRandomK:
+      return 4 + 8 * SparseCount(c.ratio, n);
+    case Codec::kOneBit:
+      return 4 * OneBitScales(n) + (n + 7) / 8;
+  }
+  return 0;
+}
+
+// |v| for ordering; a NaN sorts as the largest (and is sent).
+float Magnitude(float v) {
+  return std::isnan(v) ? std::numeric_limits<float>::infinity() : std::fabs(v);
+}
+
+// Writes the k indices in idx[0, k) (ascending) and their values of v.
+void PutSparse(const float* v, const uint32_t* idx, size_t k, char** p) {
+  Put<uint32_t>(p, static_cast<uint32_t>(k));
+  std::memcpy(*p, idx, 4 * k);
+  *p += 4 * k;
+  for (size_t j = 0; j < k; ++j) Put<float>(p, v[idx[j]]);
+}
+
+// The per-key counts of values of a message: its lens, or its values split
+// evenly over its keys.
+Status CountsOf(const KVFrames& f, size_t num_keys, uint64_t num_values,
+                std::vector<uint64_t>* counts) {
+  counts->assign(num_keys, 0);
+  if (f.has_lens) {
+    if (f.lens.size() != 4 * num_keys) {
+      return Status::Corruption(std::to_string(f.lens.size()) +
+                                " bytes of lens for " +
+                                std::to_string(num_keys) + " keys");
+    }
+    uint64_t sum = 0;
+    for (size_t i = 0; i < num_keys; ++i) {
+      int32_t len;
+      std::memcpy(&len, f.lens.data() + 4 * i, 4);
+      if (len < 0) {
+        return Status::Corruption("key " + std::to_string(i) + " has length " +
+                                  std::to_string(len));
+      }
+      (*counts)[i] = static_cast<uint64_t>(len);
+      sum += static_cast<uint64_t>(len);
+    }
+    if (sum != num_values) {
+      return Status::Corruption("lens add up to " + std::to_string(sum) +
+                                " values; the message has " +
+                                std::to_string(num_values));
+    }
+    return Status::OK();
+  }
+  if (num_keys == 0 ? num_values != 0 : num_values % num_keys != 0) {
+    return Status::Corruption(std::to_string(num_values) +
+                              " values do not split evenly over " +
+                              std::to_string(num_keys) + " keys");
+  }
+  if (num_keys > 0) counts->assign(num_keys, num_values / num_keys);
+  return Status::OK();
+}
+
+uint64_t KeyAt(const KVFrames& f, size_t i) {
+  uint64_t key;
+  std::memcpy(&key, f.keys.data() + 8 * i, 8);
+  return key;
+}
+
+}  // namespace
+
+// ---- Codec and options ----
+
+StatusOr<Codec> Codec::Parse(const std::string& text) {
+  Codec c;
+  const std::string accepted =
+      "; accepted: none, fp16, bf16, onebit, topk:R, randomk:R (0 < R <= 1)";
+  if (text == "none" || text.empty()) return c;
+  if (text == "fp16") c.kind = kFp16;
+  if (text == "bf16") c.kind = kBf16;
+  if (text == "onebit") c.kind = kOneBit;
+  if (c.kind != kNone) return c;
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  if (colon == std::string::npos || (name != "topk" && name != "randomk")) {
+    return Status::InvalidArgument("unknown codec '" + text + "'" + accepted);
+  }
+  const std::string r = text.substr(colon + 1);
+  char* end = nullptr;
+  c.ratio = std::strtod(r.c_str(), &end);
+  if (r.empty() || end != r.c_str() + r.size() || !(c.ratio > 0) ||
+      c.ratio > 1) {
+    return Status::InvalidArgument("codec '" + text + "': ratio '" + r +
+                                   "' is not in (0, 1]");
+  }
+  c.kind = name == "topk" ? kTopK : kRandomK;
+  return c;
+}
+
+std::string Codec::ToString() const {
+  auto ratio_text = [this] {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", ratio);
+    return std::string(buf);
+  };
+  switch (kind) {
+    case kNone:
+      return "none";
+    case kFp16:
+      return "fp16";
+    case kBf16:
+      return "bf16";
+    case kTopK:
+      return "topk:" + ratio_text();
+    case kRandomK:
+      return "randomk:" + ratio_text();
+    case kOneBit:
+      return "onebit";
+  }
+  return "?";
+}
+
+StatusOr<CompressOptions> CompressOptions::Parse(const std::string& text) {
+  CompressOptions o;
+  size_t begin = 0;
+  bool first = true;
+  while (begin <= text.size()) {
+    size_t comma = text.find(',', begin);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(begin, comma - begin);
+    begin = comma + 1;
+    if (item.rfind("pull=", 0) == 0) {
+      StatusOr<Codec> c = Codec::Parse(item.substr(5));
+      if (!c.ok()) return c.status();
+      o.pull = *c;
+    } else if (item == "shared") {
+      o.compress_shared = true;
+    } else if (first) {
+      StatusOr<Codec> c = Codec::Parse(item);
+      if (!c.ok()) return c.status();
+      o.push = *c;
+    } else {
+      return Status::InvalidArgument(
+          "compression '" + text + "': unknown part '" + item +
+          "' (accepted: CODEC[,pull=CODEC][,shared])");
+    }
+    first = false;
+  }
+  if (o.pull.kind != Codec::kNone && o.pull.kind != Codec::kFp16 &&
+      o.pull.kind != Codec::kBf16) {
+    return Status::InvalidArgument("compression '" + text + "': pulls take " +
+                                   "none, fp16 or bf16, not " +
+                                   o.pull.ToString());
+  }
+  return o;
+}
+
+StatusOr<CompressOptions> CompressOptions::FromEnv() {
+  const char* v = std::getenv("PS_COMPRESS");
+  if (v == nullptr) return CompressOptions();
+  StatusOr<CompressOptions> o = Parse(v);
+  if (!o.ok()) {
+    return Status::InvalidArgument(std::string("PS_COMPRESS='") + v +
+                                   "': " + o.status().message());
+  }
+  return o;
+}
+
+bool CompressOptions::any() const {
+  if (push.kind != Codec::kNone || pull.kind != Codec::kNone) return true;
+  for (const RangeCodec& r : push_ranges) {
+    if (r.push.kind != Codec::kNone) return true;
+  }
+  return false;
+}
+
+std::string CompressOptions::ToString() const {
+  std::string s = push.ToString();
+  if (pull.kind != Codec::kNone) s += ",pull=" + pull.ToString();
+  if (compress_shared) s += ",shared";
+  return s;
+}
+
+// ---- Compressor ----
+
+struct Compressor::Feedback {
+  mutable Mutex mu;
+  std::unordered_map<uint64_t, std::vector<float>> residual GUARDED_BY(mu);
+  std::mt19937_64 rng GUARDED_BY(mu);
+};
+
+StatusOr<std::shared_ptr<Compressor>> Compressor::Make(
+    CompressOptions options) {
+  const Codec::Kind pull = options.pull.kind;
+  if (pull != Codec::kNone && pull != Codec::kFp16 && pull != Codec::kBf16) {
+    return Status::InvalidArgument("a pull codec is none, fp16 or bf16, not " +
+                                   options.pull.ToString());
+  }
+  std::vector<Codec> all = {options.push};
+  for (const auto& r : options.push_ranges) all.push_back(r.push);
+  for (const Codec& c : all) {
+    if ((c.kind == Codec::kTopK || c.kind == Codec::kRandomK) &&
+        !(c.ratio > 0 && c.ratio <= 1)) {
+      return Status::InvalidArgument("codec " + c.ToString() +
+                                     ": ratio not in (0, 1]");
+    }
+  }
+  return std::shared_ptr<Compressor>(new Compressor(std::move(options)));
+}
+
+Compressor::Compressor(CompressOptions options)
+    : options_(std::move(options)), feedback_(new Feedback) {
+  MutexLock lock(&feedback_->mu);
+  feedback_->rng.seed(options_.seed);
+}
+
+Compressor::~Compressor() = default;
+
+const Codec& Compressor::PushCodecOf(uint64_t key) const {
+  for (const auto& r : options_.push_ranges) {
+    if (key >= r.keys.begin() && key < r.keys.end()) return r.push;
+  }
+  return options_.push;
+}
+
+StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
+                                  std::string* note) {
+  if (!frames->has_vals || frames->val_type != detail::kTypeFloat ||
+      (ctx.shared && !options_.compress_shared)) {
+    return false;
+  }
+  const size_t num_keys = frames->keys.size() / 8;
+  const uint64_t num_values = frames->vals.size() / 4;
+  std::vector<uint64_t> counts;
+  Status st = CountsOf(*frames, num_keys, num_values, &counts);
+  if (!st.ok()) return st;
+  std::vector<const Codec*> codec(num_keys);
+  bool any = false;
+  size_t bytes = 0;
+  for (size_t i = 0; i < num_keys; ++i) {
+    codec[i] = ctx.request ? &PushCodecOf(KeyAt(*frames, i)) : &options_.pull;
+    any |= codec[i]->kind != Codec::kNone;
+    bytes += SegmentBytes(*codec[i], counts[i]);
+  }
+  if (!any) return false;
+
+  // The note: the count of values, then the codecs as runs.
+  std::string n(8, '\0');
+  std::memcpy(&n[0], &num_values, 8);
+  for (size_t i = 0; i < num_keys;) {
+    uint32_t run = 1;
+    while (i + run < num_keys && codec[i + run]->kind == codec[i]->kind) ++run;
+    n.append(reinterpret_cast<const char*>(&run), 4);
+    n.push_back(static_cast<char>(codec[i]->kind));
+    i += run;
+  }
+
+  // The values as floats (aligned: a copy only if they are not).
+  SArray<char> in = frames->vals;
+  std::vector<float> aligned;
+  const float* vals = reinterpret_cast<const float*>(in.data());
+  if (reinterpret_cast<uintptr_t>(in.data()) % alignof(float) != 0) {
+    aligned.resize(num_values);
+    if (num_values > 0) std::memcpy(aligned.data(), in.data(), in.size());
+    vals = aligned.data();
+  }
+  SArray<char> out(bytes);
+  char* p = out.data();
+  std::vector<uint32_t> idx;
+  MutexLock lock(&feedback_->mu);
+  for (size_t i = 0; i < num_keys; ++i) {
+    const Codec& c = *codec[i];
+    const size_t len = counts[i];
+    const float* v = vals;
+    vals += len;
+    if (c.kind == Codec::kNone) {
+      if (len > 0) std::memcpy(p, v, 4 * len);
+      p += 4 * len;
+      continue;
+    }
+    if (c.kind == Codec::kFp16 || c.kind == Codec::kBf16) {
+      for (size_t j = 0; j < len; ++j) {
+        Put<uint16_t>(
+            &p, c.kind == Codec::kFp16 ? FloatToHalf(v[j]) : FloatToBf16(v[j]));
+      }
+      continue;
+    }
+    // Error feedback: the key's residual r becomes what is to be sent
+    // (r + v), and after the send what was not sent of it.
+    std::vector<float>& r = feedback_->residual[KeyAt(*frames, i)];
+    if (r.size() != len) r.assign(len, 0.0f);
+    for (size_t j = 0; j < len; ++j) r[j] += v[j];
+    if (c.kind == Codec::kOneBit) {
+      for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
+        const size_t c1 = std::min(len, c0 + kOneBitChunk);
+        double sum = 0;
+        for (size_t j = c0; j < c1; ++j) sum += std::fabs(r[j]);
+        Put<float>(&p, static_cast<float>(sum / static_cast<double>(c1 - c0)));
+      }
+      const char* scales = p - 4 * OneBitScales(len);
+      std::memset(p, 0, (len + 7) / 8);
+      for (size_t j = 0; j < len; ++j) {
+        float scale;
+        std::memcpy(&scale, scales + 4 * (j / kOneBitChunk), 4);
+        if (r[j] >= 0) {
+          p[j / 8] = static_cast<char>(p[j / 8] | (1 << (j % 8)));
+          r[j] -= scale;
+        } else {
+          r[j] += scale;
+        }
+      }
+      p += (len + 7) / 8;
+      continue;
+    }
+    // topk, randomk: k indices, ascending; what they carry leaves r.
+    const size_t k = SparseCount(c.ratio, len);
+    idx.resize(len);
+    std::iota(idx.begin(), idx.end(), 0u);
+    if (c.kind == Codec::kTopK) {
+      auto larger = [&r](uint32_t a, uint32_t b) {
+        const float ma = Magnitude(r[a]), mb = Magnitude(r[b]);
+        return ma > mb || (ma == mb && a < b);
+      };
+      if (k < len)
+        std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
+    } else {
+      for (size_t j = 0; j < k; ++j) {
+        std::uniform_int_distribution<size_t> pick(j, len - 1);
+        std::swap(idx[j], idx[pick(feedback_->rng)]);
+      }
+    }
+    std::sort(idx.begin(), idx.begin() + k);
+    PutSparse(r.data(), idx.data(), k, &p);
+    for (size_t j = 0; j < k; ++j) r[idx[j]] = 0.0f;
+  }
+  CHECK_EQ(p, out.data() + out.size());
+  frames->vals = out;
+  *note = std::move(n);
+  return true;
+}
+
+Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
+                          KVFrames* frames) {
+  (void)ctx;
+  if (!frames->has_vals) return Status::Corruption("compressed without values");
+  if (frames->keys.size() % 8 != 0) {
+    return Status::Corruption(std::to_string(frames->keys.size()) +
+                              " bytes of keys");
+  }
+  const size_t num_keys = frames->keys.size() / 8;
+  Reader nr(note.data(), note.size());
+  uint64_t num_values = 0;
+  if (!nr.Get(&num_values)) return Status::Corruption("note too short");
+  if (num_values > options_.max_values) {
+    return Status::Corruption("the message decodes to " +
+                              std::to_string(num_values) + " values; at most " +
+                              std::to_string(options_.max_values) +
+                              " are taken");
+  }
+  std::vector<uint64_t> counts;
+  Status st = CountsOf(*frames, num_keys, num_values, &counts);
+  if (!st.ok()) return st;
+  std::vector<Codec::Kind> kinds;
+  kinds.reserve(num_keys);
+  while (nr.left() > 0) {
+    uint32_t run;
+    uint8_t kind;
+    if (!nr.Get(&run) || !nr.Get(&kind) || kind > Codec::kOneBit || run == 0 ||
+        run > num_keys - kinds.size()) {
+      return Status::Corruption("bad codec runs in the note");
+    }
+    kinds.insert(kinds.end(), run, static_cast<Codec::Kind>(kind));
+  }
+  if (kinds.size() != num_keys) {
+    return Status::Corruption("the note names codecs of " +
+                              std::to_string(kinds.size()) + " keys of " +
+                              std::to_string(num_keys));
+  }
+  SArray<char> out(4 * num_values);
+  float* o = reinterpret_cast<float*>(out.data());
+  Reader in(frames->vals.data(), frames->vals.size());
+  for (size_t i = 0; i < num_keys; ++i) {
+    const size_t len = counts[i];
+    const std::string where =
+        " (key " + std::to_string(KeyAt(*frames, i)) + ")";
+    switch (kinds[i]) {
+      case Codec::kNone: {
+        const char* b = in.Take(4 * len);
+        if (b == nullptr) return Status::Corruption("values cut short" + where);
+        if (len > 0) std::memcpy(o, b, 4 * len);
+        break;
+      }
+      case Codec::kFp16:
+      case Codec::kBf16: {
+        const char* b = in.Take(2 * len);
+        if (b == nullptr) return Status::Corruption("values cut short" + where);
+        for (size_t j = 0; j < len; ++j) {
+          uint16_t h;
+          std::memcpy(&h, b + 2 * j, 2);
+          o[j] = kinds[i] == Codec::kFp16 ? HalfToFloat(h) : Bf16ToFloat(h);
+        }
+        break;
+      }
+      case Codec::kTopK:
+      case Codec::kRandomK: {
+        uint32_t k;
+        if (!in.Get(&k) || k > len) {
+          return Status::Corruption("bad count of sparse values" + where);
+        }
+        const char* ib = in.Take(4 * size_t{k});
+        const char* vb = in.Take(4 * size_t{k});
+        if (ib == nullptr || vb == nullptr) {
+          return Status::Corruption("sparse values cut short" + where);
+        }
+        std::fill(o, o + len, 0.0f);
+        int64_t last = -1;
+        for (size_t j = 0; j < k; ++j) {
+          uint32_t at;
+          std::memcpy(&at, ib + 4 * j, 4);
+          if (at >= len || static_cast<int64_t>(at) <= last) {
+            return Status::Corruption("sparse index " + std::to_string(at) +
+                                      " out of order or range" + where);
+          }
+          last = at;
+          std::memcpy(&o[at], vb + 4 * j, 4);
+        }
+        break;
+      }
+      case Codec::kOneBit: {
+        const char* sb = in.Take(4 * OneBitScales(len));
+        const char* bits = in.Take((len + 7) / 8);
+        if (sb == nullptr || bits == nullptr) {
+          return Status::Corruption("signs cut short" + where);
+        }
+        for (size_t j = 0; j < len; ++j) {
+          float scale;
+          std::memcpy(&scale, sb + 4 * (j / kOneBitChunk), 4);
+          o[j] = (bits[j / 8] >> (j % 8)) & 1 ? scale : -scale;
+        }
+        break;
+      }
+    }
+    o += len;
+  }
+  if (in.left() != 0) {
+    return Status::Corruption(std::to_string(in.left()) +
+                              " bytes after the last key's values");
+  }
+  frames->vals = out;
+  return Status::OK();
+}
+
+std::string Compressor::SaveState() const {
+  MutexLock lock(&feedback_->mu);
+  std::string s;
+  auto put = [&s](const void* p, size_t n) {
+    s.append(static_cast<const char*>(p), n);
+  };
+  const uint64_t n = feedback_->residual.size();
+  put(&n, 8);
+  // In key order, so that the same state gives the same bytes.
+  std::vector<uint64_t> keys;
+  for (const auto& kv : feedback_->residual) keys.push_back(kv.first);
+  std::sort(keys.begin(), keys.end());
+  for (uint64_t key : keys) {
+    const std::vector<float>& r = feedback_->residual.at(key);
+    const uint64_t len = r.size();
+    put(&key, 8);
+    put(&len, 8);
+    put(r.data(), 4 * r.size());
+  }
+  return s;
+}
+
+Status Compressor::RestoreState(const std::string& state) {
+  if (state.empty()) {  // nothing kept (a job that compressed nothing)
+    MutexLock lock(&feedback_->mu);
+    feedback_->residual.clear();
+    return Status::OK();
+  }
+  Reader in(state.data(), state.size());
+  uint64_t n;
+  if (!in.Get(&n)) return Status::Corruption("compression state: too short");
+  std::unordered_map<uint64_t, std::vector<float>> residual;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t key, len;
+    if (!in.Get(&key) || !in.Get(&len) || len > in.left() / 4) {
+      return Status::Corruption("compression state: entry " +
+                                std::to_string(i) + " of " + std::to_string(n) +
+                                " cut short");
+    }
+    std::vector<float>& r = residual[key];
+    r.resize(len);
+    if (len > 0) std::memcpy(r.data(), in.Take(4 * len), 4 * len);
+  }
+  if (in.left() != 0) {
+    return Status::Corruption(
+        "compression state: " + std::to_string(in.left()) + " bytes too many");
+  }
+  MutexLock lock(&feedback_->mu);
+  feedback_->residual = std::move(residual);
+  return Status::OK();
+}
+
+std::vector<float> Compressor::Residual(uint64_t key) const {
+  MutexLock lock(&feedback_->mu);
+  auto it = feedback_->residual.find(key);
+  return it == feedback_->residual.end() ? std::vector<float>() : it->second;
+}
+
+}  // namespace ps
