@@ -83,7 +83,7 @@ cmake --build build-clang -j"$jobs" --target ps core_unit_test \
   core_membership_test core_inproc_test core_rendezvous_test core_trust_test \
   core_filter_test core_dense_parts_test
 (cd build-clang && ctest --output-on-failure -j"$jobs" --timeout 600 \
-   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|RendezvousCoordinator|InProc|Trust|Rendezvous|Filters|DenseAggregator|DenseSlice|CheckpointSets|CheckpointSchedule|CheckpointerFiles)[.]')
+   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|RendezvousCoordinator|InProc|Trust|Rendezvous|Filters|Compress|DenseAggregator|DenseSlice|CheckpointSets|CheckpointSchedule|CheckpointerFiles)[.]')
 phase_done "clang thread-safety build and tests"
 
 echo "== Python module and its tests (pytest, Debian's /usr/bin/python3)"

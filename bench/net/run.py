@@ -95,13 +95,14 @@ def run_job(hosts, servers, workers, command, key, timeout, log):
     return job.lines, moved
 
 
-def mnist_case(hosts, args, servers, workers, placement, log):
+def mnist_case(hosts, args, servers, workers, placement, log,
+               compress="none"):
     images = args.steps * workers * args.batch_size
     command = [os.path.join(args.build, "examples", "mnist", "mnist_dist"),
                "--data_dir", args.mnist_dir, "--train_limit", str(images),
                "--test_limit", "100", "--batch_size", str(args.batch_size),
                "--threads", str(args.threads), "--placement", placement,
-               "--log_every_s", "1000"]
+               "--log_every_s", "1000", "--compress", compress]
     lines, moved = run_job(hosts, servers, workers, command, not args.insecure,
                            args.timeout, log)
     text = "".join(lines)
@@ -112,7 +113,8 @@ def mnist_case(hosts, args, servers, workers, placement, log):
         sys.exit("bench/net: no final lines in the job's output:\n" + text)
     steps = max(updates)  # BSP: every server with keys applied each step.
     return {"model": "mnist", "placement": placement, "S": servers,
-            "W": workers, "rate": sum(rates), "unit": "samples/s",
+            "W": workers, "compress": compress, "rate": sum(rates),
+            "unit": "samples/s",
             "steps": steps,
             "server_bytes_per_step": [moved[s] / steps
                                       for s in sorted(moved)]}
@@ -155,7 +157,8 @@ def median_run(runs):
 
 
 def table(results, model):
-    rows = [r for r in results if r["model"] == model]
+    rows = [r for r in results if r["model"] == model
+            and r.get("compress", "none") == "none"]
     if not rows:
         return ""
     # S=1 is the same job under either placement: its baseline pools both.
@@ -181,6 +184,25 @@ def table(results, model):
         out.append(f"| {r['W']} | {r['S']} | {r['placement']} | "
                    f"{fmt(r['rate'])} ({runs}) | {speedup:.2f}x | {shares} | "
                    f"{worst:.2f} |")
+    return "\n".join(out)
+
+
+def compress_lines(results):
+    """One line per compressed case: its rate against the same case
+    uncompressed, and its server's MB per step."""
+    base = {(r["W"], r["S"], r["placement"]): r["rate"] for r in results
+            if r["model"] == "mnist" and r.get("compress") == "none"}
+    out = []
+    for r in results:
+        if r["model"] != "mnist" or "compress" not in r:
+            continue
+        none = base.get((r["W"], r["S"], r["placement"]))
+        vs = f"{r['rate'] / none:.2f}" if none else "?"
+        mb = " ".join(f"{b / 1e6:.2f}" for b in r["server_bytes_per_step"])
+        runs = ",".join(fmt(x) for x in r.get("rates", [r["rate"]]))
+        out.append(f"W={r['W']} S={r['S']} compress={r['compress']} "
+                   f"samples/s={fmt(r['rate'])} vs_none={vs} "
+                   f"server_MB/step={mb} (runs {runs})")
     return "\n".join(out)
 
 
@@ -231,6 +253,12 @@ def main():
     p.add_argument("--dense-floats", type=int, default=10_000_000)
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each case; the table shows the median")
+    p.add_argument("--compress", default="none",
+                   help="mnist: push codecs to compare, e.g. "
+                   "none,bf16,topk:0.01,onebit (ps/compress.h)")
+    p.add_argument("--pull", default="none",
+                   help="mnist: pull codecs to combine with each, e.g. "
+                   "none,bf16")
     p.add_argument("--insecure", action="store_true",
                    help="no job key (plain TCP; default: sealed frames)")
     p.add_argument("--timeout", type=float, default=600, help="per job")
@@ -255,33 +283,44 @@ def main():
               f"load {os.getloadavg()[0]:.2f}", flush=True)
         # Rounds over every case, so that a change of the machine's load
         # falls on all of them alike; each case's median is reported.
-        cases = [(model, w, placement, s)
+        codecs = []
+        for push in args.compress.split(","):
+            for pull in args.pull.split(","):
+                codecs.append(push if pull == "none"
+                              else f"{push},pull={pull}")
+        cases = [(model, w, placement, s, c)
                  for model in args.models.split(",") for w in workers
                  for placement in args.placements.split(",")
-                 for s in servers]
+                 for s in servers
+                 for c in (codecs if model == "mnist" else ["none"])]
         runs = {case: [] for case in cases}
         for round_ in range(args.repeat):
-            for model, w, placement, s in cases:
+            for model, w, placement, s, c in cases:
                 if model == "mnist":
-                    r = mnist_case(hosts, args, s, w, placement, log)
+                    r = mnist_case(hosts, args, s, w, placement, log, c)
                 else:
                     layout = "chunk" if placement == "bytes" else "tensor"
                     r = dense_case(hosts, args, s, w, layout, log)
-                runs[(model, w, placement, s)].append(r)
+                runs[(model, w, placement, s, c)].append(r)
                 print(f"  round {round_ + 1}: {model} W={w} S={s} "
-                      f"{placement}: {r['rate']:.1f} {r['unit']}",
-                      flush=True)
+                      f"{placement} compress={c}: {r['rate']:.1f} "
+                      f"{r['unit']}", flush=True)
         results = [median_run(runs[case]) for case in cases]
     for model in ("mnist", "dense"):
         text = table(results, model)
         if text:
             print("\n" + text)
+    if args.compress != "none" or args.pull != "none":
+        print("\ncompression (mnist; vs_none: over the same case "
+              "uncompressed, which runs when the list has none)\n"
+              + compress_lines(results))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"link_bytes_per_s": rate, "args": vars(args),
                    "results": results}, f, indent=1)
     written = ["results.json", "jobs.log"]
     for model in ("mnist", "dense"):
-        rows = [r for r in results if r["model"] == model]
+        rows = [r for r in results if r["model"] == model
+                and r.get("compress", "none") == "none"]
         if not rows:
             continue
         try:

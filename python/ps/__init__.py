@@ -43,7 +43,17 @@ the flat weights) and ``serve_dense`` (a DenseShard server with a built-in
 SGD-with-momentum or Adam optimizer and bsp/bounded/async consistency), so
 a pure-Python job needs no C++ of its own. ``KVServer(handler)`` runs custom
 server logic in Python (slower: each request takes the GIL).
+
+Compression: ``KVWorker(compress="topk:0.01")`` and the servers'
+``compress=`` (``KVServer``, ``serve_dense``, ``DenseWorker``) put values
+on the wire compressed (ps/compress.h: fp16, bf16, topk:R, randomk:R,
+onebit with error feedback; ``,pull=bf16`` for the answers); left out, they
+follow ``PS_COMPRESS``. Values to co-located nodes go by reference,
+uncompressed.
 """
+
+import os
+from typing import Optional
 
 from . import _ps
 from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_JOIN, DENSE_STEP,
@@ -58,6 +68,7 @@ from ._ps import (ALL_GROUPS, DENSE_DONE, DENSE_JOIN, DENSE_STEP,
 __all__ = [
     "ALL_GROUPS", "DENSE_DONE", "DENSE_JOIN", "DENSE_STEP", "MAX_DENSE_STEP",
     "SCHEDULER", "SERVER_GROUP", "WORKER_GROUP", "Checkpointer",
+    "compress_codecs",
     "DenseLayout", "DenseServer", "Error", "KVServer", "KVWorker",
     "OptimizerConfig", "Placement", "as_buffer", "barrier",
     "encode_dense_cmd", "finalize", "is_started", "is_scheduler",
@@ -120,6 +131,15 @@ def as_buffer(x, what="array"):
     return x
 
 
+def compress_codecs(compress: Optional[str]) -> str:
+    """Compression on the wire (ps/compress.h): `compress` ("bf16",
+    "topk:0.01,pull=bf16", "onebit", "none"), or PS_COMPRESS when None.
+    Workers and servers of a job pass the same text."""
+    if compress is None:
+        compress = os.environ.get("PS_COMPRESS", "")
+    return compress
+
+
 class KVWorker:
     """A float32 key-value worker on this process's node (after start()).
 
@@ -136,8 +156,12 @@ class KVWorker:
     the buffers stay exported until wait(ts) returns.
     """
 
-    def __init__(self, app_id: int = 0, customer_id: int = 0):
+    def __init__(self, app_id: int = 0, customer_id: int = 0,
+                 compress: Optional[str] = None):
         self._kv = _ps.KVWorker(app_id, customer_id)
+        codecs = compress_codecs(compress)
+        if codecs:
+            self._kv.compress(codecs)
 
     def push(self, keys, vals, lens=None, cmd: int = 0) -> int:
         """Sends vals (no copy) to the servers owning keys."""
@@ -160,6 +184,14 @@ class KVWorker:
     def wait(self, ts: int) -> None:
         """Blocks until request ts is answered; raises ps.Error on failure."""
         self._kv.wait(ts)
+
+    def compression_state(self) -> bytes:
+        """What compression's error feedback holds (b"" without), for a
+        checkpoint; restore_compression_state(state) puts it back."""
+        return self._kv.compression_state()
+
+    def restore_compression_state(self, state: bytes) -> None:
+        self._kv.restore_compression_state(state)
 
     def set_placement(self, placement: Placement) -> None:
         """Routes keys by `placement` (before any request; same on all)."""
@@ -185,8 +217,10 @@ class KVServer:
     the first), a handler that is not callable TypeError.
     """
 
-    def __init__(self, handler, app_id: int = 0):
-        self._server = _ps.KVServer(handler, app_id)
+    def __init__(self, handler, app_id: int = 0,
+                 compress: Optional[str] = None):
+        self._server = _ps.KVServer(handler, app_id,
+                                    compress_codecs(compress))
 
     def close(self) -> None:
         self._server.close()

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from . import _ps
-from . import _serving, as_buffer, KVWorker
+from . import _serving, as_buffer, compress_codecs, KVWorker
 
 DEFAULT_CHUNK = 8192
 
@@ -53,13 +53,13 @@ class DenseWorker:
     """
 
     def __init__(self, total: int, chunk: int = DEFAULT_CHUNK,
-                 app_id: int = 0):
+                 app_id: int = 0, compress: Optional[str] = None):
         self.layout = _ps.DenseLayout(total, chunk)
         self.placement = dense_placement(self.layout, _ps.num_servers())
         self.keys = np.arange(self.layout.num_keys, dtype=np.int64)
         self.lens = np.array([self.layout.length(k) for k in range(
             self.layout.num_keys)], dtype=np.int32)
-        self._kv = KVWorker(app_id)
+        self._kv = KVWorker(app_id, compress=compress)
         self._kv.set_placement(self.placement)
         # kDone goes to one key of every server that holds keys.
         firsts = []
@@ -197,7 +197,8 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
                 timeout_s: Optional[float] = None,
                 app_id: int = 0, checkpoint_dir: str = "",
                 checkpoint_every: int = 0, restore_step: int = -1,
-                on_worker_failure: Optional[str] = None) -> np.ndarray:
+                on_worker_failure: Optional[str] = None,
+                compress: Optional[str] = None) -> np.ndarray:
     """Serves this server's slice of a dense model until every worker is done.
 
     init: the whole model's initial flat weights (float32; the same on every
@@ -210,7 +211,8 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
     files every N steps; restore_step (from Checkpoints.pick) starts from
     that step's files. on_worker_failure: "stop", or "restart" (the default
     under PS_MAX_RESTARTS: a dead worker is awaited back). Returns the final
-    slice. Raises ValueError for options that contradict each other or the
+    slice. compress: the workers' codecs (ps.compress_codecs; None:
+    PS_COMPRESS). Raises ValueError for options that contradict each other or the
     job's settings, naming them; ps.Error when a worker died or timeout_s
     passed.
     """
@@ -241,7 +243,8 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
                              app_id, on_worker_failure=on_worker_failure,
                              checkpoint_dir=checkpoint_dir or "",
                              checkpoint_every=checkpoint_every,
-                             restore_step=restore_step, **replica)
+                             restore_step=restore_step,
+                             compress=compress_codecs(compress), **replica)
     waited = 0.0
     while not server.wait_all_done(1.0):
         waited += 1.0

@@ -93,6 +93,7 @@ struct ServeOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int restore_step = -1;
+  std::string compress;  // ps/compress.h's text; "" none
 };
 
 // Refuses what this node's configuration and the options contradict, by
@@ -226,6 +227,9 @@ class PyDenseServer {
     }
     claim_ = std::make_unique<CustomerClaim>(true, app_id, -1);
     server_ = std::make_unique<KVServer<float>>(node, app_id);
+    if (auto compressor = CompressorOf(serve.compress, "DenseServer")) {
+      Check(server_->AddFilter(compressor));
+    }
     if (has_replica) {
       DenseShardOptions replica_options = options;
       replica_options.replica = true;
@@ -446,8 +450,9 @@ void BindDense(py::module_& m) {
                  Key replica_end_key, const py::object& replica_weights,
                  const std::string& on_worker_failure,
                  const std::string& checkpoint_dir, int checkpoint_every,
-                 int restore_step) {
+                 int restore_step, const std::string& compress) {
                 ServeOptions serve;
+                serve.compress = compress;
                 serve.on_worker_failure = on_worker_failure;
                 serve.checkpoint_dir = checkpoint_dir;
                 serve.checkpoint_every = checkpoint_every;
@@ -465,7 +470,8 @@ void BindDense(py::module_& m) {
           py::arg("replica_first_key") = 0, py::arg("replica_end_key") = 0,
           py::arg("replica_weights") = py::none(),
           py::arg("on_worker_failure") = "stop", py::arg("checkpoint_dir") = "",
-          py::arg("checkpoint_every") = 0, py::arg("restore_step") = -1)
+          py::arg("checkpoint_every") = 0, py::arg("restore_step") = -1,
+          py::arg("compress") = "")
       .def("wait_all_done", &PyDenseServer::WaitAllDone, py::arg("timeout_s"))
       .def_property_readonly("failure", &PyDenseServer::Failure)
       .def("weights", &PyDenseServer::Weights)

@@ -113,6 +113,22 @@ void Check(const Status& st) {
   if (!st.ok()) throw PsError(st.ToString());
 }
 
+std::shared_ptr<Compressor> CompressorOf(const std::string& text,
+                                         const char* who) {
+  if (text.empty() || text == "none") return nullptr;
+  StatusOr<CompressOptions> o = CompressOptions::Parse(text);
+  if (!o.ok()) {
+    throw pybind11::value_error(std::string(who) + ": compress='" + text +
+                                "': " + o.status().message());
+  }
+  StatusOr<std::shared_ptr<Compressor>> c = Compressor::Make(*o);
+  if (!c.ok()) {
+    throw pybind11::value_error(std::string(who) + ": compress='" + text +
+                                "': " + c.status().message());
+  }
+  return *c;
+}
+
 namespace {
 
 void Start(bool barrier) {

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ps/compress.h"
 #include "ps/node.h"
 #include "ps/status.h"
 
@@ -36,6 +37,10 @@ Node* GetNode();
 Node* StartedNode(const char* what);
 bool Finalized();
 void Check(const Status& st);
+// The compression filter `text` names (ps/compress.h: "topk:0.01",
+// "bf16,pull=bf16"); null for "" or "none". ValueError naming `who`.
+std::shared_ptr<Compressor> CompressorOf(const std::string& text,
+                                         const char* who);
 
 // One (app_id, customer_id) registration with the node, claimed for as long
 // as this lives: a second KVWorker of the same ids (or a second server of

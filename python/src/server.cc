@@ -39,11 +39,14 @@ py::array View(const SArray<T>& a) {
 
 class PyServer {
  public:
-  PyServer(py::object handler, int app_id)
+  PyServer(py::object handler, int app_id, const std::string& compress)
       : node_(CheckedNode()),
         handler_(CheckHandler(std::move(handler))),
         claim_(std::make_unique<CustomerClaim>(true, app_id, -1)),
         server_(std::make_unique<KVServer<float>>(node_, app_id)) {
+    if (auto c = CompressorOf(compress, "KVServer")) {
+      Check(server_->AddFilter(c));
+    }
     server_->set_request_handle(
         [this](const KVMeta& meta, const KVPairs<float>& req,
                KVServer<float>* server) { Handle(meta, req, server); });
@@ -142,8 +145,8 @@ class PyServer {
 
 void BindServer(py::module_& m) {
   py::class_<PyServer>(m, "KVServer")
-      .def(py::init<py::object, int>(), py::arg("handler"),
-           py::arg("app_id") = 0)
+      .def(py::init<py::object, int, std::string>(), py::arg("handler"),
+           py::arg("app_id") = 0, py::arg("compress") = "")
       .def("close", &PyServer::Close);
 }
 

@@ -111,6 +111,30 @@ class PyWorker {
   }
   size_t num_pending() const { return pending_.size(); }
 
+  // Compression (ps/compress.h), before the first request; the servers
+  // need it too (KVServer / DenseServer compress=).
+  void Compress(const std::string& text) {
+    Running("compress");
+    if (compressor_ != nullptr) {
+      throw py::value_error("compress: this worker compresses already (" +
+                            compressor_->options().ToString() + ")");
+    }
+    compressor_ = CompressorOf(text, "KVWorker.compress");
+    if (compressor_ != nullptr) Check(kv_->AddFilter(compressor_));
+  }
+  // What error feedback holds, for a checkpoint, and back.
+  py::bytes CompressionState() const {
+    return py::bytes(compressor_ ? compressor_->SaveState() : "");
+  }
+  void RestoreCompressionState(const std::string& state) {
+    if (compressor_ == nullptr) {
+      if (state.empty()) return;
+      throw py::value_error(
+          "restore_compression_state: this worker does not compress");
+    }
+    Check(compressor_->RestoreState(state));
+  }
+
  private:
   struct Request {
     std::vector<BufferView> held;  // the caller's buffers, exported
@@ -207,6 +231,7 @@ class PyWorker {
   std::unordered_map<int, Request> pending_;
   std::vector<Request> failed_;
   std::unique_ptr<KVWorker<float>> kv_;
+  std::shared_ptr<Compressor> compressor_;
 };
 
 }  // namespace
@@ -223,6 +248,10 @@ void BindWorker(py::module_& m) {
            py::arg("out"), py::arg("cmd") = 0)
       .def("wait", &PyWorker::Wait, py::arg("ts"))
       .def("set_placement", &PyWorker::SetPlacement, py::arg("placement"))
+      .def("compress", &PyWorker::Compress, py::arg("codecs"))
+      .def("compression_state", &PyWorker::CompressionState)
+      .def("restore_compression_state", &PyWorker::RestoreCompressionState,
+           py::arg("state"))
       .def_property_readonly("num_pending", &PyWorker::num_pending);
 }
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -160,6 +161,75 @@ void PutSparse(const float* v, const uint32_t* idx, size_t k, char** p) {
   std::memcpy(*p, idx, 4 * k);
   *p += 4 * k;
   for (size_t j = 0; j < k; ++j) Put<float>(p, v[idx[j]]);
+}
+
+// onebit: per chunk, its mean magnitude s, then a bit a value (set: >= 0,
+// sent as +s, else -s); r keeps what that leaves out.
+void PutOneBit(float* r, size_t len, char** p) {
+  char* scales = *p;
+  char* bits = scales + 4 * OneBitScales(len);
+  static_assert(kOneBitChunk % 8 == 0, "a chunk's signs are whole bytes");
+  for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
+    const size_t c1 = std::min(len, c0 + kOneBitChunk);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // vectorizable partial sums
+    size_t j = c0;
+    for (; j + 8 <= c1; j += 8) {
+      for (size_t t = 0; t < 8; ++t) lane[t] += std::fabs(r[j + t]);
+    }
+    double sum = 0;
+    for (; j < c1; ++j) sum += std::fabs(r[j]);
+    for (float x : lane) sum += x;
+    const float scale = static_cast<float>(sum / static_cast<double>(c1 - c0));
+    std::memcpy(scales + 4 * (c0 / kOneBitChunk), &scale, 4);
+    for (j = c0; j < c1; j += 8) {  // c0 is a multiple of 8
+      const size_t e = std::min(c1, j + 8);
+      unsigned byte = 0;
+      for (size_t t = j; t < e; ++t) {
+        const bool up = r[t] >= 0;
+        byte |= static_cast<unsigned>(up) << (t - j);
+        r[t] -= up ? scale : -scale;
+      }
+      bits[j / 8] = static_cast<char>(byte);
+    }
+  }
+  *p = bits + (len + 7) / 8;
+}
+
+// topk: the indices of the k largest magnitudes of r (ties: the lower
+// index), ascending, in (*idx)[0, k). A sample of the magnitudes gives a
+// threshold that about 2k of them pass; the k are picked among those (all
+// of them when fewer than k pass).
+void LargestK(const float* r, size_t len, size_t k, std::vector<uint32_t>* idx,
+              std::vector<float>* mag) {
+  mag->resize(len);
+  for (size_t j = 0; j < len; ++j) (*mag)[j] = Magnitude(r[j]);
+  const float* m = mag->data();
+  auto larger = [m](uint32_t a, uint32_t b) {
+    return m[a] > m[b] || (m[a] == m[b] && a < b);
+  };
+  idx->clear();
+  constexpr size_t kSample = 512;
+  if (k > 0 && 4 * k < len && len > 4 * kSample) {
+    std::vector<float> sample(kSample);
+    for (size_t i = 0; i < kSample; ++i) sample[i] = m[i * len / kSample];
+    const size_t rank = std::min(kSample - 1, 2 * k * kSample / len + 1);
+    std::nth_element(sample.begin(), sample.begin() + rank, sample.end(),
+                     std::greater<float>());
+    const float threshold = sample[rank];
+    for (size_t j = 0; j < len; ++j) {
+      if (m[j] >= threshold) idx->push_back(static_cast<uint32_t>(j));
+    }
+    // Every value left out is below the threshold, so below the k-th
+    // largest of those kept: these k are the k largest of all.
+    if (idx->size() < k) idx->clear();
+  }
+  if (idx->empty()) {
+    idx->resize(len);
+    std::iota(idx->begin(), idx->end(), 0u);
+  }
+  if (k < idx->size()) {
+    std::nth_element(idx->begin(), idx->begin() + k, idx->end(), larger);
+  }
 }
 
 // The per-key counts of values of a message: its lens, or its values split
@@ -406,6 +476,7 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
   SArray<char> out(bytes);
   char* p = out.data();
   std::vector<uint32_t> idx;
+  std::vector<float> mag;
   MutexLock lock(&feedback_->mu);
   for (size_t i = 0; i < num_keys; ++i) {
     const Codec& c = *codec[i];
@@ -430,39 +501,16 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
     if (r.size() != len) r.assign(len, 0.0f);
     for (size_t j = 0; j < len; ++j) r[j] += v[j];
     if (c.kind == Codec::kOneBit) {
-      for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
-        const size_t c1 = std::min(len, c0 + kOneBitChunk);
-        double sum = 0;
-        for (size_t j = c0; j < c1; ++j) sum += std::fabs(r[j]);
-        Put<float>(&p, static_cast<float>(sum / static_cast<double>(c1 - c0)));
-      }
-      const char* scales = p - 4 * OneBitScales(len);
-      std::memset(p, 0, (len + 7) / 8);
-      for (size_t j = 0; j < len; ++j) {
-        float scale;
-        std::memcpy(&scale, scales + 4 * (j / kOneBitChunk), 4);
-        if (r[j] >= 0) {
-          p[j / 8] = static_cast<char>(p[j / 8] | (1 << (j % 8)));
-          r[j] -= scale;
-        } else {
-          r[j] += scale;
-        }
-      }
-      p += (len + 7) / 8;
+      PutOneBit(r.data(), len, &p);
       continue;
     }
     // topk, randomk: k indices, ascending; what they carry leaves r.
     const size_t k = SparseCount(c.ratio, len);
-    idx.resize(len);
-    std::iota(idx.begin(), idx.end(), 0u);
     if (c.kind == Codec::kTopK) {
-      auto larger = [&r](uint32_t a, uint32_t b) {
-        const float ma = Magnitude(r[a]), mb = Magnitude(r[b]);
-        return ma > mb || (ma == mb && a < b);
-      };
-      if (k < len)
-        std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
+      LargestK(r.data(), len, k, &idx, &mag);
     } else {
+      idx.resize(len);
+      std::iota(idx.begin(), idx.end(), 0u);
       for (size_t j = 0; j < k; ++j) {
         std::uniform_int_distribution<size_t> pick(j, len - 1);
         std::swap(idx[j], idx[pick(feedback_->rng)]);
@@ -571,10 +619,18 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
         if (sb == nullptr || bits == nullptr) {
           return Status::Corruption("signs cut short" + where);
         }
-        for (size_t j = 0; j < len; ++j) {
+        for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
+          const size_t c1 = std::min(len, c0 + kOneBitChunk);
           float scale;
-          std::memcpy(&scale, sb + 4 * (j / kOneBitChunk), 4);
-          o[j] = (bits[j / 8] >> (j % 8)) & 1 ? scale : -scale;
+          std::memcpy(&scale, sb + 4 * (c0 / kOneBitChunk), 4);
+          const float neg = -scale;
+          for (size_t j = c0; j < c1; j += 8) {  // c0 is a multiple of 8
+            const unsigned byte = static_cast<unsigned char>(bits[j / 8]);
+            const size_t e = std::min(c1, j + 8);
+            for (size_t t = j; t < e; ++t) {
+              o[t] = (byte >> (t - j)) & 1u ? scale : neg;
+            }
+          }
         }
         break;
       }

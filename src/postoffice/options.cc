@@ -112,6 +112,10 @@ const char kMarkdownOutro[] = R"(
   (tests/pslite/local.sh), `PS_ALLOW_MISSING_PROMETHEUS`
   (tests/tracker/test_metrics.py skips, instead of failing, without
   Debian's prometheus).
+- **Programs' choices**: `PS_COMPRESS` (compression on the wire,
+  docs/compression.md) is read by mnist_dist (when `--compress` is not
+  given) and by the Python module, not by the node: a C++ program adds a
+  `ps::Compressor` itself.
 - **Code**: `PS_VLOG` is ps-lite's logging macro (ps/internal/postoffice.h).
 - **Logging** (glog): a node logs to stderr; it writes log files only when
   asked to, by `GLOG_log_dir=DIR` or `--log_dir=DIR` (files in DIR) or by

@@ -124,4 +124,63 @@ elif mode == "shared":
               f"{ps.num_shared_frames_sent()} received "
               f"{ps.num_shared_frames_received()}", flush=True)
 
+elif mode == "compress":
+    # topk with error feedback from the workers, bf16 answers from the
+    # servers; integers small enough to be exact in bf16. The servers' sums
+    # are what the workers gave less what they kept (their compression
+    # state: u64 count, then per key u64 key, u64 n, n float32).
+    store = {}
+
+    def summing(meta, keys, vals, lens):
+        at = 0
+        for i, key in enumerate(keys.tolist()):
+            n = int(lens[i]) if lens is not None else len(vals) // len(keys)
+            if meta["push"]:
+                store[key] = store.get(key, 0) + vals[at:at + n]
+            at += n
+        if meta["pull"]:
+            return np.concatenate([store[key] for key in keys.tolist()])
+        return None
+
+    def kept(state):
+        (count,) = np.frombuffer(state[:8], np.uint64)
+        at, out = 8, {}
+        for _ in range(int(count)):
+            key, n = np.frombuffer(state[at:at + 16], np.uint64)
+            at += 16
+            out[int(key)] = np.frombuffer(state[at:at + 4 * int(n)], np.float32)
+            at += 4 * int(n)
+        return out
+
+    if ps.is_server():
+        server = ps.KVServer(summing, compress="none,pull=bf16")
+        ps.barrier(ps.WORKER_GROUP | ps.SERVER_GROUP)
+        server.close()
+    elif ps.is_worker():
+        for bad in ("topk:2", "gzip"):
+            try:
+                ps.KVWorker(customer_id=1, compress=bad)
+                print("error: no error", flush=True)
+            except ValueError as e:
+                print("error:", e, flush=True)
+        kv = ps.KVWorker(compress="topk:0.25")
+        keys = np.array([3, 40000], dtype=np.int64)  # both servers
+        rng = np.random.default_rng(ps.rank())
+        given = np.zeros(16, np.float32)
+        for _ in range(6):
+            g = rng.integers(-8, 9, 16).astype(np.float32)
+            given += g
+            kv.wait(kv.push(keys, g))
+        k = kept(kv.compression_state())
+        sent = given - np.concatenate([k[3], k[40000]])
+        ps.barrier(ps.WORKER_GROUP)
+        np.save(f"{sys.argv[2]}/sent{ps.rank()}.npy", sent)
+        ps.barrier(ps.WORKER_GROUP)
+        out = np.zeros(16, np.float32)
+        kv.wait(kv.pull(keys, out))
+        want = sum(np.load(f"{sys.argv[2]}/sent{w}.npy") for w in range(W))
+        assert np.array_equal(out, want), (out, want)
+        print(f"worker {ps.rank()}: compressed sums exact", flush=True)
+        ps.barrier(ps.WORKER_GROUP | ps.SERVER_GROUP)
+
 ps.finalize()

@@ -59,3 +59,16 @@ def test_shared_arrays_travel_as_bytes_without_shared_memory(run_job):
     for w in range(2):
         assert (f"worker {w}: shared updates exact; shared frames sent 0 "
                 "received 0") in r.stdout, r.stdout
+
+
+def test_compressed_pushes_sum_to_what_error_feedback_sent(run_job, tmp_path):
+    # Values through the sockets (on one host they would go by reference).
+    r = run_job("job_kv.py", 2, 2, ["compress", str(tmp_path)],
+                env={"PS_SHM": "0"}, timeout=60)
+    assert r.returncode == 0, r.stdout
+    for w in range(2):
+        assert f"worker {w}: compressed sums exact" in r.stdout, r.stdout
+    errors = [l for l in r.stdout.splitlines() if "[worker 0] error:" in l]
+    assert len(errors) == 2, r.stdout
+    assert "compress='topk:2'" in errors[0] and "(0, 1]" in errors[0]
+    assert "unknown codec 'gzip'" in errors[1]
