@@ -19,9 +19,21 @@
 // did not carry of a key's values is kept and added to that key's next
 // push, so nothing is lost, only delayed (SaveState/RestoreState take it
 // into a checkpoint). The server decodes to float32 before its handle sums
-// and applies: the optimizer never sees a compressed value. Pull answers
-// use `pull` (none, fp16 or bf16; no error feedback: a weight is sent
-// again, rounded afresh, with every pull).
+// and applies: the optimizer never sees a compressed value.
+//
+// Pull answers use `pull`. fp16 and bf16 round the weights afresh with
+// every pull. onebit, topk and randomk send deltas: the server keeps, per
+// worker and key, the worker's view of the weights (what it has sent it)
+// and answers with codec(weights - view), moving the view by exactly what
+// the worker adds to its own copy, so what is not sent stays in weights -
+// view and goes later (error feedback on the server). Views carry
+// versions: a pull request names the version the worker holds of each key,
+// and a server that does not hold that very version (the first pull, a
+// lost answer, a resent request, a replica that took over, a restarted
+// process) answers with the whole values, raw, instead. One pull of a key
+// at a time per worker: a delta that does not start from the worker's
+// version fails that pull, naming the versions. Views are not in
+// checkpoints: after --restore the first pull is whole.
 //
 // What is not compressed: values of other types than float, messages
 // without values, and, unless compress_shared, everything to or from a
@@ -79,7 +91,7 @@ constexpr size_t kOneBitChunk = 1024;
 
 struct CompressOptions {
   Codec push;  // gradients, worker to server
-  Codec pull;  // weights, server to worker: none, fp16 or bf16
+  Codec pull;  // weights, server to worker (onebit, topk, randomk: deltas)
   // Keys in a range use its codec for pushes instead of `push` (the first
   // range that holds the key).
   struct RangeCodec {
@@ -106,7 +118,7 @@ struct CompressOptions {
 
 class Compressor : public Filter {
  public:
-  // An error names a codec that cannot serve its direction (topk pulls).
+  // An error names a codec whose ratio is out of range.
   static StatusOr<std::shared_ptr<Compressor>> Make(CompressOptions options);
   ~Compressor() override;
 
@@ -128,9 +140,15 @@ class Compressor : public Filter {
   Status RestoreState(const std::string& state);
   // What error feedback holds of `key` (empty if nothing).
   std::vector<float> Residual(uint64_t key) const;
+  // Delta pulls, on a server: the keys answered as deltas, and whole.
+  struct PullCounts {
+    uint64_t delta_keys = 0, whole_keys = 0;
+  };
+  PullCounts pull_counts() const;
 
  private:
-  struct Feedback;  // the residuals and randomk's generator, locked
+  struct Feedback;  // the residuals, views and randomk's generator, locked
+  struct View;      // a worker's copy of a key's weights, and its version
   explicit Compressor(CompressOptions options);
 
   const CompressOptions options_;

@@ -355,12 +355,6 @@ StatusOr<CompressOptions> CompressOptions::Parse(const std::string& text) {
     }
     first = false;
   }
-  if (o.pull.kind != Codec::kNone && o.pull.kind != Codec::kFp16 &&
-      o.pull.kind != Codec::kBf16) {
-    return Status::InvalidArgument("compression '" + text + "': pulls take " +
-                                   "none, fp16 or bf16, not " +
-                                   o.pull.ToString());
-  }
   return o;
 }
 
@@ -392,20 +386,42 @@ std::string CompressOptions::ToString() const {
 
 // ---- Compressor ----
 
+struct Compressor::View {
+  uint64_t version = 0;  // 0: none
+  std::vector<float> values;
+};
+
+struct PeerKeyHash {
+  size_t operator()(const std::pair<int, uint64_t>& k) const {
+    return std::hash<uint64_t>()(k.second * 1000003u + uint64_t(k.first));
+  }
+};
+
 struct Compressor::Feedback {
   mutable Mutex mu;
+  // A worker's push residuals, by key.
   std::unordered_map<uint64_t, std::vector<float>> residual GUARDED_BY(mu);
   std::mt19937_64 rng GUARDED_BY(mu);
+  // Delta pulls: a worker's views of the weights, by key; a server's view
+  // of each worker's, by (worker, key), with the versions the worker's
+  // last pull request claimed.
+  std::unordered_map<uint64_t, View> views GUARDED_BY(mu);
+  std::unordered_map<std::pair<int, uint64_t>, View, PeerKeyHash> peer_views
+      GUARDED_BY(mu);
+  std::unordered_map<std::pair<int, uint64_t>, uint64_t, PeerKeyHash> claims
+      GUARDED_BY(mu);
+  uint64_t next_version GUARDED_BY(mu) = 1;
+  PullCounts counts GUARDED_BY(mu);
+  std::string versions_out GUARDED_BY(mu);  // scratch of EncodeValues
+
+  // Encode's values part: the codecs, error feedback and views.
+  Status EncodeValues(const Compressor& compressor, const FilterContext& ctx,
+                      KVFrames* frames, std::string* note) REQUIRES(mu);
 };
 
 StatusOr<std::shared_ptr<Compressor>> Compressor::Make(
     CompressOptions options) {
-  const Codec::Kind pull = options.pull.kind;
-  if (pull != Codec::kNone && pull != Codec::kFp16 && pull != Codec::kBf16) {
-    return Status::InvalidArgument("a pull codec is none, fp16 or bf16, not " +
-                                   options.pull.ToString());
-  }
-  std::vector<Codec> all = {options.push};
+  std::vector<Codec> all = {options.push, options.pull};
   for (const auto& r : options.push_ranges) all.push_back(r.push);
   for (const Codec& c : all) {
     if ((c.kind == Codec::kTopK || c.kind == Codec::kRandomK) &&
@@ -432,37 +448,215 @@ const Codec& Compressor::PushCodecOf(uint64_t key) const {
   return options_.push;
 }
 
+namespace {
+
+// Note parts (its first byte says which follow, in this order).
+constexpr uint8_t kValuesPart = 1;    // u64 values, u32 runs, (u32, u8) runs
+constexpr uint8_t kClaimsPart = 2;    // u64 a key: the version a worker holds
+constexpr uint8_t kVersionsPart = 4;  // (u64 base, u64 new) a key
+constexpr uint8_t kDelta = 0x80;      // in a run's kind: a delta pull
+
+// One key's segment of n values in codec c. For the feedback codecs `r`
+// holds what is to be sent and keeps, after the call, what was not;
+// otherwise `v` is sent as it is.
+void PutSegment(const Codec& c, const float* v, float* r, size_t len,
+                std::mt19937_64* rng, std::vector<uint32_t>* idx,
+                std::vector<float>* mag, char** p) {
+  switch (c.kind) {
+    case Codec::kNone:
+      if (len > 0) std::memcpy(*p, v, 4 * len);
+      *p += 4 * len;
+      return;
+    case Codec::kFp16:
+    case Codec::kBf16:
+      for (size_t j = 0; j < len; ++j) {
+        Put<uint16_t>(
+            p, c.kind == Codec::kFp16 ? FloatToHalf(v[j]) : FloatToBf16(v[j]));
+      }
+      return;
+    case Codec::kOneBit:
+      PutOneBit(r, len, p);
+      return;
+    case Codec::kTopK:
+    case Codec::kRandomK:
+      break;
+  }
+  // topk, randomk: k indices, ascending; what they carry leaves r.
+  const size_t k = SparseCount(c.ratio, len);
+  if (c.kind == Codec::kTopK) {
+    LargestK(r, len, k, idx, mag);
+  } else {
+    idx->resize(len);
+    std::iota(idx->begin(), idx->end(), 0u);
+    for (size_t j = 0; j < k; ++j) {
+      std::uniform_int_distribution<size_t> pick(j, len - 1);
+      std::swap((*idx)[j], (*idx)[pick(*rng)]);
+    }
+  }
+  std::sort(idx->begin(), idx->begin() + k);
+  PutSparse(r, idx->data(), k, p);
+  for (size_t j = 0; j < k; ++j) r[(*idx)[j]] = 0.0f;
+}
+
+// Reads one key's segment of len values in `kind` into o; an error names
+// what is wrong.
+Status GetSegment(Codec::Kind kind, size_t len, Reader* in, float* o) {
+  switch (kind) {
+    case Codec::kNone: {
+      const char* b = in->Take(4 * len);
+      if (b == nullptr) return Status::Corruption("values cut short");
+      if (len > 0) std::memcpy(o, b, 4 * len);
+      return Status::OK();
+    }
+    case Codec::kFp16:
+    case Codec::kBf16: {
+      const char* b = in->Take(2 * len);
+      if (b == nullptr) return Status::Corruption("values cut short");
+      for (size_t j = 0; j < len; ++j) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * j, 2);
+        o[j] = kind == Codec::kFp16 ? HalfToFloat(h) : Bf16ToFloat(h);
+      }
+      return Status::OK();
+    }
+    case Codec::kTopK:
+    case Codec::kRandomK: {
+      uint32_t k;
+      if (!in->Get(&k) || k > len) {
+        return Status::Corruption("bad count of sparse values");
+      }
+      const char* ib = in->Take(4 * size_t{k});
+      const char* vb = in->Take(4 * size_t{k});
+      if (ib == nullptr || vb == nullptr) {
+        return Status::Corruption("sparse values cut short");
+      }
+      std::fill(o, o + len, 0.0f);
+      int64_t last = -1;
+      for (size_t j = 0; j < k; ++j) {
+        uint32_t at;
+        std::memcpy(&at, ib + 4 * j, 4);
+        if (at >= len || static_cast<int64_t>(at) <= last) {
+          return Status::Corruption("sparse index " + std::to_string(at) +
+                                    " out of order or range");
+        }
+        last = at;
+        std::memcpy(&o[at], vb + 4 * j, 4);
+      }
+      return Status::OK();
+    }
+    case Codec::kOneBit: {
+      const char* sb = in->Take(4 * OneBitScales(len));
+      const char* bits = in->Take((len + 7) / 8);
+      if (sb == nullptr || bits == nullptr) {
+        return Status::Corruption("signs cut short");
+      }
+      for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
+        const size_t c1 = std::min(len, c0 + kOneBitChunk);
+        float scale;
+        std::memcpy(&scale, sb + 4 * (c0 / kOneBitChunk), 4);
+        const float neg = -scale;
+        for (size_t j = c0; j < c1; j += 8) {  // c0 is a multiple of 8
+          const unsigned byte = static_cast<unsigned char>(bits[j / 8]);
+          const size_t e = std::min(c1, j + 8);
+          for (size_t t = j; t < e; ++t) {
+            o[t] = (byte >> (t - j)) & 1u ? scale : neg;
+          }
+        }
+      }
+      return Status::OK();
+    }
+  }
+  return Status::Corruption("unknown codec " + std::to_string(kind));
+}
+
+template <typename T>
+void Append(std::string* s, T v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+}  // namespace
+
 StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
                                   std::string* note) {
-  if (!frames->has_vals || frames->val_type != detail::kTypeFloat ||
-      (ctx.shared && !options_.compress_shared)) {
-    return false;
+  if (ctx.shared && !options_.compress_shared) return false;
+  const size_t num_keys = frames->keys.size() / 8;
+  const bool delta_pulls = options_.pull.feedback();
+  std::string n(1, '\0');
+  MutexLock lock(&feedback_->mu);
+  if (frames->has_vals && frames->val_type == detail::kTypeFloat) {
+    Status st = feedback_->EncodeValues(*this, ctx, frames, &n);
+    if (!st.ok()) return st;
   }
+  if (ctx.request && ctx.pull && delta_pulls) {
+    // The version of each key this worker holds: a server answers with
+    // what changed since (or everything, when it does not know it).
+    n[0] = static_cast<char>(n[0] | kClaimsPart);
+    for (size_t i = 0; i < num_keys; ++i) {
+      auto it = feedback_->views.find(KeyAt(*frames, i));
+      Append<uint64_t>(&n,
+                       it == feedback_->views.end() ? 0 : it->second.version);
+    }
+  }
+  if (n[0] == 0) return false;
+  *note = std::move(n);
+  return true;
+}
+
+Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
+                                          const FilterContext& ctx,
+                                          KVFrames* frames, std::string* note) {
+  Feedback& fb = *this;
+  const CompressOptions& options_ = compressor.options();
   const size_t num_keys = frames->keys.size() / 8;
   const uint64_t num_values = frames->vals.size() / 4;
   std::vector<uint64_t> counts;
   Status st = CountsOf(*frames, num_keys, num_values, &counts);
   if (!st.ok()) return st;
+  // Per key: its codec, and for a delta pull the worker's view of it on
+  // this server (null: the whole values go, raw).
+  const bool answer_deltas = !ctx.request && options_.pull.feedback();
   std::vector<const Codec*> codec(num_keys);
-  bool any = false;
+  std::vector<View*> view(num_keys, nullptr);
+  const Codec raw;
+  bool any = answer_deltas;
   size_t bytes = 0;
   for (size_t i = 0; i < num_keys; ++i) {
-    codec[i] = ctx.request ? &PushCodecOf(KeyAt(*frames, i)) : &options_.pull;
+    const uint64_t key = KeyAt(*frames, i);
+    codec[i] = ctx.request ? &compressor.PushCodecOf(key) : &options_.pull;
+    if (answer_deltas) {
+      View& v = fb.peer_views[{ctx.peer, key}];
+      auto claim = fb.claims.find({ctx.peer, key});
+      const bool known = claim != fb.claims.end() && claim->second != 0 &&
+                         claim->second == v.version &&
+                         v.values.size() == counts[i];
+      if (known) view[i] = &v;
+      if (!known) codec[i] = &raw;
+    }
     any |= codec[i]->kind != Codec::kNone;
     bytes += SegmentBytes(*codec[i], counts[i]);
   }
-  if (!any) return false;
+  if (!any) return Status::OK();
 
-  // The note: the count of values, then the codecs as runs.
-  std::string n(8, '\0');
-  std::memcpy(&n[0], &num_values, 8);
+  note->at(0) = static_cast<char>(note->at(0) | kValuesPart);
+  Append<uint64_t>(note, num_values);
+  std::string runs;
+  uint32_t num_runs = 0;
   for (size_t i = 0; i < num_keys;) {
+    const uint8_t kind =
+        static_cast<uint8_t>(codec[i]->kind | (view[i] ? kDelta : 0));
     uint32_t run = 1;
-    while (i + run < num_keys && codec[i + run]->kind == codec[i]->kind) ++run;
-    n.append(reinterpret_cast<const char*>(&run), 4);
-    n.push_back(static_cast<char>(codec[i]->kind));
+    while (i + run < num_keys &&
+           static_cast<uint8_t>(codec[i + run]->kind |
+                                (view[i + run] ? kDelta : 0)) == kind) {
+      ++run;
+    }
+    Append<uint32_t>(&runs, run);
+    runs.push_back(static_cast<char>(kind));
+    ++num_runs;
     i += run;
   }
+  Append<uint32_t>(note, num_runs);
+  note->append(runs);
 
   // The values as floats (aligned: a copy only if they are not).
   SArray<char> in = frames->vals;
@@ -476,164 +670,163 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
   SArray<char> out(bytes);
   char* p = out.data();
   std::vector<uint32_t> idx;
-  std::vector<float> mag;
-  MutexLock lock(&feedback_->mu);
+  std::vector<float> mag, r, sent;
+  if (answer_deltas)
+    note->at(0) = static_cast<char>(note->at(0) | kVersionsPart);
   for (size_t i = 0; i < num_keys; ++i) {
     const Codec& c = *codec[i];
     const size_t len = counts[i];
     const float* v = vals;
     vals += len;
-    if (c.kind == Codec::kNone) {
-      if (len > 0) std::memcpy(p, v, 4 * len);
-      p += 4 * len;
-      continue;
-    }
-    if (c.kind == Codec::kFp16 || c.kind == Codec::kBf16) {
-      for (size_t j = 0; j < len; ++j) {
-        Put<uint16_t>(
-            &p, c.kind == Codec::kFp16 ? FloatToHalf(v[j]) : FloatToBf16(v[j]));
+    const uint64_t key = KeyAt(*frames, i);
+    if (answer_deltas) {
+      // A delta pull: what changed since the worker's view, with that
+      // view's error feedback (what is not sent stays in weights - view);
+      // the view then moves by exactly what the worker will add.
+      View& w = fb.peer_views[{ctx.peer, key}];
+      const uint64_t base = view[i] ? w.version : 0;
+      char* at = p;
+      if (view[i] != nullptr) {
+        r.resize(len);
+        for (size_t j = 0; j < len; ++j) r[j] = v[j] - w.values[j];
+        PutSegment(c, v, r.data(), len, &fb.rng, &idx, &mag, &p);
+        sent.resize(len);
+        Reader back(at, static_cast<size_t>(p - at));
+        CHECK(GetSegment(c.kind, len, &back, sent.data()).ok());
+        for (size_t j = 0; j < len; ++j) w.values[j] += sent[j];
+      } else {
+        PutSegment(c, v, nullptr, len, &fb.rng, &idx, &mag, &p);
+        w.values.assign(v, v + len);
       }
+      w.version = fb.next_version++;
+      ++(view[i] ? fb.counts.delta_keys : fb.counts.whole_keys);
+      Append<uint64_t>(&fb.versions_out, base);
+      Append<uint64_t>(&fb.versions_out, w.version);
       continue;
     }
-    // Error feedback: the key's residual r becomes what is to be sent
-    // (r + v), and after the send what was not sent of it.
-    std::vector<float>& r = feedback_->residual[KeyAt(*frames, i)];
-    if (r.size() != len) r.assign(len, 0.0f);
-    for (size_t j = 0; j < len; ++j) r[j] += v[j];
-    if (c.kind == Codec::kOneBit) {
-      PutOneBit(r.data(), len, &p);
+    if (!c.feedback()) {
+      PutSegment(c, v, nullptr, len, &fb.rng, &idx, &mag, &p);
       continue;
     }
-    // topk, randomk: k indices, ascending; what they carry leaves r.
-    const size_t k = SparseCount(c.ratio, len);
-    if (c.kind == Codec::kTopK) {
-      LargestK(r.data(), len, k, &idx, &mag);
-    } else {
-      idx.resize(len);
-      std::iota(idx.begin(), idx.end(), 0u);
-      for (size_t j = 0; j < k; ++j) {
-        std::uniform_int_distribution<size_t> pick(j, len - 1);
-        std::swap(idx[j], idx[pick(feedback_->rng)]);
-      }
-    }
-    std::sort(idx.begin(), idx.begin() + k);
-    PutSparse(r.data(), idx.data(), k, &p);
-    for (size_t j = 0; j < k; ++j) r[idx[j]] = 0.0f;
+    // Error feedback: the key's residual becomes what is to be sent
+    // (residual + v), and after the send what was not sent of it.
+    std::vector<float>& res = fb.residual[key];
+    if (res.size() != len) res.assign(len, 0.0f);
+    for (size_t j = 0; j < len; ++j) res[j] += v[j];
+    PutSegment(c, v, res.data(), len, &fb.rng, &idx, &mag, &p);
   }
   CHECK_EQ(p, out.data() + out.size());
+  if (answer_deltas) {
+    note->append(fb.versions_out);
+    fb.versions_out.clear();
+  }
   frames->vals = out;
-  *note = std::move(n);
-  return true;
+  return Status::OK();
 }
 
 Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
                           KVFrames* frames) {
-  (void)ctx;
-  if (!frames->has_vals) return Status::Corruption("compressed without values");
   if (frames->keys.size() % 8 != 0) {
     return Status::Corruption(std::to_string(frames->keys.size()) +
                               " bytes of keys");
   }
   const size_t num_keys = frames->keys.size() / 8;
   Reader nr(note.data(), note.size());
-  uint64_t num_values = 0;
-  if (!nr.Get(&num_values)) return Status::Corruption("note too short");
-  if (num_values > options_.max_values) {
-    return Status::Corruption("the message decodes to " +
-                              std::to_string(num_values) + " values; at most " +
-                              std::to_string(options_.max_values) +
-                              " are taken");
+  uint8_t parts = 0;
+  if (!nr.Get(&parts) || parts == 0 ||
+      (parts & ~(kValuesPart | kClaimsPart | kVersionsPart)) != 0) {
+    return Status::Corruption("note too short or of unknown parts");
   }
+  MutexLock lock(&feedback_->mu);
+  Feedback& fb = *feedback_;
+  std::vector<uint8_t> kinds;
+  uint64_t num_values = 0;
+  if (parts & kValuesPart) {
+    if (!frames->has_vals) {
+      return Status::Corruption("compressed values without values");
+    }
+    uint32_t num_runs = 0;
+    if (!nr.Get(&num_values) || !nr.Get(&num_runs)) {
+      return Status::Corruption("note too short");
+    }
+    if (num_values > options_.max_values) {
+      return Status::Corruption(
+          "the message decodes to " + std::to_string(num_values) +
+          " values; at most " + std::to_string(options_.max_values) +
+          " are taken");
+    }
+    kinds.reserve(num_keys);
+    for (uint32_t i = 0; i < num_runs; ++i) {
+      uint32_t run;
+      uint8_t kind;
+      if (!nr.Get(&run) || !nr.Get(&kind) ||
+          (kind & ~kDelta) > Codec::kOneBit || run == 0 ||
+          run > num_keys - kinds.size()) {
+        return Status::Corruption("bad codec runs in the note");
+      }
+      kinds.insert(kinds.end(), run, kind);
+    }
+    if (kinds.size() != num_keys) {
+      return Status::Corruption("the note names codecs of " +
+                                std::to_string(kinds.size()) + " keys of " +
+                                std::to_string(num_keys));
+    }
+  }
+  if (parts & kClaimsPart) {
+    // A pull request's versions, for this server's answer.
+    for (size_t i = 0; i < num_keys; ++i) {
+      uint64_t version;
+      if (!nr.Get(&version)) return Status::Corruption("versions cut short");
+      fb.claims[{ctx.peer, KeyAt(*frames, i)}] = version;
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> versions;
+  if (parts & kVersionsPart) {
+    versions.resize(num_keys);
+    for (auto& v : versions) {
+      if (!nr.Get(&v.first) || !nr.Get(&v.second)) {
+        return Status::Corruption("versions cut short");
+      }
+    }
+  }
+  if (nr.left() != 0) {
+    return Status::Corruption(std::to_string(nr.left()) +
+                              " bytes after the note's parts");
+  }
+  if (!(parts & kValuesPart)) return Status::OK();
+
   std::vector<uint64_t> counts;
   Status st = CountsOf(*frames, num_keys, num_values, &counts);
   if (!st.ok()) return st;
-  std::vector<Codec::Kind> kinds;
-  kinds.reserve(num_keys);
-  while (nr.left() > 0) {
-    uint32_t run;
-    uint8_t kind;
-    if (!nr.Get(&run) || !nr.Get(&kind) || kind > Codec::kOneBit || run == 0 ||
-        run > num_keys - kinds.size()) {
-      return Status::Corruption("bad codec runs in the note");
-    }
-    kinds.insert(kinds.end(), run, static_cast<Codec::Kind>(kind));
-  }
-  if (kinds.size() != num_keys) {
-    return Status::Corruption("the note names codecs of " +
-                              std::to_string(kinds.size()) + " keys of " +
-                              std::to_string(num_keys));
-  }
   SArray<char> out(4 * num_values);
   float* o = reinterpret_cast<float*>(out.data());
   Reader in(frames->vals.data(), frames->vals.size());
   for (size_t i = 0; i < num_keys; ++i) {
     const size_t len = counts[i];
-    const std::string where =
-        " (key " + std::to_string(KeyAt(*frames, i)) + ")";
-    switch (kinds[i]) {
-      case Codec::kNone: {
-        const char* b = in.Take(4 * len);
-        if (b == nullptr) return Status::Corruption("values cut short" + where);
-        if (len > 0) std::memcpy(o, b, 4 * len);
-        break;
+    const uint64_t key = KeyAt(*frames, i);
+    const std::string where = " (key " + std::to_string(key) + ")";
+    const bool delta = (kinds[i] & kDelta) != 0;
+    if (delta && versions.empty()) {
+      return Status::Corruption("a delta without versions" + where);
+    }
+    st = GetSegment(static_cast<Codec::Kind>(kinds[i] & ~kDelta), len, &in, o);
+    if (!st.ok()) return Status::Corruption(st.message() + where);
+    if (!versions.empty()) {
+      // A pull answer of this worker's view: a delta moves it (from the
+      // version it holds), whole values replace it.
+      View& view = fb.views[key];
+      if (delta) {
+        if (view.version != versions[i].first || view.values.size() != len) {
+          return Status::Corruption(
+              "a delta from version " + std::to_string(versions[i].first) +
+              " of a view at version " + std::to_string(view.version) + where);
+        }
+        for (size_t j = 0; j < len; ++j) view.values[j] += o[j];
+        if (len > 0) std::memcpy(o, view.values.data(), 4 * len);
+      } else {
+        view.values.assign(o, o + len);
       }
-      case Codec::kFp16:
-      case Codec::kBf16: {
-        const char* b = in.Take(2 * len);
-        if (b == nullptr) return Status::Corruption("values cut short" + where);
-        for (size_t j = 0; j < len; ++j) {
-          uint16_t h;
-          std::memcpy(&h, b + 2 * j, 2);
-          o[j] = kinds[i] == Codec::kFp16 ? HalfToFloat(h) : Bf16ToFloat(h);
-        }
-        break;
-      }
-      case Codec::kTopK:
-      case Codec::kRandomK: {
-        uint32_t k;
-        if (!in.Get(&k) || k > len) {
-          return Status::Corruption("bad count of sparse values" + where);
-        }
-        const char* ib = in.Take(4 * size_t{k});
-        const char* vb = in.Take(4 * size_t{k});
-        if (ib == nullptr || vb == nullptr) {
-          return Status::Corruption("sparse values cut short" + where);
-        }
-        std::fill(o, o + len, 0.0f);
-        int64_t last = -1;
-        for (size_t j = 0; j < k; ++j) {
-          uint32_t at;
-          std::memcpy(&at, ib + 4 * j, 4);
-          if (at >= len || static_cast<int64_t>(at) <= last) {
-            return Status::Corruption("sparse index " + std::to_string(at) +
-                                      " out of order or range" + where);
-          }
-          last = at;
-          std::memcpy(&o[at], vb + 4 * j, 4);
-        }
-        break;
-      }
-      case Codec::kOneBit: {
-        const char* sb = in.Take(4 * OneBitScales(len));
-        const char* bits = in.Take((len + 7) / 8);
-        if (sb == nullptr || bits == nullptr) {
-          return Status::Corruption("signs cut short" + where);
-        }
-        for (size_t c0 = 0; c0 < len; c0 += kOneBitChunk) {
-          const size_t c1 = std::min(len, c0 + kOneBitChunk);
-          float scale;
-          std::memcpy(&scale, sb + 4 * (c0 / kOneBitChunk), 4);
-          const float neg = -scale;
-          for (size_t j = c0; j < c1; j += 8) {  // c0 is a multiple of 8
-            const unsigned byte = static_cast<unsigned char>(bits[j / 8]);
-            const size_t e = std::min(c1, j + 8);
-            for (size_t t = j; t < e; ++t) {
-              o[t] = (byte >> (t - j)) & 1u ? scale : neg;
-            }
-          }
-        }
-        break;
-      }
+      view.version = versions[i].second;
     }
     o += len;
   }
@@ -695,6 +888,11 @@ Status Compressor::RestoreState(const std::string& state) {
   MutexLock lock(&feedback_->mu);
   feedback_->residual = std::move(residual);
   return Status::OK();
+}
+
+Compressor::PullCounts Compressor::pull_counts() const {
+  MutexLock lock(&feedback_->mu);
+  return feedback_->counts;
 }
 
 std::vector<float> Compressor::Residual(uint64_t key) const {

@@ -105,11 +105,9 @@ TEST(Compress, ParsesCodecsAndNamesWhatIsWrong) {
   EXPECT_EQ(o->push.kind, Codec::kTopK);
   EXPECT_EQ(o->pull.kind, Codec::kBf16);
   EXPECT_EQ(o->ToString(), "topk:0.01,pull=bf16");
-  StatusOr<CompressOptions> sparse_pull =
-      CompressOptions::Parse("none,pull=topk:0.1");
-  ASSERT_FALSE(sparse_pull.ok());
-  EXPECT_NE(sparse_pull.status().message().find("pulls take"),
-            std::string::npos);
+  StatusOr<CompressOptions> delta = CompressOptions::Parse("none,pull=onebit");
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_TRUE(delta->pull.feedback());
   EXPECT_FALSE(CompressOptions::Parse("bf16,fast").ok());
   setenv("PS_COMPRESS", "bogus", 1);
   StatusOr<CompressOptions> env = CompressOptions::FromEnv();
@@ -323,6 +321,96 @@ TEST(Compress, AnswersUseThePullCodec) {
   EXPECT_TRUE(server->Residual(3).empty());
 }
 
+// One pull's round trip between a worker's and a server's compressor: the
+// request (keys and, for delta pulls, the versions the worker holds), the
+// server's answer with `weights`, the worker's decode. `deliver` false: the
+// answer is lost. Returns what the worker's pull gives.
+std::vector<float> Pull(Compressor* worker, Compressor* server,
+                        const std::vector<uint64_t>& keys,
+                        const std::vector<float>& weights,
+                        const std::vector<int>& lens, bool deliver = true) {
+  FilterContext req;
+  req.pull = true;
+  req.peer = 8;  // the server
+  KVFrames ask = Frames(keys, {}, lens);
+  ask.has_vals = false;
+  std::string note;
+  if (*worker->Encode(req, &ask, &note)) {
+    req.peer = 9;  // the worker, as the server sees it
+    EXPECT_TRUE(server->Decode(req, note, &ask).ok());
+  }
+  FilterContext answer;
+  answer.request = false;
+  answer.pull = true;
+  answer.peer = 9;
+  KVFrames f = Frames(keys, weights, lens);
+  note.clear();
+  const bool rewritten = *server->Encode(answer, &f, &note);
+  if (!deliver) return {};
+  answer.peer = 8;
+  if (rewritten) {
+    Status st = worker->Decode(answer, note, &f);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  return Floats(f.vals);
+}
+
+// Delta pulls: the first pull is whole; then deltas of what changed, with
+// the server's error feedback (topk:0.5 sends half a key at a time, the
+// rest the pull after); a lost answer makes the next one whole again.
+TEST(Compress, DeltaPullsTrackTheWeightsAndRecoverFromALostAnswer) {
+  auto worker = Make("none,pull=topk:0.5");
+  auto server = Make("none,pull=topk:0.5");
+  const std::vector<uint64_t> keys = {1, 2};
+  const std::vector<int> lens = {4, 4};
+  std::vector<float> w = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(Pull(worker.get(), server.get(), keys, w, lens), w);
+  EXPECT_EQ(server->pull_counts().whole_keys, 2u);
+  std::vector<float> w2 = {1, 2, 3, 4, 15, 6, 9, 10};
+  // Key 1 unchanged; key 2: +10, 0, +2, +2: the two largest go first.
+  EXPECT_EQ(Pull(worker.get(), server.get(), keys, w2, lens),
+            (std::vector<float>{1, 2, 3, 4, 15, 6, 9, 8}));
+  EXPECT_EQ(server->pull_counts().delta_keys, 2u);
+  EXPECT_EQ(Pull(worker.get(), server.get(), keys, w2, lens), w2);
+  // Lost: the worker still holds the old version; the server's view moved.
+  std::vector<float> w3 = {0, 0, 0, 1, 15, 6, 9, 10};
+  Pull(worker.get(), server.get(), keys, w3, lens, false);
+  std::vector<float> w4 = {0, 0, 0, 2, 15, 6, 9, 10};
+  const uint64_t whole = server->pull_counts().whole_keys;
+  EXPECT_EQ(Pull(worker.get(), server.get(), keys, w4, lens), w4);
+  EXPECT_EQ(server->pull_counts().whole_keys, whole + 2);
+  // A worker that forgot (restarted): whole again.
+  auto fresh = Make("none,pull=topk:0.5");
+  EXPECT_EQ(Pull(fresh.get(), server.get(), keys, w4, lens), w4);
+  EXPECT_EQ(server->pull_counts().whole_keys, whole + 4);
+}
+
+// onebit deltas on slowly moving weights: the worker's copy stays within a
+// step's change of the server's, and converges on weights that stop.
+TEST(Compress, OneBitDeltaPullsFollowTheWeights) {
+  auto worker = Make("none,pull=onebit");
+  auto server = Make("none,pull=onebit");
+  const size_t n = 3000;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> w(n);
+  for (float& x : w) x = d(rng);
+  std::vector<float> got = Pull(worker.get(), server.get(), {5}, w, {});
+  EXPECT_EQ(got, w);
+  double worst = 0;
+  for (int step = 0; step < 50; ++step) {
+    for (float& x : w) x += 1e-3f * (d(rng) > 0 ? 1 : -1);  // Adam-like
+    got = Pull(worker.get(), server.get(), {5}, w, {});
+    if (step >= 10) {
+      for (size_t j = 0; j < n; ++j) {
+        worst = std::max(worst, double(std::fabs(got[j] - w[j])));
+      }
+    }
+  }
+  EXPECT_LT(worst, 0.01);
+  EXPECT_EQ(server->pull_counts().delta_keys, 50u);
+}
+
 // Any damage to a message is refused with a reason, never read past its
 // bytes (ASan runs this), and never decodes to more than max_values.
 TEST(Compress, MalformedMessagesAreRefused) {
@@ -343,10 +431,15 @@ TEST(Compress, MalformedMessagesAreRefused) {
   std::memcpy(extra.vals.data(), good.vals.data(), good.vals.size());
   refused(extra, note, "bytes after");
   refused(good, note.substr(0, 4), "note too short");
-  refused(good, note.substr(0, 8), "names codecs of 0 keys of 2");
+  // The note: parts (1 byte), values (8), runs (4), then (4 + 1) a run.
+  std::string no_runs = note.substr(0, 13);
+  std::memset(&no_runs[9], 0, 4);
+  refused(good, no_runs, "names codecs of 0 keys of 2");
+  refused(good, std::string(1, '\x40') + note.substr(1), "unknown parts");
+  refused(good, note + "x", "bytes after the note's parts");
   std::string huge = note;
   const uint64_t big = uint64_t{1} << 40;
-  std::memcpy(&huge[0], &big, 8);
+  std::memcpy(&huge[1], &big, 8);
   refused(good, huge, "at most");
   KVFrames lens = good;
   lens.lens = SArray<char>(SArray<int>(std::vector<int>{2, 5}));
@@ -454,6 +547,53 @@ TEST(Compress, ExactSumsThroughSocketsWithLossAndResend) {
   uint64_t resent = 0;
   for (auto& w : c.workers) resent += w->num_resent_messages();
   EXPECT_GT(resent, 0u);
+  EXPECT_TRUE(c.Finalize());
+}
+
+// Delta pulls over sockets, a fifth of the messages lost and resent: every
+// worker pulls after each push (deltas of what changed, or whole after a
+// loss), and its last pulls are the exact sums (topk:1 sends whole deltas).
+TEST(Compress, DeltaPullsThroughSocketsWithLossAndResend) {
+  const int kW = 2, kRounds = 10;
+  const std::vector<Key> keys = {3, 40000};  // one per server
+  const std::vector<int> lens = {8, 8};
+  DefaultJob c(2, kW, [](Config* cfg) {
+    cfg->drop_percent = 20;
+    cfg->resend_timeout_ms = 20;
+    cfg->shm = false;
+  });
+  std::vector<std::shared_ptr<Compressor>> servers;
+  c.before_handle = [&](KVServer<float>* s) {
+    servers.push_back(Make("none,pull=topk:1"));
+    ASSERT_TRUE(s->AddFilter(servers.back()).ok());
+  };
+  ASSERT_TRUE(c.Start());
+  std::vector<std::vector<float>> last(kW);
+  std::vector<Status> st = c.RunAll([&](Node* n) -> Status {
+    if (n->role() != Role::kWorker) return n->Barrier(kAllGroups);
+    KVWorker<float> kv(n, 0, 0);
+    PS_RETURN_IF_ERROR(kv.AddFilter(Make("none,pull=topk:1")));
+    std::vector<float> g(16, float(n->rank() + 1)), out;
+    for (int i = 0; i < kRounds; ++i) {
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Push(keys, g, lens)));
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &out)));
+    }
+    PS_RETURN_IF_ERROR(n->Barrier(kWorkerGroup));
+    for (int i = 0; i < 3; ++i) {
+      PS_RETURN_IF_ERROR(kv.Wait(kv.Pull(keys, &last[n->rank()])));
+    }
+    return n->Barrier(kAllGroups);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  const std::vector<float> want(16, float(kRounds * kW * (kW + 1) / 2));
+  for (int w = 0; w < kW; ++w) EXPECT_EQ(last[w], want);
+  uint64_t delta = 0, whole = 0;
+  for (const auto& s : servers) {
+    delta += s->pull_counts().delta_keys;
+    whole += s->pull_counts().whole_keys;
+  }
+  EXPECT_GT(delta, 0u);
+  EXPECT_GE(whole, uint64_t{2 * kW});  // each worker's first pull per server
   EXPECT_TRUE(c.Finalize());
 }
 
