@@ -158,7 +158,7 @@ float Magnitude(float v) {
 // Writes the k indices in idx[0, k) (ascending) and their values of v.
 void PutSparse(const float* v, const uint32_t* idx, size_t k, char** p) {
   Put<uint32_t>(p, static_cast<uint32_t>(k));
-  std::memcpy(*p, idx, 4 * k);
+  if (k > 0) std::memcpy(*p, idx, 4 * k);
   *p += 4 * k;
   for (size_t j = 0; j < k; ++j) Put<float>(p, v[idx[j]]);
 }
@@ -592,9 +592,9 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
     // what changed since (or everything, when it does not know it).
     n[0] = static_cast<char>(n[0] | kClaimsPart);
     for (size_t i = 0; i < num_keys; ++i) {
-      auto it = feedback_->views.find(KeyAt(*frames, i));
-      Append<uint64_t>(&n,
-                       it == feedback_->views.end() ? 0 : it->second.version);
+      // A view for every key pulled (version 0: none yet): answers are
+      // taken for these keys only.
+      Append<uint64_t>(&n, feedback_->views[KeyAt(*frames, i)].version);
     }
   }
   if (n[0] == 0) return false;
@@ -773,7 +773,11 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
     }
   }
   if (parts & kClaimsPart) {
-    // A pull request's versions, for this server's answer.
+    // A pull request's versions, for this server's answer. A peer that
+    // claims ever new keys cannot grow the table without bound: past
+    // kMaxClaims it starts afresh (answers are whole until claimed again).
+    constexpr size_t kMaxClaims = size_t{1} << 20;
+    if (fb.claims.size() + num_keys > kMaxClaims) fb.claims.clear();
     for (size_t i = 0; i < num_keys; ++i) {
       uint64_t version;
       if (!nr.Get(&version)) return Status::Corruption("versions cut short");
@@ -798,6 +802,22 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
   std::vector<uint64_t> counts;
   Status st = CountsOf(*frames, num_keys, num_values, &counts);
   if (!st.ok()) return st;
+  // The bytes the codecs need at least, before anything is allocated.
+  uint64_t least = 0;
+  for (size_t i = 0; i < num_keys; ++i) {
+    const Codec::Kind kind = static_cast<Codec::Kind>(kinds[i] & ~kDelta);
+    Codec c;
+    c.kind = kind;
+    least += kind == Codec::kTopK || kind == Codec::kRandomK
+                 ? 4
+                 : SegmentBytes(c, counts[i]);
+  }
+  if (least > frames->vals.size()) {
+    return Status::Corruption("the note's codecs need at least " +
+                              std::to_string(least) +
+                              " bytes of values; the message has " +
+                              std::to_string(frames->vals.size()));
+  }
   SArray<char> out(4 * num_values);
   float* o = reinterpret_cast<float*>(out.data());
   Reader in(frames->vals.data(), frames->vals.size());
@@ -814,7 +834,14 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
     if (!versions.empty()) {
       // A pull answer of this worker's view: a delta moves it (from the
       // version it holds), whole values replace it.
-      View& view = fb.views[key];
+      auto it = fb.views.find(key);
+      if (it == fb.views.end()) {
+        return Status::Corruption(
+            "an answer for a key this worker did not "
+            "pull" +
+            where);
+      }
+      View& view = it->second;
       if (delta) {
         if (view.version != versions[i].first || view.values.size() != len) {
           return Status::Corruption(
