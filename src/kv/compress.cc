@@ -411,7 +411,7 @@ struct Compressor::Feedback {
   std::unordered_map<std::pair<int, uint64_t>, uint64_t, PeerKeyHash> claims
       GUARDED_BY(mu);
   uint64_t next_version GUARDED_BY(mu) = 1;
-  PullCounts counts GUARDED_BY(mu);
+  PullCounts pulls GUARDED_BY(mu);
   std::string versions_out GUARDED_BY(mu);  // scratch of EncodeValues
 
   // Encode's values part: the codecs, error feedback and views.
@@ -605,8 +605,7 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
 Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
                                           const FilterContext& ctx,
                                           KVFrames* frames, std::string* note) {
-  Feedback& fb = *this;
-  const CompressOptions& options_ = compressor.options();
+  const CompressOptions& opts = compressor.options();
   const size_t num_keys = frames->keys.size() / 8;
   const uint64_t num_values = frames->vals.size() / 4;
   std::vector<uint64_t> counts;
@@ -614,7 +613,7 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
   if (!st.ok()) return st;
   // Per key: its codec, and for a delta pull the worker's view of it on
   // this server (null: the whole values go, raw).
-  const bool answer_deltas = !ctx.request && options_.pull.feedback();
+  const bool answer_deltas = !ctx.request && opts.pull.feedback();
   std::vector<const Codec*> codec(num_keys);
   std::vector<View*> view(num_keys, nullptr);
   const Codec raw;
@@ -622,11 +621,11 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
   size_t bytes = 0;
   for (size_t i = 0; i < num_keys; ++i) {
     const uint64_t key = KeyAt(*frames, i);
-    codec[i] = ctx.request ? &compressor.PushCodecOf(key) : &options_.pull;
+    codec[i] = ctx.request ? &compressor.PushCodecOf(key) : &opts.pull;
     if (answer_deltas) {
-      View& v = fb.peer_views[{ctx.peer, key}];
-      auto claim = fb.claims.find({ctx.peer, key});
-      const bool known = claim != fb.claims.end() && claim->second != 0 &&
+      View& v = peer_views[{ctx.peer, key}];
+      auto claim = claims.find({ctx.peer, key});
+      const bool known = claim != claims.end() && claim->second != 0 &&
                          claim->second == v.version &&
                          v.values.size() == counts[i];
       if (known) view[i] = &v;
@@ -683,42 +682,42 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
       // A delta pull: what changed since the worker's view, with that
       // view's error feedback (what is not sent stays in weights - view);
       // the view then moves by exactly what the worker will add.
-      View& w = fb.peer_views[{ctx.peer, key}];
+      View& w = peer_views[{ctx.peer, key}];
       const uint64_t base = view[i] ? w.version : 0;
       char* at = p;
       if (view[i] != nullptr) {
         r.resize(len);
         for (size_t j = 0; j < len; ++j) r[j] = v[j] - w.values[j];
-        PutSegment(c, v, r.data(), len, &fb.rng, &idx, &mag, &p);
+        PutSegment(c, v, r.data(), len, &rng, &idx, &mag, &p);
         sent.resize(len);
         Reader back(at, static_cast<size_t>(p - at));
         CHECK(GetSegment(c.kind, len, &back, sent.data()).ok());
         for (size_t j = 0; j < len; ++j) w.values[j] += sent[j];
       } else {
-        PutSegment(c, v, nullptr, len, &fb.rng, &idx, &mag, &p);
+        PutSegment(c, v, nullptr, len, &rng, &idx, &mag, &p);
         w.values.assign(v, v + len);
       }
-      w.version = fb.next_version++;
-      ++(view[i] ? fb.counts.delta_keys : fb.counts.whole_keys);
-      Append<uint64_t>(&fb.versions_out, base);
-      Append<uint64_t>(&fb.versions_out, w.version);
+      w.version = next_version++;
+      ++(view[i] ? pulls.delta_keys : pulls.whole_keys);
+      Append<uint64_t>(&versions_out, base);
+      Append<uint64_t>(&versions_out, w.version);
       continue;
     }
     if (!c.feedback()) {
-      PutSegment(c, v, nullptr, len, &fb.rng, &idx, &mag, &p);
+      PutSegment(c, v, nullptr, len, &rng, &idx, &mag, &p);
       continue;
     }
     // Error feedback: the key's residual becomes what is to be sent
     // (residual + v), and after the send what was not sent of it.
-    std::vector<float>& res = fb.residual[key];
+    std::vector<float>& res = residual[key];
     if (res.size() != len) res.assign(len, 0.0f);
     for (size_t j = 0; j < len; ++j) res[j] += v[j];
-    PutSegment(c, v, res.data(), len, &fb.rng, &idx, &mag, &p);
+    PutSegment(c, v, res.data(), len, &rng, &idx, &mag, &p);
   }
   CHECK_EQ(p, out.data() + out.size());
   if (answer_deltas) {
-    note->append(fb.versions_out);
-    fb.versions_out.clear();
+    note->append(versions_out);
+    versions_out.clear();
   }
   frames->vals = out;
   return Status::OK();
@@ -737,8 +736,8 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
       (parts & ~(kValuesPart | kClaimsPart | kVersionsPart)) != 0) {
     return Status::Corruption("note too short or of unknown parts");
   }
-  MutexLock lock(&feedback_->mu);
   Feedback& fb = *feedback_;
+  MutexLock lock(&fb.mu);
   std::vector<uint8_t> kinds;
   uint64_t num_values = 0;
   if (parts & kValuesPart) {
@@ -919,7 +918,7 @@ Status Compressor::RestoreState(const std::string& state) {
 
 Compressor::PullCounts Compressor::pull_counts() const {
   MutexLock lock(&feedback_->mu);
-  return feedback_->counts;
+  return feedback_->pulls;
 }
 
 std::vector<float> Compressor::Residual(uint64_t key) const {
