@@ -93,9 +93,10 @@ DEFINE_bool(allow_non_finite, false,
             "it)");
 DEFINE_string(compress, "",
               "values on the wire: CODEC[,pull=CODEC], CODEC one of none, "
-              "fp16, bf16, onebit, topk:R, randomk:R (pushes; pulls: none, "
-              "fp16, bf16); not to peers of this host, whose values go by "
-              "reference (empty: PS_COMPRESS, else none)");
+              "fp16, bf16, onebit, topk:R, randomk:R (pulls in onebit, topk "
+              "or randomk send the change since the last pull); not to "
+              "peers of this host, whose values go by reference (empty: "
+              "PS_COMPRESS, else none; docs/compression.md)");
 DEFINE_int32(replicas, -1,
              "1: every server's keys are also held by the next server, which "
              "takes them over if it dies (PS_REPLICAS; -1: as the "
