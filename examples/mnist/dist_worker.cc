@@ -262,9 +262,10 @@ Position LoadWorker(const TrainOptions& options, int rank, int step,
   at.steps = step;
   std::string dropout, feedback;
   if (!in.Get(&at.epoch) || !in.Get(&at.batches_in_epoch) ||
-      !in.GetString(&dropout) || !in.GetString(&feedback) || !in.done() ||
-      at.epoch < 0 || at.batches_in_epoch < 0 ||
-      !net->SetDropoutState(dropout)) {
+      !in.GetString(&dropout) ||
+      // The compression state (files written before it had none).
+      (!in.done() && !in.GetString(&feedback)) || !in.done() || at.epoch < 0 ||
+      at.batches_in_epoch < 0 || !net->SetDropoutState(dropout)) {
     Die("--restore: '" +
         CheckpointPath(job, step, CheckpointRole::kWorker, rank) +
         "': not a worker position (epoch, batch, dropout state, "

@@ -46,7 +46,14 @@
 // segment carries its own sizes, and Decode checks every size and index
 // against the message (a malformed one is refused naming what is wrong).
 // Resent messages carry the bytes of their first encoding (the worker keeps
-// the filtered message), so error feedback is applied once per push.
+// the filtered message), so error feedback is applied once per push; a push
+// whose send fails at once (too large, no connection) fails its request,
+// and what it carried is not kept. A push holding a NaN or an infinity goes
+// whole (raw) and starts its keys' residuals afresh.
+//
+// One Compressor per KVWorker or KVServer: its state is by key (and, on a
+// server, by worker and customer). Delta pulls assume a key's answer does
+// not depend on the pull's command (cmd) beyond time: the view is by key.
 //
 // Thread-safety: Encode and Decode may run on several threads at once.
 #ifndef PS_COMPRESS_H_
@@ -103,8 +110,10 @@ struct CompressOptions {
   // memory): tests, and measuring the codecs' cost on one host.
   bool compress_shared = false;
   uint64_t seed = 1;  // of randomk's draws
-  // Decode refuses a message that would decode to more floats.
-  uint64_t max_values = uint64_t{1} << 28;
+  // Decode refuses a message that would decode to more floats (a sparse
+  // codec's few bytes may stand for many: this bounds what a peer can make
+  // a node allocate).
+  uint64_t max_values = uint64_t{1} << 26;
 
   // "PUSH" or "PUSH,pull=PULL" (e.g. "topk:0.01,pull=bf16", "none,pull=bf16").
   static StatusOr<CompressOptions> Parse(const std::string& text);

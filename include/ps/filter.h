@@ -51,7 +51,9 @@ struct FilterContext {
   bool pull = false;
   int cmd = 0;  // the user command (KVMeta::cmd)
   int app_id = 0;
-  int peer = 0;  // the node id it goes to (Encode) or came from (Decode)
+  int customer_id = 0;  // the worker's customer, and the request's
+  int timestamp = 0;    // timestamp: an answer has its request's
+  int peer = 0;         // the node id it goes to (Encode) or came from (Decode)
   // Whether values to this peer go by reference (the same host, PS_SHM):
   // they do not cross a wire.
   bool shared = false;

@@ -8,8 +8,15 @@
 //   onebit        ceil(n / kOneBitChunk) float scales, ceil(n / 8) bytes of
 //                 signs (bit j % 8 of byte j / 8: value j >= 0)
 // where n is the key's count of values (its lens entry, or the values split
-// evenly over the keys). The filter note holds the message's count of
-// values (uint64) and the codecs as runs: (uint32 keys, uint8 Codec::Kind).
+// evenly over the keys). The filter note: a byte of parts, then those
+// present, in this order:
+//   values    (kValuesPart) uint64 count of values, uint32 runs, then per
+//             run (uint32 keys, uint8 Codec::Kind | kDelta for a delta)
+//   claims    (kClaimsPart, a pull request) uint64 per key: the version of
+//             the key's view the worker holds, 0 for none
+//   versions  (kVersionsPart, a delta-pull answer) per key (uint64 base,
+//             uint64 new): the view version a delta starts from (0: whole
+//             values) and the one it makes
 // All integers and floats little-endian, as the hosts that run this.
 #include "ps/compress.h"
 
@@ -22,6 +29,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <unordered_map>
@@ -391,9 +399,22 @@ struct Compressor::View {
   std::vector<float> values;
 };
 
-struct PeerKeyHash {
-  size_t operator()(const std::pair<int, uint64_t>& k) const {
-    return std::hash<uint64_t>()(k.second * 1000003u + uint64_t(k.first));
+// A worker's request as a server sees it: (peer, customer, timestamp); and
+// a worker's view of a key on a server: (peer, customer, key).
+struct Id3 {
+  int64_t a, b;
+  uint64_t c;
+  bool operator==(const Id3& o) const {
+    return a == o.a && b == o.b && c == o.c;
+  }
+  bool operator<(const Id3& o) const {
+    return a != o.a ? a < o.a : b != o.b ? b < o.b : c < o.c;
+  }
+};
+struct Id3Hash {
+  size_t operator()(const Id3& k) const {
+    return std::hash<uint64_t>()(k.c * 1000003u + uint64_t(k.a) * 8191u +
+                                 uint64_t(k.b));
   }
 };
 
@@ -402,15 +423,16 @@ struct Compressor::Feedback {
   // A worker's push residuals, by key.
   std::unordered_map<uint64_t, std::vector<float>> residual GUARDED_BY(mu);
   std::mt19937_64 rng GUARDED_BY(mu);
-  // Delta pulls: a worker's views of the weights, by key; a server's view
-  // of each worker's, by (worker, key), with the versions the worker's
-  // last pull request claimed.
+  // Delta pulls. A worker's views of the weights, by key (made when it
+  // first pulls the key). A server's view of each worker's, by (peer,
+  // customer, key), and the versions each pull request in flight claims,
+  // by (peer, customer, timestamp): its answer takes them away.
   std::unordered_map<uint64_t, View> views GUARDED_BY(mu);
-  std::unordered_map<std::pair<int, uint64_t>, View, PeerKeyHash> peer_views
-      GUARDED_BY(mu);
-  std::unordered_map<std::pair<int, uint64_t>, uint64_t, PeerKeyHash> claims
-      GUARDED_BY(mu);
-  uint64_t next_version GUARDED_BY(mu) = 1;
+  std::unordered_map<Id3, View, Id3Hash> peer_views GUARDED_BY(mu);
+  std::map<Id3, std::unordered_map<uint64_t, uint64_t>> claims GUARDED_BY(mu);
+  // Versions start at random: a restarted process never reuses one.
+  uint64_t next_version GUARDED_BY(mu) =
+      std::random_device()() | uint64_t{std::random_device()()} << 32;
   PullCounts pulls GUARDED_BY(mu);
   std::string versions_out GUARDED_BY(mu);  // scratch of EncodeValues
 
@@ -588,13 +610,13 @@ StatusOr<bool> Compressor::Encode(const FilterContext& ctx, KVFrames* frames,
     if (!st.ok()) return st;
   }
   if (ctx.request && ctx.pull && delta_pulls) {
-    // The version of each key this worker holds: a server answers with
-    // what changed since (or everything, when it does not know it).
+    // The version of each key this worker holds (0: none): a server
+    // answers with what changed since, or with everything.
     n[0] = static_cast<char>(n[0] | kClaimsPart);
     for (size_t i = 0; i < num_keys; ++i) {
-      // A view for every key pulled (version 0: none yet): answers are
-      // taken for these keys only.
-      Append<uint64_t>(&n, feedback_->views[KeyAt(*frames, i)].version);
+      auto it = feedback_->views.find(KeyAt(*frames, i));
+      Append<uint64_t>(&n,
+                       it == feedback_->views.end() ? 0 : it->second.version);
     }
   }
   if (n[0] == 0) return false;
@@ -613,23 +635,58 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
   if (!st.ok()) return st;
   // Per key: its codec, and for a delta pull the worker's view of it on
   // this server (null: the whole values go, raw).
-  const bool answer_deltas = !ctx.request && opts.pull.feedback();
+  // Delta answers go to a request that claimed versions (the worker
+  // pulls deltas); to others, whole values.
+  const Id3 request{ctx.peer, ctx.customer_id, uint64_t(ctx.timestamp)};
+  std::unordered_map<uint64_t, uint64_t> claimed;
+  bool answer_deltas = false;
+  if (!ctx.request && opts.pull.feedback()) {
+    auto it = claims.find(request);
+    if (it != claims.end()) {
+      claimed = std::move(it->second);
+      claims.erase(it);
+      answer_deltas = true;
+    }
+  }
+  // The values as floats (aligned: a copy only if they are not).
+  SArray<char> in = frames->vals;
+  std::vector<float> aligned;
+  const float* vals = reinterpret_cast<const float*>(in.data());
+  if (reinterpret_cast<uintptr_t>(in.data()) % alignof(float) != 0) {
+    aligned.resize(num_values);
+    if (num_values > 0) std::memcpy(aligned.data(), in.data(), in.size());
+    vals = aligned.data();
+  }
   std::vector<const Codec*> codec(num_keys);
   std::vector<View*> view(num_keys, nullptr);
   const Codec raw;
+  const Codec& pull = opts.pull.feedback() ? raw : opts.pull;
   bool any = answer_deltas;
   size_t bytes = 0;
+  const float* scan = vals;
   for (size_t i = 0; i < num_keys; ++i) {
     const uint64_t key = KeyAt(*frames, i);
-    codec[i] = ctx.request ? &compressor.PushCodecOf(key) : &opts.pull;
+    codec[i] = ctx.request ? &compressor.PushCodecOf(key) : &pull;
+    // A non-finite value travels whole, raw, and starts its key's
+    // feedback afresh (a residual or view of inf would never recover).
+    const bool finite = !codec[i]->feedback() && !answer_deltas
+                            ? true
+                            : std::all_of(scan, scan + counts[i], [](float x) {
+                                return std::isfinite(x);
+                              });
+    scan += counts[i];
+    if (!finite) {
+      codec[i] = &raw;
+      residual.erase(key);
+    }
     if (answer_deltas) {
-      View& v = peer_views[{ctx.peer, key}];
-      auto claim = claims.find({ctx.peer, key});
-      const bool known = claim != claims.end() && claim->second != 0 &&
-                         claim->second == v.version &&
-                         v.values.size() == counts[i];
-      if (known) view[i] = &v;
-      if (!known) codec[i] = &raw;
+      View& w = peer_views[{ctx.peer, ctx.customer_id, key}];
+      auto claim = claimed.find(key);
+      const bool known = finite && claim != claimed.end() &&
+                         claim->second != 0 && claim->second == w.version &&
+                         w.values.size() == counts[i];
+      codec[i] = known ? &opts.pull : &raw;
+      if (known) view[i] = &w;
     }
     any |= codec[i]->kind != Codec::kNone;
     bytes += SegmentBytes(*codec[i], counts[i]);
@@ -657,15 +714,6 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
   Append<uint32_t>(note, num_runs);
   note->append(runs);
 
-  // The values as floats (aligned: a copy only if they are not).
-  SArray<char> in = frames->vals;
-  std::vector<float> aligned;
-  const float* vals = reinterpret_cast<const float*>(in.data());
-  if (reinterpret_cast<uintptr_t>(in.data()) % alignof(float) != 0) {
-    aligned.resize(num_values);
-    if (num_values > 0) std::memcpy(aligned.data(), in.data(), in.size());
-    vals = aligned.data();
-  }
   SArray<char> out(bytes);
   char* p = out.data();
   std::vector<uint32_t> idx;
@@ -682,7 +730,7 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
       // A delta pull: what changed since the worker's view, with that
       // view's error feedback (what is not sent stays in weights - view);
       // the view then moves by exactly what the worker will add.
-      View& w = peer_views[{ctx.peer, key}];
+      View& w = peer_views[{ctx.peer, ctx.customer_id, key}];
       const uint64_t base = view[i] ? w.version : 0;
       char* at = p;
       if (view[i] != nullptr) {
@@ -696,6 +744,11 @@ Status Compressor::Feedback::EncodeValues(const Compressor& compressor,
       } else {
         PutSegment(c, v, nullptr, len, &rng, &idx, &mag, &p);
         w.values.assign(v, v + len);
+        // A view of non-finite values is never built on: whole next time.
+        if (!std::all_of(v, v + len,
+                         [](float x) { return std::isfinite(x); })) {
+          w.values.clear();
+        }
       }
       w.version = next_version++;
       ++(view[i] ? pulls.delta_keys : pulls.whole_keys);
@@ -736,13 +789,19 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
       (parts & ~(kValuesPart | kClaimsPart | kVersionsPart)) != 0) {
     return Status::Corruption("note too short or of unknown parts");
   }
+  if ((parts & kClaimsPart) && !(ctx.request && ctx.pull)) {
+    return Status::Corruption("versions claimed by what is no pull request");
+  }
+  if ((parts & kVersionsPart) && !(!ctx.request && (parts & kValuesPart))) {
+    return Status::Corruption("view versions on what is no pull answer");
+  }
   Feedback& fb = *feedback_;
   MutexLock lock(&fb.mu);
   std::vector<uint8_t> kinds;
   uint64_t num_values = 0;
   if (parts & kValuesPart) {
-    if (!frames->has_vals) {
-      return Status::Corruption("compressed values without values");
+    if (!frames->has_vals || frames->val_type != detail::kTypeFloat) {
+      return Status::Corruption("compressed values without float values");
     }
     uint32_t num_runs = 0;
     if (!nr.Get(&num_values) || !nr.Get(&num_runs)) {
@@ -772,16 +831,19 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
     }
   }
   if (parts & kClaimsPart) {
-    // A pull request's versions, for this server's answer. A peer that
-    // claims ever new keys cannot grow the table without bound: past
-    // kMaxClaims it starts afresh (answers are whole until claimed again).
-    constexpr size_t kMaxClaims = size_t{1} << 20;
-    if (fb.claims.size() + num_keys > kMaxClaims) fb.claims.clear();
+    // A pull request's versions, for this server's answer to it. Requests
+    // that are never answered (refused, their worker gone) cannot grow
+    // the table: past kMaxClaims requests the oldest go (answered whole).
+    constexpr size_t kMaxClaims = 4096;
+    std::unordered_map<uint64_t, uint64_t> claimed;
     for (size_t i = 0; i < num_keys; ++i) {
       uint64_t version;
       if (!nr.Get(&version)) return Status::Corruption("versions cut short");
-      fb.claims[{ctx.peer, KeyAt(*frames, i)}] = version;
+      claimed[KeyAt(*frames, i)] = version;
     }
+    while (fb.claims.size() >= kMaxClaims) fb.claims.erase(fb.claims.begin());
+    fb.claims[{ctx.peer, ctx.customer_id, uint64_t(ctx.timestamp)}] =
+        std::move(claimed);
   }
   std::vector<std::pair<uint64_t, uint64_t>> versions;
   if (parts & kVersionsPart) {
@@ -821,44 +883,48 @@ Status Compressor::Decode(const FilterContext& ctx, const std::string& note,
   float* o = reinterpret_cast<float*>(out.data());
   Reader in(frames->vals.data(), frames->vals.size());
   for (size_t i = 0; i < num_keys; ++i) {
-    const size_t len = counts[i];
-    const uint64_t key = KeyAt(*frames, i);
-    const std::string where = " (key " + std::to_string(key) + ")";
+    const std::string where =
+        " (key " + std::to_string(KeyAt(*frames, i)) + ")";
     const bool delta = (kinds[i] & kDelta) != 0;
-    if (delta && versions.empty()) {
-      return Status::Corruption("a delta without versions" + where);
-    }
-    st = GetSegment(static_cast<Codec::Kind>(kinds[i] & ~kDelta), len, &in, o);
-    if (!st.ok()) return Status::Corruption(st.message() + where);
-    if (!versions.empty()) {
-      // A pull answer of this worker's view: a delta moves it (from the
-      // version it holds), whole values replace it.
-      auto it = fb.views.find(key);
-      if (it == fb.views.end()) {
+    if (delta) {
+      // A delta moves this worker's view of the key, from the version the
+      // view is at.
+      auto it =
+          versions.empty() ? fb.views.end() : fb.views.find(KeyAt(*frames, i));
+      if (it == fb.views.end() || it->second.version != versions[i].first ||
+          it->second.values.size() != counts[i]) {
         return Status::Corruption(
-            "an answer for a key this worker did not "
-            "pull" +
+            "a delta from version " +
+            (versions.empty() ? "?" : std::to_string(versions[i].first)) +
+            " of a view at version " +
+            (it == fb.views.end() ? "none"
+                                  : std::to_string(it->second.version)) +
             where);
       }
-      View& view = it->second;
-      if (delta) {
-        if (view.version != versions[i].first || view.values.size() != len) {
-          return Status::Corruption(
-              "a delta from version " + std::to_string(versions[i].first) +
-              " of a view at version " + std::to_string(view.version) + where);
-        }
-        for (size_t j = 0; j < len; ++j) view.values[j] += o[j];
-        if (len > 0) std::memcpy(o, view.values.data(), 4 * len);
-      } else {
-        view.values.assign(o, o + len);
-      }
-      view.version = versions[i].second;
     }
-    o += len;
+    st = GetSegment(static_cast<Codec::Kind>(kinds[i] & ~kDelta), counts[i],
+                    &in, o);
+    if (!st.ok()) return Status::Corruption(st.message() + where);
+    o += counts[i];
   }
   if (in.left() != 0) {
     return Status::Corruption(std::to_string(in.left()) +
                               " bytes after the last key's values");
+  }
+  // All of it read and checked: now the views change (a delta adds to its
+  // view, whole values replace it) and the pull gets them.
+  o = reinterpret_cast<float*>(out.data());
+  for (size_t i = 0; i < num_keys && !versions.empty(); ++i) {
+    const size_t len = counts[i];
+    View& view = fb.views[KeyAt(*frames, i)];
+    if (kinds[i] & kDelta) {
+      for (size_t j = 0; j < len; ++j) view.values[j] += o[j];
+      if (len > 0) std::memcpy(o, view.values.data(), 4 * len);
+    } else {
+      view.values.assign(o, o + len);
+    }
+    view.version = versions[i].second;
+    o += len;
   }
   frames->vals = out;
   return Status::OK();

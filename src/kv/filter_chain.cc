@@ -36,6 +36,8 @@ FilterContext FilterChain::ContextOf(const pb::Meta& m, int peer) const {
   ctx.pull = m.pull();
   ctx.cmd = m.head();
   ctx.app_id = m.app_id();
+  ctx.customer_id = m.customer_id();
+  ctx.timestamp = m.timestamp();
   ctx.peer = peer;
   ctx.shared = shared_ != nullptr && shared_(peer);
   return ctx;

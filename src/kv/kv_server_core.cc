@@ -470,7 +470,7 @@ class KVServerCore::Impl {
 
   Postoffice* const post_;
   FilterChain filters_{"KVServer", [post = post_](int id) {
-                         return post->van().SendsReferencesTo(id);
+                         return post->van().SharesMemoryWith(id);
                        }};
   const int app_id_;
   const int val_type_;

@@ -154,7 +154,7 @@ class KVWorkerCore::Impl {
 
   Postoffice* const post_;
   FilterChain filters_{"KVWorker", [post = post_](int id) {
-                         return post->van().SendsReferencesTo(id);
+                         return post->van().SharesMemoryWith(id);
                        }};
   const int app_id_;
   const int customer_id_;

@@ -363,7 +363,7 @@ bool Van::IsConnected(int id) const {
   return routes->peers.count(id) > 0;
 }
 
-bool Van::SendsReferencesTo(int id) const {
+bool Van::SharesMemoryWith(int id) const {
   std::shared_ptr<const Routes> routes = routes_.Load();
   return routes->send_references.count(id) > 0;
 }

@@ -163,7 +163,7 @@ class Van {
   void Disconnect(int id);
   bool IsConnected(int id) const;
   // Whether frames in shared memory go to node `id` by reference.
-  bool SendsReferencesTo(int id) const;
+  bool SharesMemoryWith(int id) const;
 
   // Sends msg to msg->meta.recver(); fills the header's data sizes.
   Status Send(Message* msg);

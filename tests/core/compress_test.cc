@@ -328,9 +328,11 @@ TEST(Compress, AnswersUseThePullCodec) {
 std::vector<float> Pull(Compressor* worker, Compressor* server,
                         const std::vector<uint64_t>& keys,
                         const std::vector<float>& weights,
-                        const std::vector<int>& lens, bool deliver = true) {
+                        const std::vector<int>& lens, bool deliver = true,
+                        int customer = 0) {
   FilterContext req;
   req.pull = true;
+  req.customer_id = customer;
   req.peer = 8;  // the server
   KVFrames ask = Frames(keys, {}, lens);
   ask.has_vals = false;
@@ -342,6 +344,7 @@ std::vector<float> Pull(Compressor* worker, Compressor* server,
   FilterContext answer;
   answer.request = false;
   answer.pull = true;
+  answer.customer_id = customer;
   answer.peer = 9;
   KVFrames f = Frames(keys, weights, lens);
   note.clear();
@@ -383,6 +386,48 @@ TEST(Compress, DeltaPullsTrackTheWeightsAndRecoverFromALostAnswer) {
   auto fresh = Make("none,pull=topk:0.5");
   EXPECT_EQ(Pull(fresh.get(), server.get(), keys, w4, lens), w4);
   EXPECT_EQ(server->pull_counts().whole_keys, whole + 4);
+}
+
+// Two workers' customers on one node pull the same keys from one server:
+// each has views of its own (deltas for both). A worker that does not pull
+// deltas gets whole values from a server that sends them. A view that met
+// an infinity is never built on.
+TEST(Compress, DeltaPullsPerCustomerAndForWorkersWithout) {
+  auto server = Make("none,pull=topk:1");
+  auto a = Make("none,pull=topk:1"), b = Make("none,pull=topk:1");
+  std::vector<float> w = {1, 2, 3, 4};
+  for (int round = 0; round < 3; ++round) {
+    w[round] += 1;
+    EXPECT_EQ(Pull(a.get(), server.get(), {1}, w, {}, true, 0), w);
+    EXPECT_EQ(Pull(b.get(), server.get(), {1}, w, {}, true, 1), w);
+  }
+  EXPECT_EQ(server->pull_counts().whole_keys, 2u);
+  EXPECT_EQ(server->pull_counts().delta_keys, 4u);
+  auto plain = Make("onebit");
+  EXPECT_EQ(Pull(plain.get(), server.get(), {1}, w, {}, true, 2), w);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> bad = {1, inf, 3, 4};
+  EXPECT_EQ(Pull(a.get(), server.get(), {1}, bad, {}, true, 0), bad);
+  const uint64_t whole = server->pull_counts().whole_keys;
+  EXPECT_EQ(Pull(a.get(), server.get(), {1}, w, {}, true, 0), w);
+  EXPECT_EQ(server->pull_counts().whole_keys, whole + 1);
+}
+
+// A push holding an infinity goes whole and starts its residual afresh.
+TEST(Compress, NonFinitePushesGoWhole) {
+  auto c = Make("onebit");
+  const float inf = std::numeric_limits<float>::infinity();
+  RoundTrip(c.get(), c.get(), Frames({1}, {1, -2, 3, 4}, {}));
+  EXPECT_FALSE(c->Residual(1).empty());
+  // Left as it is (nothing else to compress in it).
+  KVFrames f = Frames({1}, {1, inf, 3, 4}, {});
+  std::string note;
+  EXPECT_FALSE(*c->Encode(Push(), &f, &note));
+  EXPECT_EQ(Floats(f.vals), (std::vector<float>{1, inf, 3, 4}));
+  EXPECT_TRUE(c->Residual(1).empty());
+  std::vector<float> out =
+      RoundTrip(c.get(), c.get(), Frames({1}, {1, -1, 1, -1}, {}));
+  EXPECT_EQ(out, (std::vector<float>{1, -1, 1, -1}));
 }
 
 // onebit deltas on slowly moving weights: the worker's copy stays within a
