@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -38,7 +40,66 @@ constexpr int kClockApp = 1;
 // other).
 constexpr int kAnnounce = 1;
 constexpr int kForward = 2;
+constexpr int kVotesApp = 2;
 }  // namespace
+
+StopVotes::StopVotes() : app_(kVotesApp) {
+  // Body: "<step> <0|1>". As ClockCheckpoints: server 0 forwards a vote
+  // from worker 0 to every worker before it answers it.
+  app_.set_request_handle(
+      [this](const ps::SimpleData& req, ps::SimpleApp* app) {
+        int step = 0, stop = 0;
+        if (std::sscanf(req.body.c_str(), "%d %d", &step, &stop) == 2) {
+          if (ps::IsWorker()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            verdicts_[step] = stop != 0;
+            cv_.notify_all();
+          } else if (req.head == kAnnounce && ps::MyRank() == 0) {
+            app->Request(kForward, req.body, ps::kWorkerGroup);
+          }
+        }
+        app->Response(req);
+      });
+}
+
+void StopVotes::Publish(int steps, bool stop) {
+  const std::string body =
+      std::to_string(steps) + " " + std::to_string(stop ? 1 : 0);
+  app_.Wait(app_.Request(kAnnounce, body, ps::kServerGroup));
+}
+
+bool StopVotes::Await(int steps) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return verdicts_.count(steps) > 0; });
+  const bool stop = verdicts_[steps];
+  verdicts_.erase(verdicts_.begin(), verdicts_.upper_bound(steps));
+  return stop;
+}
+
+int StepsPerEpoch(const TrainOptions& options, int num_workers) {
+  const size_t shard = options.train_size / static_cast<size_t>(num_workers);
+  const size_t b = static_cast<size_t>(options.batch_size);
+  return static_cast<int>((shard + b - 1) / b);
+}
+
+ps::model::LrScheduleConfig ScheduleOf(const TrainOptions& options,
+                                       int num_workers) {
+  ps::model::LrScheduleConfig c;
+  c.kind = options.lr_schedule;
+  c.base_lr = options.optimizer.lr;
+  if (options.lr_ref_batch > 0) {
+    c.base_lr *= static_cast<float>(
+        std::sqrt(static_cast<double>(num_workers) * options.batch_size /
+                  options.lr_ref_batch));
+  }
+  c.step_size = options.lr_step;
+  c.gamma = options.lr_gamma;
+  c.total_steps = std::max<int64_t>(1, static_cast<int64_t>(options.epochs) *
+                                           StepsPerEpoch(options, num_workers));
+  c.warmup_steps = std::min<int64_t>(
+      c.total_steps - 1, std::llround(options.warmup * c.total_steps));
+  return c;
+}
 
 ClockCheckpoints::ClockCheckpoints(double every_s)
     : every_s_(every_s), app_(kClockApp) {

@@ -5,10 +5,12 @@
 #define PS_EXAMPLES_MNIST_DIST_COMMON_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -28,6 +30,7 @@
 namespace mnist {
 
 class ClockCheckpoints;
+class StopVotes;
 
 struct TrainOptions {
   ps::model::DatasetKind dataset = ps::model::DatasetKind::kMnist;
@@ -35,9 +38,26 @@ struct TrainOptions {
   int epochs = 1;
   int batch_size = 32;  // per worker
   ps::model::OptimizerConfig optimizer;
+  // The learning rate: one-cycle over the planned steps (ScheduleOf), or
+  // StepLR by periods (lr_step, lr_every_steps, lr_gamma).
+  ps::model::LrScheduleConfig::Kind lr_schedule =
+      ps::model::LrScheduleConfig::Kind::kOneCycle;
+  double warmup = 0.1;  // one-cycle: the fraction of planned steps
+  // The peak lr is optimizer.lr * sqrt(W * batch_size / lr_ref_batch) (0:
+  // optimizer.lr as given).
+  int lr_ref_batch = 32;
   int lr_step = 1;         // StepLR: periods between decays
   int lr_every_steps = 0;  // a StepLR period: 0 = an epoch, else N steps
   float lr_gamma = 1.0f;
+  size_t train_size = 0;  // examples in the training split, as loaded
+  int max_shift = 0;      // augmentation: random shifts of up to N pixels
+  // Worker 0 evaluates an exponential moving average of the weights it
+  // pulls, with this decay per step (0: the weights themselves).
+  double ema_decay = 0.999;
+  // Stop once worker 0's test accuracy reaches this (in %, 0: never),
+  // evaluating every eval_every epochs; see StopVotes.
+  double target_accuracy = 0.0;
+  double eval_every = 0.25;
   ps::Consistency consistency = ps::Consistency::kBsp;
   int max_delay = 0;
   ps::model::Device device = ps::model::Device::kCpu;
@@ -68,6 +88,7 @@ struct TrainOptions {
   int checkpoint_every_steps = 0;
   double checkpoint_every_s = 0;
   ClockCheckpoints* clock = nullptr;  // with checkpoint_every_s; not owned
+  StopVotes* votes = nullptr;         // with target_accuracy; not owned
   int restore_step = -1;
   // A worker's death: stop the job, or go on with the others.
   ps::WorkerFailure on_worker_failure = ps::WorkerFailure::kStop;
@@ -123,6 +144,35 @@ class ClockCheckpoints {
   std::function<void(int)> sink_;
   ps::SimpleApp app_;  // last: its handle uses the members above
 };
+
+// --target_accuracy: at every evaluation step (a multiple of the evaluation
+// interval, which every worker knows), worker 0 evaluates and sends its
+// verdict, go on or stop, to every server (a SimpleApp request, app 2);
+// server 0 forwards it to every worker before it answers. Every worker waits
+// for the verdict of that step before it pushes the next, so all of them stop
+// at the same step, with the weights worker 0 evaluated.
+class StopVotes {
+ public:
+  // Before ps::Start, in every server and worker of the job.
+  StopVotes();
+  // Worker 0: sends the verdict of `steps` and waits for the servers.
+  void Publish(int steps, bool stop);
+  // Any worker: waits for the verdict of `steps`; true: stop.
+  bool Await(int steps);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, bool> verdicts_;  // by step
+  ps::SimpleApp app_;             // last: its handle uses the members above
+};
+
+// The learning-rate schedule of this job with W = num_workers: the planned
+// steps follow from options.train_size, epochs, W and batch_size.
+ps::model::LrScheduleConfig ScheduleOf(const TrainOptions& options,
+                                       int num_workers);
+// Steps each worker runs in one epoch (Batcher::batches_per_epoch).
+int StepsPerEpoch(const TrainOptions& options, int num_workers);
 
 // --on_worker_failure continue: after ps::Start, a worker's death is noted
 // (WorkerLost) instead of ending this process; any other node's still ends

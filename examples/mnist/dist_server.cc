@@ -22,10 +22,11 @@ namespace mnist {
 namespace {
 
 // Averages the summed gradients and runs the optimizer of the range, with
-// the learning rate of the StepLR period the step belongs to (the cmd tag:
-// the epoch, or step / --lr_every_steps). Workers push a step in ranges
-// (dense_server.h); each distinct (offset, n) keeps its own optimizer, which
-// equals one optimizer over the slice as SGD and Adam are elementwise.
+// the learning rate of the step (one-cycle), or of the StepLR period the step
+// belongs to (the cmd tag: the epoch, or step / --lr_every_steps). Workers push
+// a step in ranges (dense_server.h); each distinct (offset, n) keeps its own
+// optimizer, which equals one optimizer over the slice as SGD and Adam are
+// elementwise.
 class SliceUpdater {
  public:
   // `may_die`: this updater is the one --die_node counts (not a replica's).
@@ -33,10 +34,10 @@ class SliceUpdater {
       : options_(options),
         slice_size_(slice_size),
         may_die_(may_die),
-        schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
+        schedule_(ScheduleOf(options, ps::NumWorkers())) {}
 
   void operator()(float* w, const float* grad_sum, size_t offset, size_t n,
-                  int num_grads, int /*step*/, int lr_period) {
+                  int num_grads, int step, int lr_period) {
     CHECK_LE(offset + n, slice_size_);
     auto& optimizer = optimizers_[{offset, n}];
     if (!optimizer) {
@@ -45,7 +46,7 @@ class SliceUpdater {
       optimizer = std::move(made).value();
     }
     optimizer->set_grad_scale(1.0f / static_cast<float>(num_grads));
-    optimizer->set_lr(schedule_.LrAt(lr_period));
+    optimizer->set_lr(schedule_.LrAt(step, lr_period));
     optimizer->Step(w, grad_sum, n);
     if (num_grads < ps::NumWorkers()) ++short_updates_;
     // One update of the slice per step: count the range that ends it.
@@ -103,7 +104,7 @@ class SliceUpdater {
   bool died_ = false;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<ps::model::Optimizer>>
       optimizers_;  // by (offset, n)
-  ps::model::StepLR schedule_;
+  ps::model::LrSchedule schedule_;
   int32_t updates_ = 0;
   // Range updates with fewer than every worker's gradient (a worker lost
   // under --on_worker_failure continue); read after the shard is done.

@@ -50,9 +50,9 @@ class LocalExchange : public Exchange {
         optimizer_(
             ps::model::MakeOptimizer(options.optimizer, net->num_params())
                 .value()),
-        schedule_(options.optimizer.lr, options.lr_step, options.lr_gamma) {}
-  void Start(int /*step*/, int lr_period) override {
-    optimizer_->set_lr(schedule_.LrAt(lr_period));
+        schedule_(ScheduleOf(options, 1)) {}
+  void Start(int step, int lr_period) override {
+    optimizer_->set_lr(schedule_.LrAt(step, lr_period));
     optimizer_->Step(net_->params(), net_->grads(), net_->num_params());
   }
   ps::Status Finish() override { return ps::Status::OK(); }
@@ -60,7 +60,7 @@ class LocalExchange : public Exchange {
  private:
   ps::model::Net* net_;
   std::unique_ptr<ps::model::Optimizer> optimizer_;
-  ps::model::StepLR schedule_;
+  ps::model::LrSchedule schedule_;
 };
 
 // Pushes grads() and pulls into params() through SArrays that wrap the
@@ -228,8 +228,53 @@ struct Position {
 struct Summary {
   ps::model::EvalResult eval;
   int steps = 0;
-  double wall_s = 0, train_s = 0;
+  double wall_s = 0, train_s = 0;  // train_s: without evaluations
   size_t samples = 0;
+  bool reached = false;  // --target_accuracy reached (then training stopped)
+};
+
+// Worker 0's evaluation: of the weights, or of their exponential moving
+// average (--ema_decay), updated after every step from the pulled weights.
+class Evaluator {
+ public:
+  Evaluator(const TrainOptions& options, ps::model::Net* net,
+            const ps::model::Dataset& test)
+      : net_(net), test_(test), decay_(options.ema_decay) {
+    if (decay_ > 0 && test.size > 0) {
+      ema_.assign(net->params(), net->params() + net->num_params());
+    }
+  }
+  void AfterStep() {
+    if (ema_.empty()) return;
+    // Early on the average would be mostly the initial weights: the decay
+    // grows as (1 + t) / (10 + t) up to decay_ (TensorFlow's
+    // ExponentialMovingAverage with num_updates).
+    ++steps_;
+    const float d =
+        static_cast<float>(std::min(decay_, (1.0 + steps_) / (10.0 + steps_)));
+    const float* w = net_->params();
+    float* __restrict e = ema_.data();
+    for (size_t i = 0; i < ema_.size(); ++i) e[i] += (w[i] - e[i]) * (1 - d);
+  }
+  // Evaluates without dropout and restores the training mode and weights.
+  ps::model::EvalResult Evaluate(bool training) {
+    std::vector<float> live;
+    if (!ema_.empty()) {
+      live.assign(net_->params(), net_->params() + net_->num_params());
+      std::copy(ema_.begin(), ema_.end(), net_->params());
+    }
+    ps::model::EvalResult r = ps::model::Evaluate(net_, test_);
+    if (!live.empty()) std::copy(live.begin(), live.end(), net_->params());
+    net_->set_training(training);
+    return r;
+  }
+
+ private:
+  ps::model::Net* net_;
+  const ps::model::Dataset& test_;
+  const double decay_;
+  int64_t steps_ = 0;
+  std::vector<float> ema_;
 };
 
 int LrPeriod(const TrainOptions& options, int epoch, int step) {
@@ -332,6 +377,19 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
   if (from == nullptr) net->SeedDropout(options.seed * 1000003ull + rank);
   ps::model::Batcher batcher(&train, options.batch_size, options.seed, rank,
                              num_workers);
+  batcher.set_max_shift(options.max_shift);
+  Evaluator evaluator(options, net, test);
+  // --target_accuracy: every worker stops to hear worker 0's verdict every
+  // --eval_every epochs: at the batches of an epoch where floor(batches /
+  // eval_interval) grows, and at its end.
+  const bool target = options.target_accuracy > 0;
+  const double eval_interval = std::max(
+      1.0, options.eval_every * std::max(batcher.batches_per_epoch(), 1));
+  auto eval_point = [eval_interval](int batches) {
+    return std::floor(batches / eval_interval) !=
+           std::floor((batches - 1) / eval_interval);
+  };
+  double eval_s = 0;  // in evaluations (and waits for them)
   ps::model::Batch batch, next;
   Summary sum;
   Position at = from == nullptr ? Position() : *from;
@@ -340,7 +398,43 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
   const bool slow = options.slow_worker_ms > 0 && rank == num_workers - 1;
   const bool die = options.die_after_steps > 0 &&
                    options.die_node == "worker:" + std::to_string(rank);
-  for (int epoch = at.epoch; epoch < options.epochs; ++epoch) {
+  // Evaluates at a step boundary (`steps` done; worker 0 only) and, with a
+  // target, hears the verdict; true: stop.
+  auto evaluate = [&](int epoch, int steps, bool epoch_end) {
+    const auto eval_start = Clock::now();
+    if (test.size > 0) {
+      sum.eval = evaluator.Evaluate(options.dropout);
+      const double epochs_done =
+          static_cast<double>(steps) / batcher.batches_per_epoch();
+      if (epoch_end) {
+        std::printf(
+            "%s %d epoch %d done: test accuracy %.2f%%  test loss %.4f  "
+            "(%zu images)\n",
+            who, rank, epoch, 100.0 * sum.eval.accuracy, sum.eval.loss,
+            sum.eval.count);
+      } else {
+        std::printf(
+            "%s %d step %d (%.2f epochs): test accuracy %.2f%%  test loss "
+            "%.4f\n",
+            who, rank, steps, epochs_done, 100.0 * sum.eval.accuracy,
+            sum.eval.loss);
+      }
+      std::fflush(stdout);
+      metrics.Accuracy(Seconds(start), epoch, steps, sum.eval.accuracy,
+                       sum.eval.loss);
+      sum.reached =
+          target && 100.0 * sum.eval.accuracy >= options.target_accuracy;
+    }
+    bool stop = sum.reached;
+    if (target && options.votes != nullptr) {
+      if (rank == 0) options.votes->Publish(steps, stop);
+      stop = options.votes->Await(steps);
+    }
+    eval_s += Seconds(eval_start);
+    return stop;
+  };
+  bool stop = false;
+  for (int epoch = at.epoch; epoch < options.epochs && !stop; ++epoch) {
     batcher.StartEpoch(epoch);
     if (epoch == at.epoch) {
       batcher.Skip(at.batches_in_epoch);
@@ -349,6 +443,7 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     }
     at.epoch = epoch;
     const auto epoch_start = Clock::now();
+    const double eval_s_before = eval_s;
     auto last_log = Clock::now();
     auto step_start = Clock::now();
     const int per_epoch = std::max(batcher.batches_per_epoch(), 1);
@@ -377,6 +472,7 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
       if (!st.ok())
         Die("step " + std::to_string(sum.steps) + ": " + st.ToString());
       ++sum.steps;
+      if (rank == 0) evaluator.AfterStep();
       ++loss_count;
       ++logged_steps;
       if (node != nullptr) {
@@ -429,19 +525,41 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
         logged = 0;
         logged_steps = 0;
       }
+      if (target && have && eval_point(at.batches_in_epoch)) {
+        const double eval_s_was = eval_s;
+        if (evaluate(epoch, sum.steps, false)) {
+          stop = true;
+          break;
+        }
+        // The progress lines' rates and the step time leave it out too.
+        const auto spent = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(eval_s - eval_s_was));
+        last_log += spent;
+        step_start += spent;
+      }
     }
-    sum.train_s += Seconds(epoch_start);
-    if (test.size == 0) continue;
-    sum.eval = ps::model::Evaluate(net, test);
-    net->set_training(options.dropout);
-    std::printf(
-        "%s %d epoch %d done: test accuracy %.2f%%  test loss %.4f  "
-        "(%zu images)\n",
-        who, rank, epoch, 100.0 * sum.eval.accuracy, sum.eval.loss,
-        sum.eval.count);
+    sum.train_s += Seconds(epoch_start) - (eval_s - eval_s_before);
+    if (stop) break;
+    if (test.size == 0 && !target) continue;
+    stop = evaluate(epoch, sum.steps, true);
+  }
+  if (rank == 0 && test.size > 0 && target) {
+    const double epochs_done =
+        static_cast<double>(sum.steps) / batcher.batches_per_epoch();
+    const size_t samples = sum.samples * static_cast<size_t>(num_workers);
+    if (sum.reached) {
+      std::printf(
+          "reached %g%% after %zu samples (%.2f epochs) in %.1f s of "
+          "training\n",
+          options.target_accuracy, samples, epochs_done, sum.train_s);
+    } else {
+      std::printf(
+          "not reached: %g%% wanted, %.2f%% after %zu samples (%.2f "
+          "epochs) in %.1f s of training\n",
+          options.target_accuracy, 100.0 * sum.eval.accuracy, samples,
+          epochs_done, sum.train_s);
+    }
     std::fflush(stdout);
-    metrics.Accuracy(Seconds(start), epoch, sum.steps, sum.eval.accuracy,
-                     sum.eval.loss);
   }
   sum.wall_s = Seconds(start);
   return sum;

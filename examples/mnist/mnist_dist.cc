@@ -25,10 +25,35 @@ DEFINE_string(dataset, "mnist", "mnist or fashion");
 DEFINE_string(data_dir, "",
               "folder with the IDX files (default: data/mnist for mnist, "
               "/usr/share/datasets/fashion-mnist for fashion)");
-DEFINE_int32(epochs, 1, "passes over the training set");
-DEFINE_int32(batch_size, 32, "examples per step and worker");
+DEFINE_int32(epochs, 3,
+             "passes over the training set (the one-cycle schedule spans "
+             "them all)");
+DEFINE_int32(batch_size, 16, "examples per step and worker");
 DEFINE_string(optimizer, "adam", "sgd or adam");
-DEFINE_double(lr, 1e-3, "learning rate");
+DEFINE_double(lr, 2e-3,
+              "learning rate (one-cycle: its peak) for a global batch of "
+              "--lr_ref_batch");
+DEFINE_string(lr_schedule, "onecycle",
+              "onecycle: linear warmup from lr/25 to lr over --warmup of the "
+              "planned steps (epochs x steps per epoch), then linear decay "
+              "to 0 at the last; step: StepLR (--lr_step, --lr_gamma, "
+              "--lr_every_steps)");
+DEFINE_double(warmup, 0.1, "onecycle: fraction of the planned steps");
+DEFINE_int32(lr_ref_batch, 32,
+             "the lr used is --lr x sqrt(workers x batch_size / this) (0: "
+             "--lr as given)");
+DEFINE_int32(max_shift, 0,
+             "augmentation: shift each training image by up to this many "
+             "pixels in x and y, at random (0: none)");
+DEFINE_double(ema_decay, 0.999,
+              "worker 0 evaluates an exponential moving average of the "
+              "weights with this decay per step (0: the weights)");
+DEFINE_double(target_accuracy, 0,
+              "stop once worker 0's test accuracy reaches this many percent, "
+              "evaluating every --eval_every epochs, and print the samples "
+              "and training seconds it took (0: train every epoch)");
+DEFINE_double(eval_every, 0.25,
+              "with --target_accuracy: epochs between evaluations");
 DEFINE_double(momentum, 0.0, "sgd momentum");
 DEFINE_double(weight_decay, 0.0, "L2 weight decay");
 DEFINE_int32(lr_step, 1, "StepLR: periods between learning-rate decays");
@@ -131,6 +156,17 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_lr_step > 0, "lr_step", "must be > 0");
   CheckFlag(FLAGS_lr_gamma > 0, "lr_gamma", "must be > 0");
   CheckFlag(FLAGS_lr_every_steps >= 0, "lr_every_steps", "must be >= 0");
+  CheckFlag(FLAGS_warmup >= 0 && FLAGS_warmup < 1, "warmup",
+            "must be in [0, 1)");
+  CheckFlag(FLAGS_lr_ref_batch >= 0, "lr_ref_batch", "must be >= 0");
+  CheckFlag(FLAGS_max_shift >= 0 && FLAGS_max_shift <= 8, "max_shift",
+            "must be in [0, 8]");
+  CheckFlag(FLAGS_ema_decay >= 0 && FLAGS_ema_decay < 1, "ema_decay",
+            "must be in [0, 1)");
+  CheckFlag(FLAGS_target_accuracy >= 0 && FLAGS_target_accuracy <= 100,
+            "target_accuracy", "must be in [0, 100]");
+  CheckFlag(FLAGS_eval_every > 0 && FLAGS_eval_every <= 1, "eval_every",
+            "must be in (0, 1]");
   CheckFlag(FLAGS_max_delay >= 0, "max_delay", "must be >= 0");
   CheckFlag(FLAGS_threads >= 0, "threads", "must be >= 0");
   CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
@@ -159,6 +195,21 @@ mnist::TrainOptions OptionsFromFlags() {
   o.optimizer.momentum = static_cast<float>(FLAGS_momentum);
   o.optimizer.weight_decay = static_cast<float>(FLAGS_weight_decay);
   OrDie("optimizer", ps::model::MakeOptimizer(o.optimizer, 1));
+  o.lr_schedule =
+      OrDie("lr_schedule", ps::model::ParseLrSchedule(FLAGS_lr_schedule));
+  const bool step_lr =
+      o.lr_schedule == ps::model::LrScheduleConfig::Kind::kStep;
+  CheckFlag(step_lr || (FLAGS_lr_gamma == 1 && FLAGS_lr_every_steps == 0 &&
+                        FLAGS_lr_step == 1),
+            "lr_schedule",
+            "is onecycle: --lr_gamma, --lr_step and --lr_every_steps need "
+            "--lr_schedule step");
+  o.warmup = FLAGS_warmup;
+  o.lr_ref_batch = FLAGS_lr_ref_batch;
+  o.max_shift = FLAGS_max_shift;
+  o.ema_decay = FLAGS_ema_decay;
+  o.target_accuracy = FLAGS_target_accuracy;
+  o.eval_every = FLAGS_eval_every;
   o.lr_step = FLAGS_lr_step;
   o.lr_every_steps = FLAGS_lr_every_steps;
   o.lr_gamma = static_cast<float>(FLAGS_lr_gamma);
@@ -240,6 +291,11 @@ mnist::TrainOptions OptionsFromFlags() {
   if (o.compress.any()) {
     o.compressor = OrDie("compress", ps::Compressor::Make(o.compress));
   }
+  CheckFlag(
+      o.target_accuracy == 0 || o.on_worker_failure == ps::WorkerFailure::kStop,
+      "target_accuracy",
+      "needs --on_worker_failure stop (worker 0 decides when all "
+      "stop)");
   o.die_after_steps = FLAGS_die_after_steps;
   o.die_node = FLAGS_die_node;
   o.die_freezes = FLAGS_die_signal == "stop";
@@ -297,6 +353,7 @@ int main(int argc, char** argv) {
   if (FLAGS_local) {
     ps::model::Dataset train = LoadOrDie(options, true);
     ps::model::Dataset test = LoadOrDie(options, false);
+    options.train_size = train.size;
     return mnist::RunLocal(options, train, test);
   }
   if (std::getenv("DMLC_ROLE") == nullptr &&
@@ -334,18 +391,30 @@ int main(int argc, char** argv) {
         std::make_unique<mnist::ClockCheckpoints>(options.checkpoint_every_s);
     options.clock = clock.get();
   }
+  std::unique_ptr<mnist::StopVotes> votes;
+  if (options.target_accuracy > 0 && role != "scheduler") {
+    votes = std::make_unique<mnist::StopVotes>();
+    options.votes = votes.get();
+  }
   if (role == "worker") {
     // Every worker loads the test split too so a bad file fails in all;
     // worker 0 evaluates it.
     ps::model::Dataset train = LoadOrDie(options, true);
     ps::model::Dataset test = LoadOrDie(options, false);
+    options.train_size = train.size;
     options.restore_step = PickCheckpoint(options);
     ps::Start(0, argv[0]);
     if (go_on) mnist::GoOnWithoutDeadWorkers();
     if (ps::MyRank() != 0) test = ps::model::Dataset();
     return mnist::RunWorker(options, train, test);
   }
-  if (role == "server") options.restore_step = PickCheckpoint(options);
+  if (role == "server") {
+    // The learning-rate schedule is planned over the training set's steps.
+    options.train_size = OrDie(
+        "data_dir",
+        ps::model::CountSplit(options.data_dir, true, options.train_limit));
+    options.restore_step = PickCheckpoint(options);
+  }
   ps::Start(0, argv[0]);
   if (go_on) mnist::GoOnWithoutDeadWorkers();
   if (ps::IsServer()) return mnist::RunServer(options);

@@ -102,6 +102,45 @@ StatusOr<Dataset> LoadSplit(const std::string& dir, bool train, size_t limit) {
   return d;
 }
 
+StatusOr<size_t> CountSplit(const std::string& dir, bool train, size_t limit) {
+  const std::string name =
+      std::string(train ? "train" : "t10k") + "-labels-idx1-ubyte";
+  const std::string path = FindIdx(dir, name);
+  if (path.empty()) {
+    return Status::NotFound(dir + "/" + name + " (or .gz): no such file");
+  }
+  auto labels = ReadIdx(path, kIdxLabelsMagic);
+  if (!labels.ok()) return labels.status();
+  const size_t n = labels->dims[0];
+  return limit == 0 ? n : std::min(n, limit);
+}
+
+namespace {
+// Copies a rows x cols image shifted by (dx, dy): out(r, c) = in(r - dy,
+// c - dx), the background where that falls outside.
+void CopyShifted(const float* in, int rows, int cols, int dx, int dy,
+                 float* out) {
+  const float background = -kPixelMean / kPixelStd;
+  for (int r = 0; r < rows; ++r) {
+    const int sr = r - dy;
+    for (int c = 0; c < cols; ++c) {
+      const int sc = c - dx;
+      out[r * cols + c] = sr >= 0 && sr < rows && sc >= 0 && sc < cols
+                              ? in[sr * cols + sc]
+                              : background;
+    }
+  }
+}
+
+// splitmix64: a well-mixed 64-bit value of x.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
 Batcher::Batcher(const Dataset* data, int batch_size, uint64_t seed, int rank,
                  int num_workers, bool shuffle)
     : data_(data),
@@ -117,6 +156,7 @@ Batcher::Batcher(const Dataset* data, int batch_size, uint64_t seed, int rank,
 }
 
 void Batcher::StartEpoch(int epoch) {
+  epoch_ = epoch;
   const size_t n = data_->size;
   std::vector<size_t> perm(n);
   std::iota(perm.begin(), perm.end(), size_t{0});
@@ -144,8 +184,18 @@ bool Batcher::Next(Batch* batch) {
   batch->labels.resize(m);
   for (size_t i = 0; i < m; ++i) {
     const size_t src = shard_[pos_ + i];
-    std::copy_n(data_->images.data() + src * pixels, pixels,
-                batch->images.data() + i * pixels);
+    const float* image = data_->images.data() + src * pixels;
+    float* out = batch->images.data() + i * pixels;
+    if (max_shift_ > 0) {
+      const uint64_t h =
+          Mix(Mix(seed_ ^ Mix(static_cast<uint64_t>(epoch_))) ^ src);
+      const uint64_t span = 2 * static_cast<uint64_t>(max_shift_) + 1;
+      const int dx = static_cast<int>(h % span) - max_shift_;
+      const int dy = static_cast<int>((h >> 32) % span) - max_shift_;
+      CopyShifted(image, data_->rows, data_->cols, dx, dy, out);
+    } else {
+      std::copy_n(image, pixels, out);
+    }
     batch->labels[i] = data_->labels[src];
   }
   pos_ += m;

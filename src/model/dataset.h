@@ -53,6 +53,11 @@ StatusOr<Dataset> LoadIdxPair(const std::string& images_path,
 StatusOr<Dataset> LoadSplit(const std::string& dir, bool train,
                             size_t limit = 0);
 
+// The number of examples LoadSplit(dir, train, limit) would hold, from the
+// label file alone (for a node that needs the count but not the data).
+StatusOr<size_t> CountSplit(const std::string& dir, bool train,
+                            size_t limit = 0);
+
 // One mini-batch, in the Dataset's layout.
 struct Batch {
   int size = 0;
@@ -86,6 +91,13 @@ class Batcher {
     pos_ = std::min(shard_.size(), pos_ + static_cast<size_t>(n) * batch_size_);
   }
 
+  // Augmentation: each image served is shifted by (dx, dy), each drawn
+  // uniformly from [-pixels, pixels], the uncovered border filled with the
+  // background (a normalised 0). The shift is a function of (seed, epoch,
+  // example index) only, so it does not depend on the sharding: W workers
+  // see the images one process would. 0 (the default): no shift.
+  void set_max_shift(int pixels) { max_shift_ = pixels; }
+
   size_t shard_size() const { return shard_.size(); }
   int batches_per_epoch() const {
     return static_cast<int>((shard_.size() + batch_size_ - 1) / batch_size_);
@@ -97,6 +109,8 @@ class Batcher {
   uint64_t seed_;
   int rank_, num_workers_;
   bool shuffle_;
+  int max_shift_ = 0;
+  int epoch_ = 0;
   std::vector<size_t> shard_;  // this worker's example indices, in order
   size_t pos_ = 0;
 };

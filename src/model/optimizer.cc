@@ -3,6 +3,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -170,6 +171,42 @@ StepLR::StepLR(float base_lr, int step_size, float gamma)
 float StepLR::LrAt(int epoch) const {
   return base_lr_ * static_cast<float>(std::pow(static_cast<double>(gamma_),
                                                 epoch / step_size_));
+}
+
+StatusOr<LrScheduleConfig::Kind> ParseLrSchedule(const std::string& name) {
+  if (name == "step") return LrScheduleConfig::Kind::kStep;
+  if (name == "onecycle") return LrScheduleConfig::Kind::kOneCycle;
+  return Status::InvalidArgument("lr schedule must be step or onecycle, got '" +
+                                 name + "'");
+}
+
+LrSchedule::LrSchedule(const LrScheduleConfig& c) : c_(c) {
+  CHECK_GT(c.step_size, 0);
+  if (c.kind == LrScheduleConfig::Kind::kOneCycle) {
+    CHECK_GT(c.total_steps, 0);
+    CHECK(c.warmup_steps >= 0 && c.warmup_steps < c.total_steps)
+        << c.warmup_steps << " warmup steps of " << c.total_steps;
+  }
+}
+
+float LrSchedule::LrAt(int64_t step, int period) const {
+  if (c_.kind == LrScheduleConfig::Kind::kStep) {
+    return c_.base_lr *
+           static_cast<float>(
+               std::pow(static_cast<double>(c_.gamma), period / c_.step_size));
+  }
+  // torch.optim.lr_scheduler.OneCycleLR's start: peak / 25.
+  constexpr double kStartFraction = 1.0 / 25.0;
+  double fraction;
+  if (step < c_.warmup_steps) {
+    const double t = static_cast<double>(step) / c_.warmup_steps;
+    fraction = kStartFraction + (1.0 - kStartFraction) * t;
+  } else {
+    const double t = static_cast<double>(step - c_.warmup_steps) /
+                     static_cast<double>(c_.total_steps - c_.warmup_steps);
+    fraction = std::max(0.0, 1.0 - t);
+  }
+  return static_cast<float>(c_.base_lr * fraction);
 }
 
 }  // namespace model

@@ -108,6 +108,38 @@ class StepLR {
   float gamma_;
 };
 
+// The learning rate of every step of a run:
+//   kStep      StepLR over periods (an epoch, or N steps: the caller says
+//              which period a step is in): base_lr * gamma^(period / step_size)
+//   kOneCycle  warmup then decay over the run's planned steps: linear from
+//              base_lr / 25 to base_lr over the first warmup_steps, then
+//              linear down to 0 at total_steps (later steps: 0). The peak,
+//              base_lr, is what --lr names.
+// Every node that applies an optimizer computes the same rate from the step
+// number alone, so a server needs no more than the step a push carries.
+struct LrScheduleConfig {
+  enum class Kind { kStep, kOneCycle };
+  Kind kind = Kind::kStep;
+  float base_lr = 1e-3f;
+  int step_size = 1;  // kStep: periods between decays
+  float gamma = 1.0f;
+  int64_t total_steps = 0;  // kOneCycle: > 0
+  int64_t warmup_steps = 0;
+};
+
+// "step" or "onecycle"; InvalidArgument naming the value otherwise.
+StatusOr<LrScheduleConfig::Kind> ParseLrSchedule(const std::string& name);
+
+class LrSchedule {
+ public:
+  explicit LrSchedule(const LrScheduleConfig& c);
+  // The rate of step `step` (from 0), which lies in StepLR period `period`.
+  float LrAt(int64_t step, int period) const;
+
+ private:
+  LrScheduleConfig c_;
+};
+
 }  // namespace model
 }  // namespace ps
 

@@ -45,7 +45,8 @@ std::string LaunchCommand(const std::string& launch, const std::string& flags) {
          kEnv + " " + launch + " -- " + PS_MNIST_DIST + " --data_dir " +
          PS_MNIST_DIR +
          " --threads 1 --train_limit 640 --test_limit 200"
-         " --batch_size 16 --optimizer adam --lr 2e-3 " +
+         " --batch_size 16 --optimizer adam --lr 2e-3"
+         " --epochs 1 --lr_schedule step --ema_decay 0 " +
          flags;
 }
 
@@ -68,7 +69,8 @@ int LaunchInBackground(const std::string& flags, const std::string& log) {
                    " -s 2 -w 2 --timeout 120" + kEnv + " -- " + PS_MNIST_DIST +
                    " --data_dir " + PS_MNIST_DIR +
                    " --threads 1 --train_limit 640 --test_limit 200"
-                   " --batch_size 16 --optimizer adam --lr 2e-3 " +
+                   " --batch_size 16 --optimizer adam --lr 2e-3"
+                   " --epochs 1 --lr_schedule step --ema_decay 0 " +
                    flags + " > " + log + " 2>&1 & echo $!)");
   return r.rc == 0 ? std::atoi(r.out.c_str()) : -1;
 }

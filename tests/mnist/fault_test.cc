@@ -52,7 +52,8 @@ std::string LaunchCommand(const std::string& env, const std::string& flags,
          " --env PS_BARRIER_TIMEOUT_MS=60000 --env PS_RESEND_TIMEOUT_MS=100 " +
          env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
          " --threads 1 --consistency bsp --dropout=false --optimizer sgd"
-         " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500 " +
+         " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500"
+         " --epochs 1 --lr_schedule step --ema_decay 0 " +
          flags;
 }
 

@@ -33,13 +33,20 @@ const char* kEnv =
     " --env PS_CONNECT_TIMEOUT_MS=5000 --env PS_RENDEZVOUS_TIMEOUT_MS=20000"
     " --env PS_BARRIER_TIMEOUT_MS=30000";
 
-// A job of S servers and W workers; `flags` are mnist_dist's.
-Result Launch(int s, int w, const std::string& flags, int timeout_s = 90) {
+// mnist_dist's defaults before the time-to-accuracy recipe, which the step
+// and accuracy counts below are for (later flags override them).
+const char* kFormerDefaults =
+    " --epochs 1 --batch_size 32 --lr_schedule step --ema_decay 0 ";
+
+// A job of S servers and W workers; `flags` are mnist_dist's, after
+// `defaults`.
+Result Launch(int s, int w, const std::string& flags, int timeout_s = 90,
+              const char* defaults = kFormerDefaults) {
   std::string cmd = std::string(PS_PYTHON) + " " + PS_LAUNCH + " -s " +
                     std::to_string(s) + " -w " + std::to_string(w) +
                     " --timeout " + std::to_string(timeout_s) + kEnv + " -- " +
                     PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
-                    " --threads 1 " + flags;
+                    " --threads 1 " + defaults + flags;
   return Shell(cmd);
 }
 
@@ -159,6 +166,51 @@ TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
   std::remove(svg.c_str());
 }
 
+// --target_accuracy: worker 0 evaluates every quarter epoch and every
+// worker stops at the same step, the first evaluation at or above the
+// target; the line with the samples and epochs it took agrees with the
+// steps each server applied. The default recipe (one-cycle Adam, shifts)
+// reaches 90% on 6000 images in well under the 2 planned epochs.
+TEST(MnistDist, TargetAccuracyStopsEveryWorkerAtOneStep) {
+  Result r = Launch(2, 2,
+                    "--train_limit 6000 --test_limit 2000 --epochs 2 "
+                    "--target_accuracy 90",
+                    90, /*defaults=*/"");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(R"(reached 90% after (\d+) samples \(([0-9.]+) epochs\) in )"
+                 R"([0-9.]+ s of training)")))
+      << r.out;
+  const int samples = std::stoi(m[1]);
+  const double epochs = std::stod(m[2]);
+  // 3000 images a worker, batch 16: 188 steps an epoch, evaluations every 47.
+  ASSERT_EQ(samples % 32, 0) << r.out;
+  const int steps = samples / 32;
+  EXPECT_EQ(steps % 47, 0) << r.out;
+  EXPECT_LT(epochs, 2.0) << r.out;
+  EXPECT_NEAR(epochs, steps / 188.0, 0.01) << r.out;
+  EXPECT_GE(FinalAccuracy(r.out), 90.0) << r.out;
+  // Every evaluation before the last was below the target.
+  const auto evals = FindAll(
+      r.out, std::regex(R"(\[worker 0\] worker 0 (step \d+ \([0-9.]+ epochs\)|)"
+                        R"(epoch \d+ done): test accuracy ([0-9.]+)%)"));
+  ASSERT_EQ(static_cast<int>(evals.size()), steps / 47) << r.out;
+  for (size_t i = 0; i + 1 < evals.size(); ++i) {
+    EXPECT_LT(std::stod(evals[i][2]), 90.0) << r.out;
+  }
+  EXPECT_NE(r.out.find("worker 1 final: " + std::to_string(steps) + " steps"),
+            std::string::npos)
+      << r.out;
+  std::vector<ServerReport> reports = ServerReports(r);
+  ASSERT_EQ(reports.size(), 2u) << r.out;
+  for (const auto& s : reports) {
+    EXPECT_EQ(s.updates, steps);
+    EXPECT_EQ(s.bad, 0);
+  }
+}
+
 // W workers of batch B under BSP take the same steps as one process with
 // batch W*B: worker r's batch i is part r of the single batch i (strided
 // sharding), and the servers average. 640 images: 20 full steps. The two
@@ -168,7 +220,8 @@ TEST(MnistDist, TwoServersTwoWorkersReachAccuracy) {
 TEST(MnistDist, BspEqualsSingleProcessTraining) {
   const std::string common =
       " --train_limit 640 --test_limit 100 --dropout=false --optimizer sgd"
-      " --lr 0.01 --momentum 0.9 --consistency bsp";
+      " --lr 0.01 --momentum 0.9 --consistency bsp --epochs 1"
+      " --lr_schedule onecycle";
   std::string local = TempPath("local.bin"), dist = TempPath("dist.bin");
   Result one = Shell(std::string(PS_MNIST_DIST) + " --local --threads 1 " +
                      "--data_dir " + PS_MNIST_DIR + common +
@@ -278,6 +331,10 @@ TEST(MnistDist, BadFlagsFailInEveryRole) {
       {"--optimizer rmsprop", "--optimizer"},
       {"--device tpu", "--device"},
       {"--overlap maybe", "--overlap must be on, off or auto, got maybe"},
+      {"--lr_schedule cosine", "lr schedule must be step or onecycle"},
+      {"--lr_gamma 0.5", "--lr_gamma, --lr_step and --lr_every_steps need"},
+      {"--target_accuracy 101", "--target_accuracy must be in [0, 100], got"},
+      {"--eval_every 0", "--eval_every must be in (0, 1], got 0"},
       {"--data_dir /nonexistent/mnist", "/nonexistent/mnist"},
   };
   for (const char* role : {"scheduler", "server", "worker"}) {
