@@ -3,8 +3,8 @@
 # builds mnist_dist (Release), fetches MNIST, and trains the ConvNet on a
 # local job of 1 scheduler + 2 servers + 2 workers (BSP, batch 16 per worker
 # = 32 a step) with the default recipe (examples/mnist/README.md: Adam on a
-# one-cycle schedule over 3 epochs, random shifts, an average of the weights
-# for evaluation) until the test accuracy on all 10,000 test images reaches
+# one-cycle schedule over 3 epochs, an average of the weights for
+# evaluation) until the test accuracy on all 10,000 test images reaches
 # 99% (--target_accuracy 99), ending with the samples and seconds of training
 # that took. Writes the metrics (JSON lines) and their plot (PNG, drawn by
 # matplotlib with Debian's /usr/bin/python3) to out/demo/.
