@@ -33,7 +33,11 @@ JOB_TIMEOUT = 180  # Seconds; each job below takes ~10 on an idle machine.
 
 # As tests/mnist's BspEqualsSingleProcessTraining: 640 images, 20 steps of
 # 2 x 16 against one process's 20 steps of 32.
-COMMON = ["--train_limit", "640", "--test_limit", "100", "--dropout=false",
+# mnist_dist's defaults before the one-cycle recipe: the figures below
+# (steps, updates, exact weights) count on them. Each job names its batch.
+PINNED = ["--epochs", "1", "--lr", "1e-3", "--lr_schedule", "step",
+          "--ema_decay", "0", "--lr_ref_batch", "0"]
+COMMON = PINNED + ["--train_limit", "640", "--test_limit", "100", "--dropout=false",
           "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
           "--consistency", "bsp", "--threads", "1", "--data_dir", MNIST_DIR]
 STEPS = 20
@@ -159,7 +163,7 @@ class CrossHost(unittest.TestCase):
             plan = [("scheduler", None, 1), ("server", 0, 2),
                     ("server", 1, 3), ("worker", 0, 4), ("worker", 1, 5)]
             # Far more steps than the test waits for.
-            job = hosts.job(plan, [MNIST_DIST, "--threads", "1",
+            job = hosts.job(plan, [MNIST_DIST] + PINNED + ["--threads", "1",
                                    "--data_dir", MNIST_DIR, "--epochs", "20",
                                    "--log_every_s", "0.5"], env=env)
             try:
@@ -190,7 +194,7 @@ class CrossHost(unittest.TestCase):
         with netns_hosts.Hosts(5, rate="1gbit") as hosts:
             plan = [("scheduler", None, 1), ("server", 0, 2),
                     ("server", 1, 3), ("worker", 0, 4), ("worker", 1, 5)]
-            job = hosts.job(plan, [MNIST_DIST, "--threads", "1",
+            job = hosts.job(plan, [MNIST_DIST] + PINNED + ["--threads", "1",
                                    "--data_dir", MNIST_DIR, "--replicas", "1",
                                    "--train_limit", "6400", "--test_limit",
                                    "500", "--batch_size", "32",

@@ -29,6 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "tracker" / "launch.py"
 KV_JOB = Path(os.environ.get("PS_KV_JOB", ROOT / "build/tests/core/kv_job"))
+# mnist_dist's defaults before the one-cycle recipe: the tests' step counts
+# and accuracies count on them.
+MNIST_PINNED = ["--epochs", "1", "--batch_size", "32", "--lr", "1e-3",
+                "--lr_schedule", "step", "--ema_decay", "0",
+                "--lr_ref_batch", "0"]
 MNIST_DIST = Path(os.environ.get(
     "PS_MNIST_DIST", ROOT / "build/examples/mnist/mnist_dist"))
 MNIST_DATA = Path(os.environ.get("PS_MNIST_DATA", ROOT / "data/mnist"))

@@ -13,7 +13,7 @@ import sys
 import time
 import unittest
 
-from cluster_tools import MNIST_DATA, MNIST_DIST, need
+from cluster_tools import MNIST_DATA, MNIST_DIST, MNIST_PINNED, need
 from test_launch import LAUNCH, RUN_TIMEOUT, LaunchCase, alive
 
 EVENTS = r'''
@@ -287,7 +287,8 @@ class TrainingJobTest(unittest.TestCase):
     def test_killed_server_with_a_replica_survives_without_tolerate(self):
         need(files=(MNIST_DIST, MNIST_DATA / "train-images-idx3-ubyte"))
         cmd = [sys.executable, str(LAUNCH), "-s", "3", "-w", "2",
-               "--timeout", "240", "--", str(MNIST_DIST), "--data_dir",
+               "--timeout", "240", "--", str(MNIST_DIST), *MNIST_PINNED,
+               "--data_dir",
                str(MNIST_DATA), "--replicas", "1", "--threads", "1",
                "--train_limit", "6400", "--test_limit", "500",
                "--batch_size", "16", "--overlap", "off",

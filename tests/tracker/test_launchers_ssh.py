@@ -18,7 +18,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from cluster_tools import (KV_JOB, LAUNCH, MNIST_DATA, MNIST_DIST,
+from cluster_tools import (KV_JOB, LAUNCH, MNIST_DATA, MNIST_DIST, MNIST_PINNED,
                            RUN_TIMEOUT, LauncherCase, Sshd, marked_processes,
                            need, temp_dir, wait_for)
 
@@ -81,8 +81,8 @@ class SshLauncherTest(LauncherCase):
     def test_mnist_dist_trains_over_ssh(self):
         need(files=(MNIST_DIST, MNIST_DATA / "train-images-idx3-ubyte"))
         result = self.launch(self.flags(1, 2), [
-            str(MNIST_DIST), "--data_dir", str(MNIST_DATA), "--train_limit",
-            "4000", "--test_limit", "1000", "--threads", "1"])
+            str(MNIST_DIST), *MNIST_PINNED, "--data_dir", str(MNIST_DATA),
+            "--train_limit", "4000", "--test_limit", "1000", "--threads", "1"])
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         # Slots: server 0, worker 0 on 127.0.0.1; worker 1 on 127.0.0.2.
         self.assertIn("[worker 1 @127.0.0.2] worker 1 final: 63 steps",
@@ -98,8 +98,8 @@ class SshLauncherTest(LauncherCase):
     def test_a_killed_worker_is_restarted_over_ssh_and_rejoins(self):
         need(files=(MNIST_DIST, MNIST_DATA / "train-images-idx3-ubyte"))
         result = self.launch(self.flags(1, 2, "--max-restarts", "1"), [
-            str(MNIST_DIST), "--data_dir", str(MNIST_DATA), "--train_limit",
-            "4000", "--test_limit", "1000", "--threads", "1",
+            str(MNIST_DIST), *MNIST_PINNED, "--data_dir", str(MNIST_DATA),
+            "--train_limit", "4000", "--test_limit", "1000", "--threads", "1",
             "--die_node", "worker:1", "--die_after_steps", "20"])
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn("worker 1 on 127.0.0.2 was killed by signal SIGKILL",
