@@ -536,6 +536,13 @@ TEST(Compress, FeedbackStateSurvivesACheckpoint) {
   EXPECT_EQ(b->SaveState(), a->SaveState());  // left as it was
 }
 
+// Values through the sockets, a fifth of the messages lost, resent at 20 ms.
+void LossySockets(Config* cfg) {
+  cfg->drop_percent = 20;
+  cfg->resend_timeout_ms = 20;
+  cfg->shm = false;
+}
+
 // Over sockets, with a fifth of the messages lost and resent: each
 // worker's pushes are compressed once (a resend carries the first bytes),
 // so the servers' sums are exactly what was given less what the workers
@@ -544,11 +551,7 @@ TEST(Compress, ExactSumsThroughSocketsWithLossAndResend) {
   const int kW = 2, kRounds = 15;
   const std::vector<Key> keys = {3, 40000};  // one per server
   const std::vector<int> lens = {8, 8};
-  DefaultJob c(2, kW, [](Config* cfg) {
-    cfg->drop_percent = 20;
-    cfg->resend_timeout_ms = 20;
-    cfg->shm = false;
-  });
+  DefaultJob c(2, kW, LossySockets);
   c.before_handle = [](KVServer<float>* s) {
     ASSERT_TRUE(s->AddFilter(Make("none,pull=bf16")).ok());
   };
@@ -602,11 +605,7 @@ TEST(Compress, DeltaPullsThroughSocketsWithLossAndResend) {
   const int kW = 2, kRounds = 10;
   const std::vector<Key> keys = {3, 40000};  // one per server
   const std::vector<int> lens = {8, 8};
-  DefaultJob c(2, kW, [](Config* cfg) {
-    cfg->drop_percent = 20;
-    cfg->resend_timeout_ms = 20;
-    cfg->shm = false;
-  });
+  DefaultJob c(2, kW, LossySockets);
   std::vector<std::shared_ptr<Compressor>> servers;
   c.before_handle = [&](KVServer<float>* s) {
     servers.push_back(Make("none,pull=topk:1"));
