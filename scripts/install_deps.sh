@@ -21,6 +21,8 @@ packages=(
   # the Prometheus server for the test that scrapes a live job
   # (tests/tracker/test_metrics.py), matplotlib for scripts/plot_metrics.py.
   prometheus-cpp-dev prometheus python3-matplotlib
+  # Sparse tables' row index (src/kv/sparse_table.h): abseil's flat_hash_map.
+  libabsl-dev
   dataset-fashion-mnist
   # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
   libtsan2

@@ -173,7 +173,13 @@ class Packer {
     data_.append(static_cast<const char*>(p), n);
   }
   void PutString(const std::string& s) { PutBytes(s.data(), s.size()); }
+  // n bytes as they are (the reader knows n).
+  void PutRaw(const void* p, size_t n) {
+    data_.append(static_cast<const char*>(p), n);
+  }
+  void Reserve(size_t n) { data_.reserve(n); }
   const std::string& data() const { return data_; }
+  std::string Take() { return std::move(data_); }
 
  private:
   std::string data_;
@@ -195,6 +201,13 @@ class Unpacker {
     uint64_t n;
     if (!Get(&n) || data_.size() - at_ < n) return false;
     s->assign(data_, at_, n);
+    at_ += n;
+    return true;
+  }
+  // n bytes that PutRaw wrote.
+  bool GetRaw(void* p, size_t n) {
+    if (data_.size() - at_ < n) return false;
+    std::memcpy(p, data_.data() + at_, n);
     at_ += n;
     return true;
   }
