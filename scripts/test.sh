@@ -46,7 +46,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_TSAN=ON \
 cmake --build build-tsan -j"$jobs" \
   --target core_unit_test core_membership_test core_inproc_test \
   core_rendezvous_test core_trust_test core_filter_test core_dense_parts_test \
-  core_compress_test
+  core_compress_test core_sparse_test
 (cd build-tsan &&
    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../scripts/tsan_suppressions.txt" \
    ctest --output-on-failure -j"$jobs" --timeout 600 -L tsan)
@@ -82,9 +82,9 @@ cmake -S . -B build-clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang 
   -DPS_BUILD_EXAMPLES=OFF -DPS_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
 cmake --build build-clang -j"$jobs" --target ps core_unit_test \
   core_membership_test core_inproc_test core_rendezvous_test core_trust_test \
-  core_filter_test core_dense_parts_test core_compress_test
+  core_filter_test core_dense_parts_test core_compress_test core_sparse_test
 (cd build-clang && ctest --output-on-failure -j"$jobs" --timeout 600 \
-   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|RendezvousCoordinator|InProc|Trust|Rendezvous|Filters|Compress|DenseAggregator|DenseSlice|CheckpointSets|CheckpointSchedule|CheckpointerFiles)[.]')
+   -R '^(Membership|ReplicaChain|BarrierCoordinatorTest|RendezvousCoordinator|InProc|Trust|Rendezvous|Filters|Compress|DenseAggregator|DenseSlice|CheckpointSets|CheckpointSchedule|CheckpointerFiles|Sparse|SparseUnit|All/SparseOptimizerTest)[.]')
 phase_done "clang thread-safety build and tests"
 
 echo "== Python module and its tests (pytest, Debian's /usr/bin/python3)"

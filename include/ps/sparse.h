@@ -200,10 +200,11 @@ class SparseShard {
   // non-finite value); the state is unchanged then.
   Status Load(const std::string& state);
 
-  // Rows held in `table` (0 for an unknown table), and the bytes all tables
-  // hold (rows, optimizer state and the hash index, as allocated).
+  // Rows held in `table` (0 for an unknown table), and the bytes `table`
+  // holds (-1: all tables): rows, optimizer state and the hash index, as
+  // allocated.
   size_t rows(int table) const;
-  size_t memory_bytes() const;
+  size_t memory_bytes(int table = -1) const;
   // Id `id`'s row of `table` (width floats) and its optimizer state, when
   // held; for tests and tools.
   bool Row(int table, uint64_t id, std::vector<float>* values,

@@ -6,10 +6,13 @@
 //
 // Sync points: each worker pushes kSync(point) to every server once it has
 // had every earlier push answered; the shard holds those pushes until every
-// live worker's came, snapshots, and answers them all. A replica (its
-// primary alive) answers the forwarded kSync copies at once (the primary
-// holds the workers' answers) and records who reached the point; once the
-// primary is down, the replica holds and snapshots as the primary did.
+// live worker's came, snapshots, and answers them all. A replica gets the
+// copies its primary forwards and holds them the same way (the primary's
+// answers to the workers wait for its answers); it snapshots only once the
+// primary is down, and then answers the copies it holds to the workers
+// themselves: a worker whose sync point the primary never answered resends
+// it here, where it is pending, so it is released with the others, never
+// before every live worker reached the point.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -199,10 +202,12 @@ class SparseShard::Impl {
     return it == tables_.end() ? 0 : it->second->size();
   }
 
-  size_t memory_bytes() const EXCLUDES(mu_) {
+  size_t memory_bytes(int which) const EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     size_t bytes = 0;
-    for (const auto& [id, table] : tables_) bytes += table->memory_bytes();
+    for (const auto& [id, table] : tables_) {
+      if (which < 0 || which == id) bytes += table->memory_bytes();
+    }
     return bytes;
   }
 
@@ -331,12 +336,7 @@ class SparseShard::Impl {
       } else {
         SyncPoint& sp = syncs_[point];
         sp.arrived.insert(meta.sender);
-        // A replica answers its primary's copies at once (see the top).
-        if (meta.reply_to >= 0 && !HeldRankDown()) {
-          answer.push_back(meta);
-        } else {
-          sp.waiting.push_back(meta);
-        }
+        sp.waiting.push_back(meta);
         CompleteSyncs(&answer);
       }
     }
@@ -356,8 +356,13 @@ class SparseShard::Impl {
       if (snapshot_ && (!options_.replica || HeldRankDown())) {
         snapshot_(point, SaveLocked());
       }
-      answer->insert(answer->end(), it->second.waiting.begin(),
-                     it->second.waiting.end());
+      for (KVMeta m : it->second.waiting) {
+        // A copy its primary forwarded, now that the primary is gone: the
+        // answer goes to the worker itself (whose resend of it this shard
+        // holds as pending).
+        if (HeldRankDown()) m.reply_to = -1;
+        answer->push_back(m);
+      }
       syncs_.erase(it);
       last_point_ = point;
       {
@@ -450,7 +455,9 @@ Status SparseShard::Load(const std::string& state) {
   return impl_->Load(state);
 }
 size_t SparseShard::rows(int table) const { return impl_->rows(table); }
-size_t SparseShard::memory_bytes() const { return impl_->memory_bytes(); }
+size_t SparseShard::memory_bytes(int table) const {
+  return impl_->memory_bytes(table);
+}
 bool SparseShard::Row(int table, uint64_t id, std::vector<float>* values,
                       std::vector<float>* state) const {
   return impl_->Row(table, id, values, state);

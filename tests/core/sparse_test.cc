@@ -5,6 +5,7 @@
 // takes over bit for bit.
 #include "ps/sparse.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -471,6 +472,67 @@ TEST(Sparse, ReplicaTakesOverBitExact) {
       ASSERT_EQ(rows[i * 4 + j], want[j]) << "id " << all[i];
     }
   }
+  job.workers.clear();
+  job.shards[victim].reset();
+  job.replicas[victim].reset();
+}
+
+// PS_REPLICAS=1: the primary dies while a sync point waits for the second
+// worker. The first worker is released only once the second reached the
+// point too (through the replica), and the replica snapshots the primary's
+// rows there, once.
+TEST(Sparse, SyncPointSurvivesItsPrimaryDyingMidway) {
+  SparseTableConfig t = Table(0, 2, SparseOptimizer::kSgd);
+  SparseJob job(2, 2, {t}, /*replicas=*/1);
+  ASSERT_TRUE(job.Start());
+  const std::vector<uint64_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> g(ids.size() * 2, 1.0f);
+  for (auto& w : job.workers) {
+    ASSERT_TRUE(w->Push(0, ids.data(), ids.size(), g.data()).ok());
+  }
+  std::atomic<bool> second_reached{false};
+  std::atomic<bool> released_early{false};
+  Status first;
+  std::thread waiter([&] {
+    first = job.workers[0]->Sync(1);
+    released_early = !second_reached.load();
+  });
+  int victim = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (job.cluster.servers[i]->rank() == 1) victim = i;
+  }
+  ASSERT_GE(victim, 0);
+  // Let the first worker's sync point reach both servers (and the copy the
+  // replica), then kill the primary of rank 1.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int dead_id = job.cluster.servers[victim]->id();
+  job.cluster.servers[victim]->postoffice()->Abandon();
+  for (int i = 0;
+       i < 100 && !job.cluster.workers[1]->postoffice()->TakenOver(dead_id);
+       ++i) {  // at most 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(job.cluster.workers[1]->postoffice()->TakenOver(dead_id));
+  // Time for the first worker to resend its sync point to the replica (its
+  // resend timer is 200 ms): it must still wait.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  second_reached = true;
+  Status second = job.workers[1]->Sync(1);
+  waiter.join();
+  ASSERT_TRUE(first.ok()) << first;
+  ASSERT_TRUE(second.ok()) << second;
+  EXPECT_FALSE(released_early) << "a worker passed the sync point alone";
+  SparseShard* replica = job.replicas[1 - victim].get();
+  {
+    std::lock_guard<std::mutex> lock(job.mu);
+    const auto& snaps = job.snapshots[std::make_pair(1, 1)];
+    ASSERT_EQ(snaps.size(), 1u) << "rank 1's snapshot at point 1";
+    EXPECT_TRUE(snaps[0] == replica->Save());
+  }
+  std::vector<float> rows(ids.size() * 2);
+  ASSERT_TRUE(
+      job.workers[1]->Pull(0, ids.data(), ids.size(), rows.data()).ok());
+  for (float v : rows) EXPECT_EQ(v, -0.05f * 2);
   job.workers.clear();
   job.shards[victim].reset();
   job.replicas[victim].reset();
