@@ -48,16 +48,16 @@ WIDE_TABLE = 0  # table 1 + f: field f's embeddings; 1 + F: the tags'
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--train", type=int, default=200000, help="samples")
+    p.add_argument("--train", type=int, default=500000, help="samples")
     p.add_argument("--test", type=int, default=20000, help="samples")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=512, help="per worker")
     p.add_argument("--dim", type=int, default=8, help="embedding width")
-    p.add_argument("--sparse-lr", type=float, default=0.05,
+    p.add_argument("--sparse-lr", type=float, default=0.3,
                    help="the servers' adagrad lr for the embeddings")
-    p.add_argument("--wide-alpha", type=float, default=0.05,
+    p.add_argument("--wide-alpha", type=float, default=0.1,
                    help="the servers' FTRL alpha for the wide weights")
-    p.add_argument("--dense-lr", type=float, default=3e-3,
+    p.add_argument("--dense-lr", type=float, default=0.01,
                    help="the servers' Adam lr for the MLPs")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-every", type=int, default=50, help="steps")

@@ -43,14 +43,23 @@ SparseBatch = _ps.SparseBatch
 
 
 def _ids(ids):
-    """`ids` as a C-contiguous int64/uint64 buffer (a torch tensor's NumPy
-    view, a NumPy array, or a sequence of ints, copied then)."""
+    """`ids` as a C-contiguous int64/uint64 buffer: a torch tensor's NumPy
+    view, a NumPy array or a sequence of ints (other integer types are
+    converted; int64 ids are taken as their 64 bits). TypeError for
+    non-integers."""
     mod = type(ids).__module__
     if mod.startswith("torch"):
+        if ids.is_floating_point() or ids.is_complex():
+            raise TypeError(f"ids: expected integers, got {ids.dtype}")
+        if ids.dtype != torch.int64:
+            ids = ids.to(torch.int64)
         return as_buffer(ids.reshape(-1).contiguous().cpu(), "ids")
-    if isinstance(ids, np.ndarray) and ids.dtype in (np.int64, np.uint64):
-        return np.ascontiguousarray(ids).reshape(-1)
-    return np.ascontiguousarray(ids, dtype=np.uint64).reshape(-1)
+    a = np.asarray(ids)
+    if a.dtype in (np.int64, np.uint64):
+        return np.ascontiguousarray(a).reshape(-1)
+    if a.dtype.kind in "iu" or a.size == 0:
+        return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+    raise TypeError(f"ids: expected integers, got {a.dtype}")
 
 
 class SparseWorker:
@@ -131,10 +140,16 @@ class SparseServer:
                                 f"reached after {timeout_s} s")
 
     def stats(self) -> Dict[str, object]:
-        """rows (per table, this server's own), memory_bytes (all tables,
-        replica included), pushes_applied, bad_requests."""
+        """rows (per table, this server's own), replica_rows (per table,
+        those of server rank - 1 held here under PS_REPLICAS=1; else None),
+        memory_bytes (all tables, replica included), pushes_applied,
+        bad_requests."""
         s = self._server
+        replica = None
+        if _ps.replicas() > 0:
+            replica = {t.id: s.replica_rows(t.id) for t in self.tables}
         return {"rows": {t.id: s.rows(t.id) for t in self.tables},
+                "replica_rows": replica,
                 "memory_bytes": s.memory_bytes,
                 "pushes_applied": s.pushes_applied,
                 "bad_requests": s.bad_requests}
@@ -198,7 +213,7 @@ if torch is not None:
             if input.dtype not in (torch.int64, torch.int32):
                 raise TypeError(f"{type(self).__name__}: input must be an "
                                 f"integer tensor, got {input.dtype}")
-            batch = SparseBatch(_ids(input.to(torch.int64)))
+            batch = SparseBatch(_ids(input))
             rows = torch.from_numpy(self.worker.pull_rows(self.table, batch))
             rows = rows.to(input.device)
             idx = torch.from_numpy(batch.inverse).to(input.device)

@@ -70,10 +70,41 @@ def check_bag(kv, emb, ids2d, mode, weights):
     return bad, vocab, before, g_ref
 
 
+def refusals(kv):
+    """Bad arguments raise, naming them, before anything is sent."""
+    bad = []
+    cases = [
+        (IndexError, "no sparse table 9", lambda: kv.pull(9, [1])),
+        (ValueError, "grads has 3 floats", lambda: kv.push(
+            0, [1], np.zeros(3, np.float32))),
+        (TypeError, "ids: expected integers", lambda: kv.pull(0, np.zeros(2))),
+        (TypeError, "grads", lambda: kv.push(0, [1], np.zeros(4))),
+        (ValueError, "sync: point -1", lambda: kv.sync(-1)),
+        (ValueError, "width 0", lambda: ps.sparse.TableConfig(2, 0)),
+        (ValueError, "'adam'", lambda: ps.sparse.TableConfig(
+            2, 1, optimizer="adam")),
+        (ValueError, "two tables of id 0", lambda: ps.sparse.SparseWorker(
+            [TABLES[0], TABLES[0]], customer_id=1)),
+        (ValueError, "mode", lambda: ps.sparse.EmbeddingBag(kv, 0, "prod")),
+        (ValueError, "1-D input needs offsets",
+         lambda: ps.sparse.EmbeddingBag(kv, 0)(torch.tensor([1, 2]))),
+    ]
+    for kind, text, call in cases:
+        try:
+            call()
+            bad.append(f"no {kind.__name__} for {text}")
+        except kind as e:
+            if text not in str(e):
+                bad.append(f"{kind.__name__} without '{text}': {e}")
+    if kv.pull(0, np.zeros(0, np.uint64)).shape != (0, 4):
+        bad.append("an empty pull is not [0, 4]")
+    return bad
+
+
 def run_worker():
     rank = ps.rank()
     kv = ps.sparse.SparseWorker(TABLES)
-    bad, expect = [], []
+    bad, expect = refusals(kv), []
     rng = np.random.default_rng(rank)
     modes = [("sum", 0), ("mean", 1), ("max", 1)]
     for mode, table in modes:
@@ -122,6 +153,7 @@ def main():
     if ps.is_server():
         stats = ps.sparse.serve_sparse(TABLES, until_point=1, timeout_s=120)
         print(json.dumps({"server": ps.rank(), "rows": stats["rows"],
+                          "replica_rows": stats["replica_rows"],
                           "pushes": stats["pushes_applied"],
                           "bad_requests": stats["bad_requests"]}),
               flush=True)
