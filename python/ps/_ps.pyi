@@ -292,7 +292,8 @@ class SparseServer:
     def __init__(self, tables: List[SparseTableConfig], num_workers: int = 0,
                  app_id: int = 0, allow_non_finite: bool = False) -> None: ...
     def wait_sync(self, point: int, timeout_s: float) -> bool:
-        """ValueError: timeout_s negative or NaN."""
+        """ValueError: point outside [0, MAX_SPARSE_POINT], timeout_s
+        negative or NaN."""
     def rows(self, table: int) -> int: ...
     def replica_rows(self, table: int) -> Optional[int]: ...
     @property

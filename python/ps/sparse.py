@@ -129,15 +129,27 @@ class SparseServer:
         self._server = _ps.SparseServer(self.tables, num_workers, app_id,
                                         allow_non_finite)
 
-    def wait(self, point: int, timeout_s: Optional[float] = None) -> None:
+    def wait(self, point: int, timeout_s: Optional[float] = None,
+             failure_grace_s: float = 30.0) -> None:
         """Blocks until sync point `point` completed here (every live
-        worker reached it). Raises ps.Error when timeout_s passed first or
-        a peer failed and the point cannot complete."""
+        worker reached it). Raises ps.Error when timeout_s passed first, or
+        failure_grace_s after this node learned of a peer's failure (a
+        dead worker is left out of sync points; a dead server without a
+        replica stops the workers short of it)."""
         start = time.monotonic()
+        failed_at = None
         while not self._server.wait_sync(point, 1.0):
-            if timeout_s is not None and time.monotonic() - start >= timeout_s:
+            now = time.monotonic()
+            if timeout_s is not None and now - start >= timeout_s:
                 raise _ps.Error(f"server {_ps.rank()}: sync point {point} not "
                                 f"reached after {timeout_s} s")
+            failure = _ps.peer_failure()
+            if failure is not None:
+                failed_at = failed_at if failed_at is not None else now
+                if now - failed_at >= failure_grace_s:
+                    raise _ps.Error(f"server {_ps.rank()}: sync point {point} "
+                                    f"not reached {failure_grace_s} s after "
+                                    f"a peer failed: {failure}")
 
     def stats(self) -> Dict[str, object]:
         """rows (per table, this server's own), replica_rows (per table,

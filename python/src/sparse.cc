@@ -126,10 +126,11 @@ class PySparseWorker {
     Running("pull");
     Ids v = ViewIds(ids);
     py::array_t<float> out = Rows(v.size(), w);
+    float* dst = out.mutable_data();
     Status st;
     {
       py::gil_scoped_release release;
-      st = kv_->Pull(table, v.data(), v.size(), out.mutable_data());
+      st = kv_->Pull(table, v.data(), v.size(), dst);
     }
     Check(st);
     return out;
@@ -262,6 +263,11 @@ class PySparseServer {
   }
 
   bool WaitSync(int point, double timeout_s) const {
+    if (point < 0 || point > kMaxSparsePoint) {
+      throw py::value_error("wait_sync: point " + std::to_string(point) +
+                            " outside [0, " + std::to_string(kMaxSparsePoint) +
+                            "]");
+    }
     if (!(timeout_s >= 0)) {  // also NaN
       throw py::value_error(
           "wait_sync: timeout_s=" + std::to_string(timeout_s) + " is not >= 0");
