@@ -280,6 +280,15 @@ class SparseWorker:
     def push_rows(self, table: int, batch: SparseBatch,
                   grads: Buffer) -> None:
         """grads float32 [len(batch), width] of the unique rows."""
+    def push_rows_async(self, table: int, batch: SparseBatch,
+                        grads: Buffer) -> int:
+        """push_rows without waiting: a timestamp for wait (-1: nothing
+        sent). grads stay exported until wait(ts) returns."""
+    def wait(self, ts: int) -> None:
+        """Error: the push failed, or finalize() was called. ValueError: ts
+        was not issued or was waited for already."""
+    @property
+    def num_pending(self) -> int: ...
     def sync(self, point: int) -> None:
         """ValueError: point outside [0, MAX_SPARSE_POINT]."""
 

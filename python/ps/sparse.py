@@ -107,6 +107,17 @@ class SparseWorker:
         pull_rows' order), applied once each by the servers' optimizer."""
         self._kv.push_rows(table, batch, as_buffer(grads, "grads"))
 
+    def push_rows_async(self, table: int, batch: SparseBatch, grads) -> int:
+        """push_rows without waiting: returns a timestamp for wait(ts)
+        (grads stay in use until then; -1: nothing was sent). Pushes to
+        several tables in flight at once take one round trip."""
+        return self._kv.push_rows_async(table, batch,
+                                        as_buffer(grads, "grads"))
+
+    def wait(self, ts: int) -> None:
+        """Waits for push_rows_async's `ts`; ps.Error if it failed."""
+        self._kv.wait(ts)
+
     def sync(self, point: int) -> None:
         """Returns once every live worker called sync(point) and every
         server answered: every push made before by any worker is applied.
@@ -237,18 +248,25 @@ if torch is not None:
 
         def push(self) -> int:
             """Sends the gradient of every forward since the last push (after
-            loss.backward()) to the servers, whose optimizer applies it;
-            returns the rows pushed. Forwards whose rows got no gradient are
-            dropped."""
-            n = 0
-            for batch, rows in self._pending:
+            loss.backward()) to the servers, whose optimizer applies it, and
+            waits; returns the rows pushed. Forwards whose rows got no
+            gradient are dropped."""
+            n, sent = self._push_async()
+            _wait_all(sent)
+            return n
+
+        def _push_async(self):
+            """(rows, [(worker, ts)]): the pushes sent, not waited for."""
+            n, sent = 0, []
+            pending, self._pending = self._pending, []
+            for batch, rows in pending:
                 if rows.grad is None:
                     continue
                 g = rows.grad.detach().to("cpu", torch.float32).contiguous()
-                self.worker.push_rows(self.table, batch, g)
+                sent.append((self.worker, self.worker.push_rows_async(
+                    self.table, batch, g)))
                 n += len(batch)
-            self._pending.clear()
-            return n
+            return n, sent
 
         def zero_grad(self, set_to_none: bool = True) -> None:
             """Drops the forwards not pushed (their gradients are lost)."""
@@ -308,11 +326,28 @@ if torch is not None:
             rows, idx = self._pull(input)
             return F.embedding(idx, rows)
 
+    def _wait_all(sent):
+        """Waits for every (worker, ts); raises the first failure after
+        waiting for the rest."""
+        first = None
+        for worker, ts in sent:
+            try:
+                worker.wait(ts)
+            except Exception as e:  # noqa: BLE001 -- re-raised below
+                first = first or e
+        if first is not None:
+            raise first
+
     def push_gradients(model: "torch.nn.Module") -> int:
-        """push() of every EmbeddingBag / Embedding in `model`; returns the
-        rows pushed."""
-        return sum(m.push() for m in model.modules()
-                   if isinstance(m, _ServerRows))
+        """push() of every EmbeddingBag / Embedding in `model`, all in
+        flight at once; returns the rows pushed once all are applied."""
+        n, sent = 0, []
+        for m in model.modules():
+            if isinstance(m, _ServerRows):
+                k, s = m._push_async()
+                n, sent = n + k, sent + s
+        _wait_all(sent)
+        return n
 
 
 __all__ = ["TableConfig", "SparseBatch", "SparseWorker", "SparseServer",

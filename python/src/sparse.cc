@@ -20,6 +20,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -175,8 +176,17 @@ class PySparseWorker {
     return out;
   }
 
-  // Gradients of the batch's unique ids (rows in the batch's order).
-  void PushRows(int table, const PyBatch& b, const py::object& grads) {
+  // Gradients of the batch's unique ids (rows in the batch's order), sent
+  // without waiting: Wait(ts) waits. -1: nothing to send (an empty batch).
+  // The grads stay exported until then (for good if the wait failed: a
+  // resend may still read them).
+  int PushRowsAsync(int table, const py::object& batch,
+                    const py::object& grads) {
+    if (!py::isinstance<PyBatch>(batch)) {
+      throw py::type_error("push_rows: batch must be a SparseBatch, got " +
+                           std::string(py::str(py::type::of(batch))));
+    }
+    const PyBatch& b = batch.cast<const PyBatch&>();
     const int w = Width(table);
     Running("push_rows");
     BufferView g = ViewBuffer(grads, Elem::kFloat32, false, "grads");
@@ -186,18 +196,43 @@ class PySparseWorker {
                             std::to_string(b.batch.size()) +
                             " unique ids of width " + std::to_string(w));
     }
-    if (b.batch.size() == 0) return;
+    if (b.batch.size() == 0) return -1;
     SArray<float> sent(static_cast<float*>(g.data()), g.size(), false);
+    const int ts = kv_->PushRows(table, b.batch, sent);
+    pending_[ts] = Pending{std::move(g), batch};
+    return ts;
+  }
+
+  void Wait(int ts) {
+    if (ts == -1) return;
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) {
+      throw py::value_error("wait: unknown or already waited timestamp " +
+                            std::to_string(ts));
+    }
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    if (Finalized()) {
+      failed_pushes_.push_back(std::move(p));
+      throw PsError("wait: ps.finalize() has been called; request " +
+                    std::to_string(ts) + " was not waited for");
+    }
     Status st;
     {
       py::gil_scoped_release release;
-      st = kv_->Wait(kv_->PushRows(table, b.batch, sent));
+      st = kv_->Wait(ts);
     }
     if (!st.ok()) {
-      failed_grads_.push_back(std::move(g));  // a resend may still read it
+      failed_pushes_.push_back(std::move(p));
       throw PsError(st.ToString());
     }
   }
+
+  void PushRows(int table, const py::object& batch, const py::object& grads) {
+    Wait(PushRowsAsync(table, batch, grads));
+  }
+
+  size_t num_pending() const { return pending_.size(); }
 
   void Sync(int point) {
     if (point < 0 || point > kMaxSparsePoint) {
@@ -221,13 +256,20 @@ class PySparseWorker {
     }
   }
 
+  // A push not yet waited for: its gradient buffer and batch.
+  struct Pending {
+    BufferView grads;
+    py::object batch;
+  };
+
   Node* const node_;
   std::vector<int> widths_;  // by table id; 0: not given
-  // Destroyed in reverse: the buffers of failed requests after kv_ (the
+  // Destroyed in reverse: the buffers of requests after kv_ (the
   // destructor resets it first), claim_ last. Guarded by the GIL.
   std::unique_ptr<CustomerClaim> claim_;
-  std::vector<py::object> failed_;
-  std::vector<BufferView> failed_grads_;
+  std::vector<py::object> failed_;  // destinations of failed pulls
+  std::unordered_map<int, Pending> pending_;
+  std::vector<Pending> failed_pushes_;
   std::unique_ptr<SparseWorker> kv_;
 };
 
@@ -400,6 +442,10 @@ void BindSparse(py::module_& m) {
            py::arg("batch"))
       .def("push_rows", &PySparseWorker::PushRows, py::arg("table"),
            py::arg("batch"), py::arg("grads"))
+      .def("push_rows_async", &PySparseWorker::PushRowsAsync, py::arg("table"),
+           py::arg("batch"), py::arg("grads"))
+      .def("wait", &PySparseWorker::Wait, py::arg("ts"))
+      .def_property_readonly("num_pending", &PySparseWorker::num_pending)
       .def("sync", &PySparseWorker::Sync, py::arg("point"));
 
   py::class_<PySparseServer>(m, "SparseServer")

@@ -80,6 +80,9 @@ def refusals(kv):
         (TypeError, "ids: expected integers", lambda: kv.pull(0, np.zeros(2))),
         (TypeError, "grads", lambda: kv.push(0, [1], np.zeros(4))),
         (ValueError, "sync: point -1", lambda: kv.sync(-1)),
+        (ValueError, "unknown or already waited", lambda: kv.wait(12345)),
+        (TypeError, "must be a SparseBatch", lambda: kv.push_rows_async(
+            0, [1], np.zeros(4, np.float32))),
         (ValueError, "width 0", lambda: ps.sparse.TableConfig(2, 0)),
         (ValueError, "'adam'", lambda: ps.sparse.TableConfig(
             2, 1, optimizer="adam")),
