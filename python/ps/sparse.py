@@ -15,10 +15,11 @@ lives on the servers::
     else:
         kv = ps.sparse.SparseWorker(tables)
         emb = ps.sparse.EmbeddingBag(kv, table=0, mode="mean")
-        loss = loss_fn(emb(ids, offsets), y)
-        loss.backward()
-        emb.push()              # the servers' optimizer applies the rows' grads
-        kv.sync(1)              # every worker's pushes applied
+        for ids, offsets, y in data:
+            loss = loss_fn(emb(ids, offsets), y)
+            loss.backward()
+            emb.push()      # the servers' optimizer applies the rows' grads
+        kv.sync(1)          # every worker's pushes applied
     ps.finalize()
 
 The gradient: forward pulls the rows of the batch's unique ids into a leaf

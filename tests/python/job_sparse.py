@@ -23,14 +23,7 @@ TABLES = [
 ]
 
 
-def reference(rows, ids, mode):
-    """torch.nn.EmbeddingBag over the pulled rows, its vocabulary the
-    sorted unique ids (another row order than the module's)."""
-    vocab, local = np.unique(ids.numpy(), return_inverse=True)
-    ref = torch.nn.EmbeddingBag(len(vocab), rows.shape[1], mode=mode)
-    with torch.no_grad():
-        ref.weight.copy_(torch.from_numpy(rows))
-    return ref, vocab, torch.from_numpy(local.astype(np.int64))
+EMBEDDING_IDS = [3, 9, 10003, 10009]  # Embedding's, of workers 0 and 1
 
 
 def check_bag(kv, emb, ids2d, mode, weights):
@@ -154,8 +147,15 @@ def run_worker():
 def main():
     ps.start()
     if ps.is_server():
-        stats = ps.sparse.serve_sparse(TABLES, until_point=1, timeout_s=120)
+        server = ps.sparse.SparseServer(TABLES)
+        server.wait(1, timeout_s=120)
+        stats = server.stats()
+        # Embedding's ids in table 0, those this server holds.
+        held = [i for i in EMBEDDING_IDS if server.row(0, i) is not None]
+        state = len(server.save())
+        server.keep()
         print(json.dumps({"server": ps.rank(), "rows": stats["rows"],
+                          "held": held, "state_bytes": state,
                           "replica_rows": stats["replica_rows"],
                           "pushes": stats["pushes_applied"],
                           "bad_requests": stats["bad_requests"]}),

@@ -34,7 +34,10 @@ def check_job(r):
         # gradient, bit for bit; bad arguments raise, naming them.
         assert w["bad"] == [] and w["checks"] == 4, w
     for s in servers:
-        assert s["bad_requests"] == 0, s
+        assert s["bad_requests"] == 0 and s["state_bytes"] > 0, s
+    # SparseServer.row: each id is held by exactly one server.
+    assert sorted(servers[0]["held"] + servers[1]["held"]) == [
+        3, 9, 10003, 10009], servers
     # 5 distinct ids per mode and worker in tables 0 (sum) and 1 (mean,
     # max), and Embedding's 2 per worker in table 0.
     assert sum(s["rows"]["0"] for s in servers) == 2 * (5 + 2), servers
