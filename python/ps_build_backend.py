@@ -22,7 +22,8 @@ import zipfile
 NAME = "ps"
 VERSION = "0.1.0"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_FILES = ("__init__.py", "dense.py", "_ps.pyi", "py.typed")
+PACKAGE_FILES = ("__init__.py", "dense.py", "sparse.py", "_ps.pyi",
+                 "py.typed")
 
 METADATA = f"""\
 Metadata-Version: 2.1

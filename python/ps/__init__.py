@@ -44,6 +44,11 @@ SGD-with-momentum or Adam optimizer and bsp/bounded/async consistency), so
 a pure-Python job needs no C++ of its own. ``KVServer(handler)`` runs custom
 server logic in Python (slower: each request takes the GIL).
 
+Sparse tables: ``ps.sparse`` has ``SparseWorker`` (rows by 64-bit id,
+pushes applied by the servers' sgd/adagrad/ftrl), ``serve_sparse`` and,
+for torch models, ``EmbeddingBag`` / ``Embedding`` whose weight lives on
+the servers.
+
 Compression: ``KVWorker(compress="topk:0.01")`` and the servers'
 ``compress=`` (``KVServer``, ``serve_dense``, ``DenseWorker``) put values
 on the wire compressed (ps/compress.h: fp16, bf16, topk:R, randomk:R,
@@ -95,6 +100,15 @@ def finalize(barrier: bool = True) -> None:
         _ps.finalize(barrier)
     finally:
         _serving.clear()
+
+
+def __getattr__(name):
+    # ps.dense and ps.sparse without their own import (sparse imports torch,
+    # so neither is imported with ps).
+    if name in ("dense", "sparse"):
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module 'ps' has no attribute '{name}'")
 
 
 def is_worker() -> bool:

@@ -202,3 +202,116 @@ class KVServer:
         on this node already (close() it first). Error: before start() or
         after finalize()."""
     def close(self) -> None: ...
+
+
+MAX_SPARSE_TABLES: int
+MAX_SPARSE_WIDTH: int
+MAX_SPARSE_POINT: int
+
+
+class SparseTableConfig:
+    """A sparse table (ps/sparse.h): id in [0, MAX_SPARSE_TABLES), width
+    floats per row in [1, MAX_SPARSE_WIDTH], a row's initializer ("zero",
+    "uniform" in [-init_scale, init_scale), "normal" of stddev init_scale;
+    a pure function of (seed, id, row id)) and the servers' optimizer
+    ("sgd", "adagrad", "ftrl") with its settings. ValueError naming the
+    field and value of a bad one."""
+    def __init__(self, id: int, width: int, init: str = "zero",
+                 init_scale: float = 0.01, seed: int = 0,
+                 optimizer: str = "adagrad", lr: float = 0.05,
+                 adagrad_init: float = 0.1, adagrad_eps: float = 1e-8,
+                 ftrl_alpha: float = 0.05, ftrl_beta: float = 1.0,
+                 ftrl_l1: float = 0.0, ftrl_l2: float = 0.0) -> None: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def init(self) -> str: ...
+    @property
+    def init_scale(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def adagrad_init(self) -> float: ...
+    @property
+    def adagrad_eps(self) -> float: ...
+    @property
+    def ftrl_alpha(self) -> float: ...
+    @property
+    def ftrl_beta(self) -> float: ...
+    @property
+    def ftrl_l1(self) -> float: ...
+    @property
+    def ftrl_l2(self) -> float: ...
+
+
+class SparseBatch:
+    """The unique ids of `ids` (int64 or uint64, duplicates and any order):
+    len() unique rows; inverse (int64 [num_ids]) the row of each id.
+    TypeError: ids of another dtype or not C-contiguous."""
+    def __init__(self, ids: Buffer) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def num_ids(self) -> int: ...
+    @property
+    def inverse(self) -> np.ndarray: ...
+
+
+class SparseWorker:
+    """Rows of sparse tables by 64-bit id; every call blocks (without the
+    GIL) until the servers answered. ValueError: a bad table set, a second
+    worker of (app_id, customer_id), sizes that do not fit; IndexError: a
+    table not given; TypeError: a buffer of another dtype; Error: a server
+    refused (its message) or died, before start() or after finalize()."""
+    def __init__(self, tables: List[SparseTableConfig], app_id: int = 0,
+                 customer_id: int = 0) -> None: ...
+    def width(self, table: int) -> int: ...
+    def pull(self, table: int, ids: Buffer) -> np.ndarray:
+        """float32 [len(ids), width], in the ids' order."""
+    def push(self, table: int, ids: Buffer, grads: Buffer) -> None:
+        """grads float32 [len(ids), width]; duplicates summed."""
+    def pull_rows(self, table: int, batch: SparseBatch) -> np.ndarray:
+        """float32 [len(batch), width], the batch's unique rows."""
+    def push_rows(self, table: int, batch: SparseBatch,
+                  grads: Buffer) -> None:
+        """grads float32 [len(batch), width] of the unique rows."""
+    def push_rows_async(self, table: int, batch: SparseBatch,
+                        grads: Buffer) -> int:
+        """push_rows without waiting: a timestamp for wait (-1: nothing
+        sent). grads stay exported until wait(ts) returns."""
+    def wait(self, ts: int) -> None:
+        """Error: the push failed, or finalize() was called. ValueError: ts
+        was not issued or was waited for already."""
+    @property
+    def num_pending(self) -> int: ...
+    def sync(self, point: int) -> None:
+        """ValueError: point outside [0, MAX_SPARSE_POINT]."""
+
+
+class SparseServer:
+    """This server's SparseShard (and, under PS_REPLICAS=1, the replica
+    shard of server rank - 1) on a KVServer of app_id. ValueError: a bad
+    table set, negative num_workers, a server of app_id on this node
+    already. Error: before start() or after finalize()."""
+    def __init__(self, tables: List[SparseTableConfig], num_workers: int = 0,
+                 app_id: int = 0, allow_non_finite: bool = False) -> None: ...
+    def wait_sync(self, point: int, timeout_s: float) -> bool:
+        """ValueError: point outside [0, MAX_SPARSE_POINT], timeout_s
+        negative or NaN."""
+    def rows(self, table: int) -> int: ...
+    def replica_rows(self, table: int) -> Optional[int]: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def pushes_applied(self) -> int: ...
+    @property
+    def bad_requests(self) -> int: ...
+    def row(self, table: int, id: int) -> Optional[np.ndarray]: ...
+    def save(self) -> bytes: ...
+    def load(self, state: bytes) -> None:
+        """Error: a state of other tables, cut off or not finite."""

@@ -21,6 +21,7 @@ BufferView ViewBuffer(const py::handle& obj, Elem elem, bool writable,
   if (writable) flags |= PyBUF_WRITABLE;
   const char* want = elem == Elem::kFloat32 ? "float32"
                      : elem == Elem::kInt64 ? "int64"
+                     : elem == Elem::kId64  ? "int64 or uint64"
                                             : "int32";
   auto view = std::make_unique<Py_buffer>();
   if (PyObject_GetBuffer(obj.ptr(), view.get(), flags) != 0) {
@@ -45,6 +46,10 @@ BufferView ViewBuffer(const py::handle& obj, Elem elem, bool writable,
       break;
     case Elem::kInt32:
       ok = (code == 'i' || code == 'l') && v.itemsize == 4;
+      break;
+    case Elem::kId64:
+      ok = (code == 'l' || code == 'q' || code == 'L' || code == 'Q') &&
+           v.itemsize == 8;
       break;
   }
   if (!ok) {

@@ -298,4 +298,5 @@ PYBIND11_MODULE(_ps, m) {
   ps::python::BindDense(m);
   ps::python::BindServer(m);
   ps::python::BindCheckpoint(m);
+  ps::python::BindSparse(m);
 }

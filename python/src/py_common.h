@@ -60,7 +60,8 @@ class CustomerClaim {
   const int customer_id_;
 };
 
-enum class Elem { kFloat32, kInt64, kInt32 };
+// kId64: 64-bit ids, signed or unsigned (the same bits).
+enum class Elem { kFloat32, kInt64, kInt32, kId64 };
 
 // A C-contiguous buffer of one element type, flattened: a PEP 3118 export
 // of a Python object, kept exported for as long as this lives, so that the
@@ -98,6 +99,7 @@ void BindPlacement(pybind11::module_& m);
 void BindDense(pybind11::module_& m);
 void BindServer(pybind11::module_& m);
 void BindCheckpoint(pybind11::module_& m);
+void BindSparse(pybind11::module_& m);
 
 }  // namespace python
 }  // namespace ps
