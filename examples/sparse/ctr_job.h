@@ -41,6 +41,9 @@ struct Options {
                                             // train, then test_lines test
   double log_every_s = 5;
   double server_wait_s = 3600;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  bool restore = false;
+  int restore_epoch = -1;  // resume after this epoch (-1: from the start)
   std::string die_node;  // test: "server:R"
   int64_t die_after_pushes = 0;
 };

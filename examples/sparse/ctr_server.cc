@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "ctr_checkpoint.h"
 #include "ctr_job.h"
 #include "ps/ps.h"
 
@@ -52,12 +53,17 @@ int RunServer(const Options& options) {
   if (ps::DefaultNode()->config().replicas > 0) {
     ps::SparseShardOptions replica_options = shard_options;
     replica_options.replica = true;
-    replica = std::make_unique<ps::SparseShard>(&server, options.tables,
-                                                replica_options);
+    const int primary = ps::PrimaryOf(rank, ps::NumServers());
+    replica = std::make_unique<ps::SparseShard>(
+        &server, options.tables, replica_options,
+        ServerSnapshot(options, primary));
+    if (options.restore_epoch >= 0) LoadServer(options, primary, replica.get());
     std::printf("server %d also holds the rows of server %d (replica)\n", rank,
-                ps::PrimaryOf(rank, ps::NumServers()));
+                primary);
   }
-  ps::SparseShard shard(&server, options.tables, shard_options);
+  ps::SparseShard shard(&server, options.tables, shard_options,
+                        ServerSnapshot(options, rank));
+  if (options.restore_epoch >= 0) LoadServer(options, rank, &shard);
 
   ps::SimpleApp stats(kStatsApp);
   stats.set_request_handle([&](const ps::SimpleData& req, ps::SimpleApp* app) {

@@ -4,6 +4,7 @@
 // servers' rows and evaluates on the test set.
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "ctr_checkpoint.h"
 #include "ctr_job.h"
 #include "ctr_model.h"
 #include "ps/ps.h"
@@ -262,9 +264,13 @@ int RunWorker(const Options& options) {
   Step steps[2];
   const auto start = Clock::now();
   auto last_log = start;
+  // This run's samples (the rate), and all since the job began.
   uint64_t samples = 0, interval_samples = 0;
+  uint64_t job_samples =
+      options.restore_epoch >= 0 ? LoadWorker(options) : 0;
   double interval_loss = 0;
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  const int first_epoch = std::max(options.restore_epoch, 0) + 1;
+  for (int epoch = first_epoch; epoch <= options.epochs; ++epoch) {
     source.Rewind();
     Step* cur = &steps[0];
     Step* next = &steps[1];
@@ -273,12 +279,13 @@ int RunWorker(const Options& options) {
       have = trainer.Prepare(&source, next);
       interval_loss += trainer.Train(cur);
       samples += cur->samples.size();
+      job_samples += cur->samples.size();
       interval_samples += cur->samples.size();
       std::swap(cur, next);
       if (Seconds(last_log) >= options.log_every_s) {
         std::printf("epoch %d: %llu samples, %.0f samples/s, train logloss "
                     "%.4f\n",
-                    epoch, static_cast<unsigned long long>(samples),
+                    epoch, static_cast<unsigned long long>(job_samples),
                     interval_samples / Seconds(last_log),
                     interval_loss / std::max<uint64_t>(1, interval_samples));
         std::fflush(stdout);
@@ -289,6 +296,7 @@ int RunWorker(const Options& options) {
     }
     trainer.WaitPushes();
     trainer.Sync(epoch);
+    WriteWorker(options, epoch, job_samples);
   }
   const double train_s = Seconds(start);
   std::printf("worker %d done: %llu samples in %.1f s\n", rank,

@@ -15,6 +15,7 @@
 
 #include <string>
 
+#include "ctr_checkpoint.h"
 #include "ctr_job.h"
 #include "ps/ps.h"
 
@@ -54,6 +55,12 @@ DEFINE_double(server_wait_s, 3600, "servers give up (naming the sync point) "
 DEFINE_int32(replicas, -1, "1: every server's rows are also held by the "
              "next server, which takes them over if it dies (PS_REPLICAS; "
              "-1: as the environment says)");
+DEFINE_string(checkpoint_dir, "",
+              "write a checkpoint set here at the end of every epoch (an "
+              "empty or new folder, unless --restore)");
+DEFINE_bool(restore, false,
+            "resume after the newest complete checkpoint in "
+            "--checkpoint_dir (same -s, -w, data and model flags)");
 DEFINE_string(die_node, "", "test: server:R kills itself after "
               "--die_after_pushes pushes applied");
 DEFINE_int64(die_after_pushes, 0, "test: see --die_node");
@@ -142,6 +149,8 @@ ctr::Options OptionsFromFlags() {
   CheckFlag(FLAGS_die_after_pushes >= 0, "die_after_pushes", "must be >= 0");
   CheckFlag(FLAGS_test_data.empty() || !FLAGS_data.empty(), "test_data",
             "needs --data");
+  CheckFlag(!FLAGS_restore || !FLAGS_checkpoint_dir.empty(), "restore",
+            "needs --checkpoint_dir");
 
   ctr::Options o;
   o.fm = FLAGS_model == "fm";
@@ -160,6 +169,8 @@ ctr::Options OptionsFromFlags() {
   o.test_data = FLAGS_test_data;
   o.log_every_s = FLAGS_log_every_s;
   o.server_wait_s = FLAGS_server_wait_s;
+  o.checkpoint_dir = FLAGS_checkpoint_dir;
+  o.restore = FLAGS_restore;
   o.die_node = FLAGS_die_node;
   o.die_after_pushes = FLAGS_die_after_pushes;
   return o;
@@ -225,6 +236,7 @@ int main(int argc, char* argv[]) {
   if (argc > 1) Die(std::string("unexpected argument '") + argv[1] + "'");
   ctr::Options options = OptionsFromFlags();
   PlanData(&options);
+  if (!ps::IsScheduler()) options.restore_epoch = ctr::PickCheckpoint(options);
   ps::Start(0, argv[0]);
   if (ps::IsServer()) return ctr::RunServer(options);
   if (ps::IsWorker()) return ctr::RunWorker(options);

@@ -157,6 +157,36 @@ TEST(SparseCtr, KilledServerWithReplicaCostsNothing) {
   EXPECT_NEAR(b.auc, a.auc, 0.005) << r.out;
 }
 
+// --checkpoint_dir: a set per epoch; --restore goes on after the newest
+// with the rows and optimizer state it holds, and ends with the rows of a
+// job that never stopped; a folder with a set is refused without --restore.
+TEST(SparseCtr, CheckpointsRestoreAfterTheLastEpoch) {
+  const std::string dir = TempPath("ckpt");
+  const std::string flags = "--samples 60000 --checkpoint_dir " + dir;
+  Result a = Launch(2, 2, flags + " --epochs 2");
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_NE(a.out.find("server 1: checkpoint of epoch 2"), std::string::npos)
+      << a.out;
+  Result again = Launch(2, 2, flags + " --epochs 3");
+  EXPECT_NE(again.rc, 0);
+  EXPECT_NE(again.out.find("sparse_ctr: --checkpoint_dir: '" + dir +
+                           "' already holds checkpoints"),
+            std::string::npos)
+      << again.out;
+  Result b = Launch(2, 2, flags + " --epochs 3 --restore");
+  std::system(("rm -rf " + dir).c_str());
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("[worker 1] restore: resuming after epoch 2"),
+            std::string::npos)
+      << b.out;
+  const Final fa = FinalOf(a.out), fb = FinalOf(b.out);
+  ASSERT_GT(fb.auc, 0) << b.out;
+  // The third epoch's 2 x 60000 samples; its ids were all seen already.
+  EXPECT_NE(b.out.find(", 120000 samples in"), std::string::npos) << b.out;
+  EXPECT_EQ(fb.keys, fa.keys) << b.out;
+  EXPECT_GE(fb.auc, fb.ceiling - 2 * kMargin) << b.out;
+}
+
 // Criteo's text format: the last --test_samples lines test; a learnable
 // label gives an AUC well above chance, and the ceiling is unknown.
 TEST(SparseCtr, CriteoTextTrains) {
