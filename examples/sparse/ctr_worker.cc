@@ -305,6 +305,10 @@ int RunWorker(const Options& options) {
   if (rank == 0) {
     const uint64_t keys = ServerRows();
     const Samples test = TestSet(options);
+    double clicks = 0;
+    for (float y : test.labels) clicks += y;
+    std::printf("test set: %zu samples, %.1f%% clicks\n", test.size(),
+                100 * clicks / std::max<size_t>(1, test.size()));
     const std::vector<float> logits = trainer.Predict(test);
     double loss = 0, best_loss = 0;
     for (size_t i = 0; i < test.size(); ++i) {
