@@ -44,8 +44,8 @@ int PickCheckpoint(const Options& o) {
   if (!st.ok()) Die("--checkpoint_dir: " + st.message());
   if (!o.restore) {
     st = checkpointer.CheckEmpty();
-    if (!st.ok()) Die("--checkpoint_dir: " + st.message() +
-                      " (--restore resumes from it)");
+    if (!st.ok())
+      Die("--checkpoint_dir: " + st.message() + " (--restore resumes from it)");
     return -1;
   }
   std::string skipped;
@@ -78,12 +78,11 @@ ps::SparseSnapshot ServerSnapshot(const Options& o, int rank) {
                  << epoch << " not written: " << st.message();
       return;
     }
-    std::printf("server %d: checkpoint of epoch %d%s, %.1f MB\n", ps::MyRank(),
-                epoch,
-                rank == ps::MyRank()
-                    ? ""
-                    : (" for server " + std::to_string(rank)).c_str(),
-                state.size() / 1e6);
+    std::printf(
+        "server %d: checkpoint of epoch %d%s, %.1f MB\n", ps::MyRank(), epoch,
+        rank == ps::MyRank() ? ""
+                             : (" for server " + std::to_string(rank)).c_str(),
+        state.size() / 1e6);
     std::fflush(stdout);
   };
 }
@@ -111,13 +110,14 @@ void WriteWorker(const Options& o, int epoch, uint64_t samples) {
   ps::Status st = CheckpointerOf(o).Write(ps::CheckpointRole::kWorker,
                                           ps::MyRank(), epoch, out.data());
   if (!st.ok()) {
-    LOG(ERROR) << "worker " << ps::MyRank() << ": checkpoint of epoch "
-               << epoch << " not written: " << st.message();
+    LOG(ERROR) << "worker " << ps::MyRank() << ": checkpoint of epoch " << epoch
+               << " not written: " << st.message();
   }
 }
 
 uint64_t LoadWorker(const Options& o) {
-  const std::string payload = Read(o, ps::CheckpointRole::kWorker, ps::MyRank());
+  const std::string payload =
+      Read(o, ps::CheckpointRole::kWorker, ps::MyRank());
   ps::Unpacker in(payload);
   int32_t epoch = -1;
   uint64_t samples = 0;

@@ -26,7 +26,9 @@ class Rng {
   explicit Rng(uint64_t state) : state_(state) {}
   uint64_t Next() { return Mix(state_ += 0x9e3779b97f4a7c15ull); }
   // In (0, 1).
-  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) / 9007199254740992.0; }
+  double Uniform() {
+    return (static_cast<double>(Next() >> 11) + 0.5) / 9007199254740992.0;
+  }
 
  private:
   uint64_t state_;
@@ -42,15 +44,15 @@ double NormalOf(uint64_t h) {
 // Criteo's (Kaggle display advertising) cardinalities of C1..C26 and the
 // fraction of empty values of I1..I13, C1..C26, rounded.
 constexpr uint64_t kCriteoVocab[kCategoricalFields] = {
-    1460,    583,   10131227, 2202608, 305,     24,   12517,   633, 3,
-    93145,   5683,  8351593,  3194,    27,      14992, 5461306, 10, 5652,
-    2173,    4,     7046547,  18,      15,      286181, 105,     142572};
+    1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+    93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+    2173,  4,    7046547,  18,      15,  286181, 105,     142572};
 constexpr double kCriteoMissing[kFields] = {
-    0.45, 0.0,  0.21, 0.22, 0.03, 0.22, 0.04, 0.0,  0.04, 0.45,
-    0.04, 0.77, 0.22,                                            // I1..I13
-    0.0,  0.0,  0.03, 0.03, 0.0,  0.12, 0.0,  0.0,  0.0,  0.03,
-    0.0,  0.03, 0.0,  0.0,  0.0,  0.03, 0.0,  0.0,  0.44, 0.44,
-    0.03, 0.76, 0.0,  0.03, 0.44, 0.44};                         // C1..C26
+    0.45, 0.0,  0.21, 0.22, 0.03, 0.22, 0.04, 0.0, 0.04,
+    0.45, 0.04, 0.77, 0.22,  // I1..I13
+    0.0,  0.0,  0.03, 0.03, 0.0,  0.12, 0.0,  0.0, 0.0,
+    0.03, 0.0,  0.03, 0.0,  0.0,  0.0,  0.03, 0.0, 0.0,
+    0.44, 0.44, 0.03, 0.76, 0.0,  0.03, 0.44, 0.44};  // C1..C26
 
 }  // namespace
 
@@ -62,13 +64,15 @@ uint64_t BiasId() { return FeatureId(255, 0); }
 
 uint64_t CountBucket(int64_t x) {
   if (x < 0) return 41;
-  const uint64_t b = static_cast<uint64_t>(std::log2(1.0 + static_cast<double>(x)));
+  const uint64_t b =
+      static_cast<uint64_t>(std::log2(1.0 + static_cast<double>(x)));
   return std::min<uint64_t>(b, 40);
 }
 
 Generator::Generator(const GeneratorOptions& options) : options_(options) {
   for (int f = 0; f < kCategoricalFields; ++f) {
-    const double v = std::max(2.0, std::round(kCriteoVocab[f] * options.vocab_scale));
+    const double v =
+        std::max(2.0, std::round(kCriteoVocab[f] * options.vocab_scale));
     vocab_.push_back(static_cast<uint64_t>(v));
     zipf_a_.push_back(options.zipf == 1.0
                           ? std::log(v + 1)
@@ -99,7 +103,8 @@ void Generator::Draw(uint64_t stream, uint64_t index, Samples* out) const {
       const int c = f - kCountFields;
       const double s = options_.zipf, a = zipf_a_[c];
       // The continuous Zipf's inverse CDF on [1, V + 1).
-      const double x = s == 1.0 ? std::exp(u * a) : std::pow(1 + u * a, 1 / (1 - s));
+      const double x =
+          s == 1.0 ? std::exp(u * a) : std::pow(1 + u * a, 1 / (1 - s));
       value = std::clamp<uint64_t>(static_cast<uint64_t>(x), 1, vocab_[c]);
       planted = value <= static_cast<uint64_t>(options_.head);
     }
@@ -135,7 +140,8 @@ ps::Status CriteoReader::Read(size_t n, Samples* out, size_t* got) {
     if (len < 0) break;
     ++line_;
     std::string text(buf, static_cast<size_t>(len));
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+      text.pop_back();
     st = ParseLine(text, out);
     if (!st.ok()) break;
     ++*got;
@@ -148,16 +154,19 @@ ps::Status CriteoReader::Read(size_t n, Samples* out, size_t* got) {
   return st;
 }
 
-ps::Status CriteoReader::ParseLine(const std::string& text, Samples* out) const {
+ps::Status CriteoReader::ParseLine(const std::string& text,
+                                   Samples* out) const {
   std::vector<std::string> cols;
   size_t start = 0;
   while (true) {
     const size_t tab = text.find('\t', start);
-    cols.push_back(text.substr(start, tab == std::string::npos ? tab : tab - start));
+    cols.push_back(
+        text.substr(start, tab == std::string::npos ? tab : tab - start));
     if (tab == std::string::npos) break;
     start = tab + 1;
   }
-  const std::string where = "'" + path_ + "' line " + std::to_string(line_) + ": ";
+  const std::string where =
+      "'" + path_ + "' line " + std::to_string(line_) + ": ";
   if (cols.size() != 1 + kFields) {
     return ps::Status::InvalidArgument(
         where + std::to_string(cols.size()) +
@@ -181,10 +190,12 @@ ps::Status CriteoReader::ParseLine(const std::string& text, Samples* out) const 
       } else {
         value = std::strtoull(c.c_str(), &end, 16);
       }
-      if (errno != 0 || end != c.c_str() + c.size() || (c[0] == '-' && !count) ||
+      if (errno != 0 || end != c.c_str() + c.size() ||
+          (c[0] == '-' && !count) ||
           std::isspace(static_cast<unsigned char>(c[0]))) {
-        const std::string name = count ? "I" + std::to_string(f + 1)
-                                       : "C" + std::to_string(f - kCountFields + 1);
+        const std::string name =
+            count ? "I" + std::to_string(f + 1)
+                  : "C" + std::to_string(f - kCountFields + 1);
         return ps::Status::InvalidArgument(
             where + name + " '" + c + "' is not " +
             (count ? "an integer" : "a hex string of at most 16 digits"));

@@ -76,10 +76,10 @@ class Generator {
 
  private:
   GeneratorOptions options_;
-  std::vector<uint64_t> vocab_;   // kCategoricalFields
-  std::vector<double> zipf_a_;    // V^(1 - s) - 1, for the inverse CDF
-  std::vector<double> missing_;   // kFields: chance a field is empty
-  std::vector<double> tail_;      // kCountFields: counts' tail exponent
+  std::vector<uint64_t> vocab_;  // kCategoricalFields
+  std::vector<double> zipf_a_;   // V^(1 - s) - 1, for the inverse CDF
+  std::vector<double> missing_;  // kFields: chance a field is empty
+  std::vector<double> tail_;     // kCountFields: counts' tail exponent
 };
 
 // Reads Criteo's text format: label<TAB>13 integers<TAB>26 hex strings,

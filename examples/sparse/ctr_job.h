@@ -44,7 +44,7 @@ struct Options {
   std::string checkpoint_dir;  // empty: no checkpoints
   bool restore = false;
   int restore_epoch = -1;  // resume after this epoch (-1: from the start)
-  std::string die_node;  // test: "server:R"
+  std::string die_node;    // test: "server:R"
   int64_t die_after_pushes = 0;
 };
 

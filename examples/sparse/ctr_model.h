@@ -25,7 +25,7 @@ void BatchIds(const Samples& s, size_t begin, size_t end,
               std::vector<uint64_t>* ids);
 
 struct ModelRows {
-  const float* linear = nullptr;  // unique ids x 1
+  const float* linear = nullptr;   // unique ids x 1
   const float* factors = nullptr;  // unique ids x fm_dim; null: LR
   int fm_dim = 0;
 };

@@ -31,9 +31,9 @@ std::thread DieWatcher(const Options& options, const ps::SparseShard* shard,
   return std::thread([&options, shard, done] {
     while (!done->load()) {
       if (shard->pushes_applied() >= options.die_after_pushes) {
-        std::fprintf(stderr, "server %d: killing itself after %lld pushes (test)\n",
-                     ps::MyRank(),
-                     static_cast<long long>(shard->pushes_applied()));
+        std::fprintf(
+            stderr, "server %d: killing itself after %lld pushes (test)\n",
+            ps::MyRank(), static_cast<long long>(shard->pushes_applied()));
         std::fflush(stderr);
         std::raise(SIGKILL);
       }
@@ -67,9 +67,9 @@ int RunServer(const Options& options) {
 
   ps::SimpleApp stats(kStatsApp);
   stats.set_request_handle([&](const ps::SimpleData& req, ps::SimpleApp* app) {
-    app->Response(req, std::to_string(shard.rows(kLinearTable)) + " " +
-                           std::to_string(replica ? replica->rows(kLinearTable)
-                                                  : 0));
+    app->Response(
+        req, std::to_string(shard.rows(kLinearTable)) + " " +
+                 std::to_string(replica ? replica->rows(kLinearTable) : 0));
   });
 
   std::atomic<bool> done{false};
@@ -77,9 +77,9 @@ int RunServer(const Options& options) {
   const int last_point = options.epochs;
   const auto start = std::chrono::steady_clock::now();
   while (!shard.WaitSync(last_point, std::chrono::seconds(30))) {
-    const double waited = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (waited > options.server_wait_s) {
       done = true;
       if (watcher.joinable()) watcher.join();
@@ -94,18 +94,20 @@ int RunServer(const Options& options) {
   }
   done = true;
   if (watcher.joinable()) watcher.join();
-  std::printf("server %d done: %zu rows (%zu factor rows), %.1f MB, %lld "
-              "pushes applied, %lld bad requests\n",
-              rank, shard.rows(kLinearTable), shard.rows(kFactorTable),
-              shard.memory_bytes() / 1e6,
-              static_cast<long long>(shard.pushes_applied()),
-              static_cast<long long>(shard.bad_requests()));
+  std::printf(
+      "server %d done: %zu rows (%zu factor rows), %.1f MB, %lld "
+      "pushes applied, %lld bad requests\n",
+      rank, shard.rows(kLinearTable), shard.rows(kFactorTable),
+      shard.memory_bytes() / 1e6,
+      static_cast<long long>(shard.pushes_applied()),
+      static_cast<long long>(shard.bad_requests()));
   if (replica) {
-    std::printf("server %d replica of server %d done: %zu rows, %lld pushes "
-                "applied\n",
-                rank, ps::PrimaryOf(rank, ps::NumServers()),
-                replica->rows(kLinearTable),
-                static_cast<long long>(replica->pushes_applied()));
+    std::printf(
+        "server %d replica of server %d done: %zu rows, %lld pushes "
+        "applied\n",
+        rank, ps::PrimaryOf(rank, ps::NumServers()),
+        replica->rows(kLinearTable),
+        static_cast<long long>(replica->pushes_applied()));
   }
   std::fflush(stdout);
   // Worker 0 asks for the rows and evaluates meanwhile; the barrier of

@@ -34,7 +34,9 @@ double Seconds(Clock::time_point since) {
 class Source {
  public:
   Source(const Options& options, int rank, int workers)
-      : options_(options), rank_(rank), workers_(workers),
+      : options_(options),
+        rank_(rank),
+        workers_(workers),
         generator_(options.generator) {}
 
   // Rewinds to the epoch's first sample.
@@ -121,20 +123,18 @@ class Trainer {
     ModelRows rows{step->linear.data(),
                    options_.fm ? step->factors.data() : nullptr,
                    options_.fm ? options_.fm_dim : 0};
-    const double loss = Gradients(rows, step->batch.slot.data(),
-                                  step->samples.size(),
-                                  step->samples.labels.data(),
-                                  grad_linear.data(), grad_factors.data(),
-                                  unique);
+    const double loss =
+        Gradients(rows, step->batch.slot.data(), step->samples.size(),
+                  step->samples.labels.data(), grad_linear.data(),
+                  grad_factors.data(), unique);
     // At most two steps' pushes in flight; each keeps its keys and
     // gradients until answered.
     while (pushes_.size() >= 2 * (options_.fm ? 2 : 1)) WaitOnePush();
     pushes_.push_back({kv_.PushRows(kLinearTable, step->batch, grad_linear),
                        step->batch.keys, grad_linear});
     if (options_.fm) {
-      pushes_.push_back(
-          {kv_.PushRows(kFactorTable, step->batch, grad_factors),
-           step->batch.keys, grad_factors});
+      pushes_.push_back({kv_.PushRows(kFactorTable, step->batch, grad_factors),
+                         step->batch.keys, grad_factors});
     }
     return loss;
   }
@@ -210,9 +210,9 @@ Samples TestSet(const Options& options) {
   while (st.ok() && options.test_data.empty() &&
          reader.line() < options.data_lines) {
     skipped.clear();
-    st = reader.Read(std::min<uint64_t>(10000, options.data_lines -
-                                                   reader.line()),
-                     &skipped, &got);
+    st = reader.Read(
+        std::min<uint64_t>(10000, options.data_lines - reader.line()), &skipped,
+        &got);
     if (got == 0) break;
   }
   if (st.ok()) st = reader.Read(options.test_lines, &test, &got);
@@ -266,8 +266,7 @@ int RunWorker(const Options& options) {
   auto last_log = start;
   // This run's samples (the rate), and all since the job began.
   uint64_t samples = 0, interval_samples = 0;
-  uint64_t job_samples =
-      options.restore_epoch >= 0 ? LoadWorker(options) : 0;
+  uint64_t job_samples = options.restore_epoch >= 0 ? LoadWorker(options) : 0;
   double interval_loss = 0;
   const int first_epoch = std::max(options.restore_epoch, 0) + 1;
   for (int epoch = first_epoch; epoch <= options.epochs; ++epoch) {
@@ -283,11 +282,12 @@ int RunWorker(const Options& options) {
       interval_samples += cur->samples.size();
       std::swap(cur, next);
       if (Seconds(last_log) >= options.log_every_s) {
-        std::printf("epoch %d: %llu samples, %.0f samples/s, train logloss "
-                    "%.4f\n",
-                    epoch, static_cast<unsigned long long>(job_samples),
-                    interval_samples / Seconds(last_log),
-                    interval_loss / std::max<uint64_t>(1, interval_samples));
+        std::printf(
+            "epoch %d: %llu samples, %.0f samples/s, train logloss "
+            "%.4f\n",
+            epoch, static_cast<unsigned long long>(job_samples),
+            interval_samples / Seconds(last_log),
+            interval_loss / std::max<uint64_t>(1, interval_samples));
         std::fflush(stdout);
         last_log = Clock::now();
         interval_samples = 0;
@@ -313,7 +313,8 @@ int RunWorker(const Options& options) {
     double loss = 0, best_loss = 0;
     for (size_t i = 0; i < test.size(); ++i) {
       loss += LogLoss(logits[i], test.labels[i]);
-      if (!test.logit.empty()) best_loss += LogLoss(test.logit[i], test.labels[i]);
+      if (!test.logit.empty())
+        best_loss += LogLoss(test.logit[i], test.labels[i]);
     }
     const double n = std::max<double>(1, test.size());
     char ceiling[64] = "unknown: real data";
@@ -323,8 +324,8 @@ int RunWorker(const Options& options) {
     }
     // Every worker trains as many samples (generated), or about (--data).
     const uint64_t total = samples * static_cast<uint64_t>(workers);
-    std::printf("final: test AUC %.4f (ceiling %s) logloss %.4f", Auc(logits, test.labels),
-                ceiling, loss / n);
+    std::printf("final: test AUC %.4f (ceiling %s) logloss %.4f",
+                Auc(logits, test.labels), ceiling, loss / n);
     if (!test.logit.empty()) std::printf(" (ceiling %.4f)", best_loss / n);
     std::printf(", %llu samples in %.1f s (%.0f samples/s), keys %llu\n",
                 static_cast<unsigned long long>(total), train_s,

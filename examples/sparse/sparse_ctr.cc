@@ -19,7 +19,8 @@
 #include "ctr_job.h"
 #include "ps/ps.h"
 
-DEFINE_string(model, "lr", "lr (logistic regression) or fm (factorization "
+DEFINE_string(model, "lr",
+              "lr (logistic regression) or fm (factorization "
               "machine: lr plus pairwise factor interactions)");
 DEFINE_int32(fm_dim, 8, "fm: floats per id's factor row");
 DEFINE_string(optimizer, "ftrl", "ftrl, adagrad or sgd (the linear rows)");
@@ -37,22 +38,30 @@ DEFINE_uint64(test_samples, 100000,
               "test samples (generated; with --data and no --test_data, the "
               "data file's last this many lines)");
 DEFINE_uint64(seed, 1, "seed of the generated data and the model's rows");
-DEFINE_double(zipf, 1.05, "generated data: Zipf exponent of the categorical "
+DEFINE_double(zipf, 1.05,
+              "generated data: Zipf exponent of the categorical "
               "values");
-DEFINE_double(vocab_scale, 1.0, "generated data: multiplies Criteo's "
+DEFINE_double(vocab_scale, 1.0,
+              "generated data: multiplies Criteo's "
               "vocabulary of each categorical field");
-DEFINE_int32(head, 100, "generated data: most frequent values per "
+DEFINE_int32(head, 100,
+             "generated data: most frequent values per "
              "categorical field that have a non-zero planted weight");
-DEFINE_double(weight_scale, 0.5, "generated data: stddev of a planted "
+DEFINE_double(weight_scale, 0.5,
+              "generated data: stddev of a planted "
               "weight");
-DEFINE_string(data, "", "train on this Criteo text file (label<TAB>I1..I13"
+DEFINE_string(data, "",
+              "train on this Criteo text file (label<TAB>I1..I13"
               "<TAB>C1..C26) instead of generated data");
-DEFINE_string(test_data, "", "with --data: the test set's file (default: "
+DEFINE_string(test_data, "",
+              "with --data: the test set's file (default: "
               "--data's last --test_samples lines)");
 DEFINE_double(log_every_s, 5.0, "seconds between a worker's progress lines");
-DEFINE_double(server_wait_s, 3600, "servers give up (naming the sync point) "
+DEFINE_double(server_wait_s, 3600,
+              "servers give up (naming the sync point) "
               "when the workers did not finish within this");
-DEFINE_int32(replicas, -1, "1: every server's rows are also held by the "
+DEFINE_int32(replicas, -1,
+             "1: every server's rows are also held by the "
              "next server, which takes them over if it dies (PS_REPLICAS; "
              "-1: as the environment says)");
 DEFINE_string(checkpoint_dir, "",
@@ -61,7 +70,8 @@ DEFINE_string(checkpoint_dir, "",
 DEFINE_bool(restore, false,
             "resume after the newest complete checkpoint in "
             "--checkpoint_dir (same -s, -w, data and model flags)");
-DEFINE_string(die_node, "", "test: server:R kills itself after "
+DEFINE_string(die_node, "",
+              "test: server:R kills itself after "
               "--die_after_pushes pushes applied");
 DEFINE_int64(die_after_pushes, 0, "test: see --die_node");
 
@@ -107,8 +117,10 @@ std::vector<ps::SparseTableConfig> Tables() {
   }
   for (const auto& t : tables) {
     ps::Status st = t.Validate();
-    if (!st.ok()) Die(st.message() + " (from --lr, --l1, --l2, --ftrl_beta, "
-                      "--fm_dim, --fm_lr, --fm_init)");
+    if (!st.ok())
+      Die(st.message() +
+          " (from --lr, --l1, --l2, --ftrl_beta, "
+          "--fm_dim, --fm_lr, --fm_init)");
   }
   return tables;
 }
@@ -124,9 +136,8 @@ ctr::Options OptionsFromFlags() {
   CheckFlag(FLAGS_batch >= 1 && FLAGS_batch <= 1000000, "batch",
             "must be in [1, 1000000]");
   CheckFlag(FLAGS_samples >= 1, "samples", "must be >= 1");
-  CheckFlag(FLAGS_epochs >= 1 && FLAGS_epochs <= ps::kMaxSparsePoint,
-            "epochs", "must be in [1, " +
-                          std::to_string(ps::kMaxSparsePoint) + "]");
+  CheckFlag(FLAGS_epochs >= 1 && FLAGS_epochs <= ps::kMaxSparsePoint, "epochs",
+            "must be in [1, " + std::to_string(ps::kMaxSparsePoint) + "]");
   CheckFlag(FLAGS_test_samples >= 1 && FLAGS_test_samples <= 100000000,
             "test_samples", "must be in [1, 100000000]");
   CheckFlag(FLAGS_zipf >= 0.5 && FLAGS_zipf <= 3, "zipf",
@@ -134,8 +145,8 @@ ctr::Options OptionsFromFlags() {
   CheckFlag(FLAGS_vocab_scale > 0 && FLAGS_vocab_scale <= 100, "vocab_scale",
             "must be in (0, 100]");
   CheckFlag(FLAGS_head >= 0, "head", "must be >= 0");
-  CheckFlag(FLAGS_weight_scale >= 0 && FLAGS_weight_scale <= 10,
-            "weight_scale", "must be in [0, 10]");
+  CheckFlag(FLAGS_weight_scale >= 0 && FLAGS_weight_scale <= 10, "weight_scale",
+            "must be in [0, 10]");
   CheckFlag(FLAGS_log_every_s > 0, "log_every_s", "must be > 0");
   CheckFlag(FLAGS_server_wait_s > 0, "server_wait_s", "must be > 0");
   CheckFlag(FLAGS_replicas >= -1 && FLAGS_replicas <= 1, "replicas",

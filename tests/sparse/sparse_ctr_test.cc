@@ -90,9 +90,9 @@ std::string WriteCriteo(const std::string& name, int lines, int bad = 0,
         f << bad_text;
       } else if (k == 0 || u(rng) > 0.1) {
         char hex[16];
-        std::snprintf(hex, sizeof(hex), "%08x",
-                      k == 0 ? c1 * 2654435761u
-                             : static_cast<unsigned>(u(rng) * 5000));
+        std::snprintf(
+            hex, sizeof(hex), "%08x",
+            k == 0 ? c1 * 2654435761u : static_cast<unsigned>(u(rng) * 5000));
         f << hex;
       }
     }
@@ -140,9 +140,10 @@ TEST(SparseCtr, KilledServerWithReplicaCostsNothing) {
   const std::string flags = "--samples 150000";
   Result clean = Launch(2, 2, flags);
   ASSERT_EQ(clean.rc, 0) << clean.out;
-  Result r = Launch(2, 2, flags +
-                              " --replicas 1 --die_node server:1 "
-                              "--die_after_pushes 100");
+  Result r = Launch(2, 2,
+                    flags +
+                        " --replicas 1 --die_node server:1 "
+                        "--die_after_pushes 100");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("server 1: killing itself after"), std::string::npos)
       << r.out;
@@ -236,7 +237,8 @@ TEST(SparseCtr, MissingFileAndBadFlagsAreNamedWithTheirValue) {
     Result b = Shell(bin + " " + c.flags);
     EXPECT_EQ(b.rc, 1) << c.flags << "\n" << b.out;
     EXPECT_NE(b.out.find("sparse_ctr: " + c.message), std::string::npos)
-        << c.flags << "\n" << b.out;
+        << c.flags << "\n"
+        << b.out;
   }
 }
 
