@@ -6,8 +6,10 @@
 // ids and pushing the summed gradients; after each epoch every worker
 // reaches sync point `epoch` (SparseWorker::Sync), so after the last every
 // push is applied. Worker 0 then asks each server for the rows it holds
-// (kStatsApp) and evaluates on the test set. Servers wait for the last sync
-// point (bounded by --server_wait_s), answer worker 0, and finalize.
+// (kStatsApp), evaluates on the test set and tells the scheduler (kEndApp).
+// Servers wait for the last sync point and the scheduler for worker 0's
+// word (both bounded by --server_wait_s) before they finalize, so no
+// barrier waits while the workers train.
 #ifndef PS_EXAMPLES_SPARSE_CTR_JOB_H_
 #define PS_EXAMPLES_SPARSE_CTR_JOB_H_
 
@@ -24,6 +26,10 @@ namespace ctr {
 // is "OWN REPLICA": the rows of the server's own shard (table 0) and of its
 // replica shard (0 without replicas).
 constexpr int kStatsApp = 1;
+// SimpleApp id of worker 0's word to the scheduler that it evaluated: the
+// scheduler waits for it before its Finalize barrier, whose timeout
+// (PS_BARRIER_TIMEOUT_MS) would otherwise run from the job's start.
+constexpr int kEndApp = 2;
 constexpr int kLinearTable = 0;
 constexpr int kFactorTable = 1;
 
@@ -53,6 +59,7 @@ struct Options {
 
 int RunWorker(const Options& options);
 int RunServer(const Options& options);
+int RunScheduler(const Options& options);
 
 }  // namespace ctr
 

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -112,6 +114,32 @@ int RunServer(const Options& options) {
   std::fflush(stdout);
   // Worker 0 asks for the rows and evaluates meanwhile; the barrier of
   // Finalize waits for it.
+  ps::Finalize(0, true);
+  return 0;
+}
+
+int RunScheduler(const Options& options) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  ps::SimpleApp end(kEndApp);
+  end.set_request_handle([&](const ps::SimpleData& req, ps::SimpleApp* app) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ended = true;
+    }
+    cv.notify_all();
+    app->Response(req);
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::duration<double>(options.server_wait_s),
+                     [&] { return ended; })) {
+      Die("scheduler: worker 0 did not report the job's end within "
+          "--server_wait_s " +
+          std::to_string(options.server_wait_s));
+    }
+  }
   ps::Finalize(0, true);
   return 0;
 }

@@ -332,6 +332,10 @@ int RunWorker(const Options& options) {
                 total / train_s, static_cast<unsigned long long>(keys));
     std::fflush(stdout);
   }
+  if (rank == 0) {
+    ps::SimpleApp end(kEndApp);
+    end.Wait(end.Request(0, "", ps::kScheduler));
+  }
   ps::Finalize(0, true);
   return 0;
 }

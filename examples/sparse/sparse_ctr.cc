@@ -251,6 +251,5 @@ int main(int argc, char* argv[]) {
   ps::Start(0, argv[0]);
   if (ps::IsServer()) return ctr::RunServer(options);
   if (ps::IsWorker()) return ctr::RunWorker(options);
-  ps::Finalize(0, true);
-  return 0;
+  return ctr::RunScheduler(options);
 }
