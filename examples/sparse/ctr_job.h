@@ -6,10 +6,10 @@
 // ids and pushing the summed gradients; after each epoch every worker
 // reaches sync point `epoch` (SparseWorker::Sync), so after the last every
 // push is applied. Worker 0 then asks each server for the rows it holds
-// (kStatsApp), evaluates on the test set and tells the scheduler (kEndApp).
-// Servers wait for the last sync point and the scheduler for worker 0's
-// word (both bounded by --server_wait_s) before they finalize, so no
-// barrier waits while the workers train.
+// (kStatsApp), evaluates on the test set and tells every node (EndWord).
+// Servers wait for the last sync point, and every node for worker 0's word
+// (bounded by --server_wait_s), before they finalize, so no barrier waits
+// while the workers train or worker 0 evaluates.
 #ifndef PS_EXAMPLES_SPARSE_CTR_JOB_H_
 #define PS_EXAMPLES_SPARSE_CTR_JOB_H_
 
@@ -26,9 +26,7 @@ namespace ctr {
 // is "OWN REPLICA": the rows of the server's own shard (table 0) and of its
 // replica shard (0 without replicas).
 constexpr int kStatsApp = 1;
-// SimpleApp id of worker 0's word to the scheduler that it evaluated: the
-// scheduler waits for it before its Finalize barrier, whose timeout
-// (PS_BARRIER_TIMEOUT_MS) would otherwise run from the job's start.
+// SimpleApp id of worker 0's word that the job is over (ctr_end.h).
 constexpr int kEndApp = 2;
 constexpr int kLinearTable = 0;
 constexpr int kFactorTable = 1;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ctr_checkpoint.h"
+#include "ctr_end.h"
 #include "ctr_job.h"
 #include "ps/ps.h"
 
@@ -65,6 +66,7 @@ int RunServer(const Options& options) {
   }
   ps::SparseShard shard(&server, options.tables, shard_options,
                         ServerSnapshot(options, rank));
+  EndWord end;
   if (options.restore_epoch >= 0) LoadServer(options, rank, &shard);
 
   ps::SimpleApp stats(kStatsApp);
@@ -112,33 +114,22 @@ int RunServer(const Options& options) {
         static_cast<long long>(replica->pushes_applied()));
   }
   std::fflush(stdout);
-  // Worker 0 asks for the rows and evaluates meanwhile; the barrier of
-  // Finalize waits for it.
+  // Worker 0 asks for the rows and evaluates meanwhile.
+  if (!end.Wait(options.server_wait_s)) {
+    Die("server " + std::to_string(rank) +
+        ": worker 0 did not report the job's end within --server_wait_s " +
+        std::to_string(options.server_wait_s));
+  }
   ps::Finalize(0, true);
   return 0;
 }
 
 int RunScheduler(const Options& options) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool ended = false;
-  ps::SimpleApp end(kEndApp);
-  end.set_request_handle([&](const ps::SimpleData& req, ps::SimpleApp* app) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ended = true;
-    }
-    cv.notify_all();
-    app->Response(req);
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::duration<double>(options.server_wait_s),
-                     [&] { return ended; })) {
-      Die("scheduler: worker 0 did not report the job's end within "
-          "--server_wait_s " +
-          std::to_string(options.server_wait_s));
-    }
+  EndWord end;
+  if (!end.Wait(options.server_wait_s)) {
+    Die("scheduler: worker 0 did not report the job's end within "
+        "--server_wait_s " +
+        std::to_string(options.server_wait_s));
   }
   ps::Finalize(0, true);
   return 0;

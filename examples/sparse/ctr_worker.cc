@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "ctr_checkpoint.h"
+#include "ctr_end.h"
 #include "ctr_job.h"
 #include "ctr_model.h"
 #include "ps/ps.h"
@@ -260,6 +261,7 @@ uint64_t ServerRows() {
 int RunWorker(const Options& options) {
   const int rank = ps::MyRank(), workers = ps::NumWorkers();
   Trainer trainer(options);
+  EndWord end;
   Source source(options, rank, workers);
   Step steps[2];
   const auto start = Clock::now();
@@ -333,8 +335,11 @@ int RunWorker(const Options& options) {
     std::fflush(stdout);
   }
   if (rank == 0) {
-    ps::SimpleApp end(kEndApp);
-    end.Wait(end.Request(0, "", ps::kScheduler));
+    end.Announce();
+  } else if (!end.Wait(options.server_wait_s)) {
+    Die("worker " + std::to_string(rank) +
+        ": worker 0 did not report the job's end within --server_wait_s " +
+        std::to_string(options.server_wait_s));
   }
   ps::Finalize(0, true);
   return 0;

@@ -103,7 +103,8 @@ std::string WriteCriteo(const std::string& name, int lines, int bad = 0,
 
 // The default shape at 300,000 samples per worker (a sixth of the default
 // run): within kMargin of the ceiling and over a million rows. Training
-// lasts longer than PS_BARRIER_TIMEOUT_MS: no barrier spans it.
+// lasts longer than PS_BARRIER_TIMEOUT_MS: no barrier spans it (nor the
+// evaluation).
 TEST(SparseCtr, ShortJobReachesTheCeilingWithAMillionRows) {
   Result r =
       Launch(2, 2, "--samples 300000", "--env PS_BARRIER_TIMEOUT_MS=2000");
