@@ -76,6 +76,12 @@ int RunServer(const Options& options) {
                  std::to_string(replica ? replica->rows(kLinearTable) : 0));
   });
 
+  // A restored shard must hold its rows before the first request: the
+  // workers wait for this barrier before they pull.
+  if (options.restore_epoch >= 0) {
+    ps::Barrier(0, ps::kServerGroup | ps::kWorkerGroup);
+  }
+
   std::atomic<bool> done{false};
   std::thread watcher = DieWatcher(options, &shard, &done);
   const int last_point = options.epochs;

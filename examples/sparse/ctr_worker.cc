@@ -268,7 +268,12 @@ int RunWorker(const Options& options) {
   auto last_log = start;
   // This run's samples (the rate), and all since the job began.
   uint64_t samples = 0, interval_samples = 0;
-  uint64_t job_samples = options.restore_epoch >= 0 ? LoadWorker(options) : 0;
+  uint64_t job_samples = 0;
+  if (options.restore_epoch >= 0) {
+    job_samples = LoadWorker(options);
+    // The servers loaded their rows (ctr_server.cc).
+    ps::Barrier(0, ps::kServerGroup | ps::kWorkerGroup);
+  }
   double interval_loss = 0;
   const int first_epoch = std::max(options.restore_epoch, 0) + 1;
   for (int epoch = first_epoch; epoch <= options.epochs; ++epoch) {
