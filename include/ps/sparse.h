@@ -5,11 +5,14 @@
 // and each server applies an optimizer to the rows it holds, row by row.
 //
 // Rows: a table (SparseTableConfig) has an id, a width and an initializer.
-// A row is made on first touch (a pull or a push of its id) with values
-// that are a pure function of (seed, table, id), so every server, replica
-// and restored shard makes the same row. Ids are spread over the servers by
-// SparseKeyOf, a bijection of the 64-bit ids (no two ids share a key), so
-// consecutive or skewed ids still balance over the servers' even key ranges.
+// A row is made on its id's first push, with initial values that are a pure
+// function of (seed, table, id), so every server, replica and restored
+// shard makes the same row; a pull of an id not held yet returns those
+// values without making the row (reading unseen ids costs no memory, and a
+// replica, which gets the pushes only, holds exactly its primary's rows). Ids
+// are spread over the servers by SparseKeyOf, a bijection of the 64-bit ids (no
+// two ids share a key), so consecutive or skewed ids still balance over the
+// servers' even key ranges.
 //
 // Optimizers, per row and lazily (a row untouched by a push is not
 // updated; no step decays it):

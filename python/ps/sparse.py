@@ -2,7 +2,8 @@
 64-bit id, held by the servers (ps/sparse.h, docs/python.md "Sparse tables").
 
 A table (``TableConfig``) has an id, a width, an initializer (a row is made
-on first touch, its values a pure function of (seed, table, id)) and the
+on its id's first push, its values a pure function of (seed, table, id); a
+pull of an id not held yet returns those values without making the row) and the
 servers' optimizer (sgd, adagrad or ftrl), applied row by row to each push
 as it arrives. Servers run ``serve_sparse(tables, until_point)`` (or
 ``SparseServer``); workers a ``SparseWorker``, and in a torch model

@@ -289,10 +289,7 @@ class SparseShard::Impl {
     res->keys = data.keys;
     res->vals.resize(n * w);
     float* out = res->vals.data();
-    for (size_t i = 0; i < n; ++i) {
-      std::memcpy(out + i * w, table.FindOrMake(data.keys[i]),
-                  w * sizeof(float));
-    }
+    for (size_t i = 0; i < n; ++i) table.Read(data.keys[i], out + i * w);
     return Status::OK();
   }
 

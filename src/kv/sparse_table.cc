@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace ps {
@@ -125,6 +126,18 @@ float* SparseTable::FindOrMake(Key key) {
 const float* SparseTable::Find(Key key) const {
   auto it = index_->rows.find(key);
   return it == index_->rows.end() ? nullptr : RowAt(it->second);
+}
+
+void SparseTable::Read(Key key, float* out) const {
+  if (const float* row = Find(key)) {
+    std::memcpy(out, row, width_ * sizeof(float));
+  } else if (config_.init == SparseInit::kZero) {
+    std::memset(out, 0, width_ * sizeof(float));
+  } else {
+    std::vector<float> fresh(stride_);
+    Init(key, fresh.data());
+    std::memcpy(out, fresh.data(), width_ * sizeof(float));
+  }
 }
 
 void SparseTable::Apply(float* row, const float* g) const {

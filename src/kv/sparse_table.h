@@ -45,6 +45,9 @@ class SparseTable {
   float* FindOrMake(Key key);
   // The row of `key`, or null when not held.
   const float* Find(Key key) const;
+  // The values (width floats) of `key`'s row into out: the row's when held,
+  // else those it will be made with (the row is not made).
+  void Read(Key key, float* out) const;
 
   // One optimizer step of a row with gradient g (width floats).
   void Apply(float* row, const float* g) const;

@@ -307,8 +307,9 @@ TEST(Sparse, RowsComeInTheCallersOrderAndPushesSumExactly) {
     }
   }
 
-  // Table 1 was never pushed: its rows are the initializer's, the same on
-  // every worker, and the same as a table made here.
+  // Table 1 was never pushed: its rows are the initializer's (not made on
+  // the servers), the same on every worker, and the same as a table made
+  // here.
   std::vector<float> a(ids.size() * 3), b(ids.size() * 3);
   ASSERT_TRUE(job.workers[0]->Pull(1, ids.data(), ids.size(), a.data()).ok());
   ASSERT_TRUE(job.workers[1]->Pull(1, ids.data(), ids.size(), b.data()).ok());
@@ -318,8 +319,9 @@ TEST(Sparse, RowsComeInTheCallersOrderAndPushesSumExactly) {
     const float* row = local.FindOrMake(SparseKeyOf(ids[i]));
     for (int j = 0; j < 3; ++j) EXPECT_EQ(a[i * 3 + j], row[j]);
   }
-  // 5 distinct ids over both servers, in each table.
+  // 5 distinct ids pushed over both servers; pulls make no rows.
   EXPECT_EQ(job.ShardOf(0)->rows(0) + job.ShardOf(1)->rows(0), 5u);
+  EXPECT_EQ(job.ShardOf(0)->rows(1) + job.ShardOf(1)->rows(1), 0u);
   EXPECT_GT(job.ShardOf(0)->memory_bytes(), 0u);
   EXPECT_TRUE(job.cluster.Finalize());
 }
