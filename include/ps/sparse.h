@@ -82,6 +82,7 @@ enum class SparseInit { kZero, kUniform, kNormal };
 StatusOr<SparseOptimizer> ParseSparseOptimizer(const std::string& name);
 StatusOr<SparseInit> ParseSparseInit(const std::string& name);
 const char* SparseOptimizerName(SparseOptimizer o);
+const char* SparseInitName(SparseInit init);
 
 constexpr int kMaxSparseTables = 256;  // table ids [0, 256)
 constexpr int kMaxSparseWidth = 1 << 16;

@@ -35,18 +35,6 @@ namespace python {
 
 namespace {
 
-const char* InitName(SparseInit init) {
-  switch (init) {
-    case SparseInit::kZero:
-      return "zero";
-    case SparseInit::kUniform:
-      return "uniform";
-    case SparseInit::kNormal:
-      return "normal";
-  }
-  return "?";
-}
-
 // ValueError naming the field and value of a bad config, or two tables of
 // one id.
 void CheckTables(const std::vector<SparseTableConfig>& tables,
@@ -394,7 +382,7 @@ void BindSparse(py::module_& m) {
       .def_readonly("id", &C::id)
       .def_readonly("width", &C::width)
       .def_property_readonly("init",
-                             [](const C& c) { return InitName(c.init); })
+                             [](const C& c) { return SparseInitName(c.init); })
       .def_readonly("init_scale", &C::init_scale)
       .def_readonly("seed", &C::seed)
       .def_property_readonly(
@@ -410,7 +398,7 @@ void BindSparse(py::module_& m) {
       .def("__repr__", [](const C& c) {
         return "SparseTableConfig(id=" + std::to_string(c.id) +
                ", width=" + std::to_string(c.width) + ", init='" +
-               InitName(c.init) + "', optimizer='" +
+               SparseInitName(c.init) + "', optimizer='" +
                SparseOptimizerName(c.optimizer) +
                "', lr=" + std::to_string(c.lr) + ")";
       });

@@ -61,6 +61,18 @@ const char* SparseOptimizerName(SparseOptimizer o) {
   return "unknown";
 }
 
+const char* SparseInitName(SparseInit init) {
+  switch (init) {
+    case SparseInit::kZero:
+      return "zero";
+    case SparseInit::kUniform:
+      return "uniform";
+    case SparseInit::kNormal:
+      return "normal";
+  }
+  return "unknown";
+}
+
 int SparseTableConfig::state_per_float() const {
   switch (optimizer) {
     case SparseOptimizer::kSgd:
