@@ -147,6 +147,8 @@ def auc(scores, labels):
     ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # 1-based
     pos = labels == 1
     n_pos, n_neg = pos.sum(), (~pos).sum()
+    if n_pos == 0 or n_neg == 0:
+        return 0.5  # one class: no pair to rank
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) /
                  (n_pos * n_neg))
 

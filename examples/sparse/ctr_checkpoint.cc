@@ -25,7 +25,9 @@ ps::Checkpointer CheckpointerOf(const Options& o) {
   job.num_workers = ps::NumWorkers();
   job.model_floats = kMaxStateFloats;
   job.chunk = 0;
-  for (const auto& t : o.tables) job.chunk = job.chunk * 1000 + t.width;
+  for (const auto& t : o.tables) {
+    job.chunk = job.chunk * (ps::kMaxSparseWidth + 1) + t.width;
+  }
   return ps::Checkpointer(job);
 }
 

@@ -93,6 +93,9 @@ double LogLoss(float logit, float label) {
 
 double Auc(const std::vector<float>& scores, const std::vector<float>& labels) {
   const size_t n = scores.size();
+  for (float s : scores) {
+    if (std::isnan(s)) return std::nan("");  // no order to rank by
+  }
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),

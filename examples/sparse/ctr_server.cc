@@ -52,6 +52,7 @@ int RunServer(const Options& options) {
   ps::KVServer<float> server(0);
   ps::SparseShardOptions shard_options;
   shard_options.num_workers = ps::NumWorkers();
+  shard_options.max_pull_bytes = ps::DefaultNode()->config().max_message_bytes;
   std::unique_ptr<ps::SparseShard> replica;
   if (ps::DefaultNode()->config().replicas > 0) {
     ps::SparseShardOptions replica_options = shard_options;
@@ -96,11 +97,12 @@ int RunServer(const Options& options) {
       Die("server " + std::to_string(rank) + ": the workers did not reach " +
           "sync point " + std::to_string(last_point) + " (the end of epoch " +
           std::to_string(options.epochs) + ") within --server_wait_s " +
-          std::to_string(options.server_wait_s));
+          std::to_string(options.server_wait_s) + ": " +
+          shard.SyncWaitingFor());
     }
     LOG(INFO) << "server " << rank << ": " << shard.pushes_applied()
-              << " pushes applied, " << shard.rows(kLinearTable)
-              << " rows; waiting for the workers' sync point " << last_point;
+              << " pushes applied, " << shard.rows(kLinearTable) << " rows; "
+              << shard.SyncWaitingFor();
   }
   done = true;
   if (watcher.joinable()) watcher.join();

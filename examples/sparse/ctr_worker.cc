@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -329,10 +330,19 @@ int RunWorker(const Options& options) {
       std::snprintf(ceiling, sizeof(ceiling), "%.4f",
                     Auc(test.logit, test.labels));
     }
+    const double auc = Auc(logits, test.labels);
+    if (std::isnan(auc)) {
+      const size_t bad = static_cast<size_t>(
+          std::count_if(logits.begin(), logits.end(),
+                        [](float z) { return !std::isfinite(z); }));
+      Die("worker 0: " + std::to_string(bad) + " of " +
+          std::to_string(logits.size()) +
+          " test logits are not finite: the model diverged (lower --lr)");
+    }
     // Every worker trains as many samples (generated), or about (--data).
     const uint64_t total = samples * static_cast<uint64_t>(workers);
-    std::printf("final: test AUC %.4f (ceiling %s) logloss %.4f",
-                Auc(logits, test.labels), ceiling, loss / n);
+    std::printf("final: test AUC %.4f (ceiling %s) logloss %.4f", auc, ceiling,
+                loss / n);
     if (!test.logit.empty()) std::printf(" (ceiling %.4f)", best_loss / n);
     std::printf(", %llu samples in %.1f s (%.0f samples/s), keys %llu\n",
                 static_cast<unsigned long long>(total), train_s,

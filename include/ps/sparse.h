@@ -37,10 +37,12 @@
 // answered once applied. kSync (a push of any one key to every server)
 // is a sync point: see SparseWorker::Sync.
 //
-// Refusals: an unknown table, values that are not n * width floats, a
-// non-finite gradient (unless allow_non_finite) or a bad cmd are answered
-// with an InvalidArgument naming the table and the value; nothing of the
-// request is applied.
+// Refusals: an unknown table, a width other than the table's, values that
+// are not n * width floats, a non-finite gradient (unless
+// allow_non_finite), a pull whose answer would pass max_pull_bytes or a bad
+// cmd are answered with an InvalidArgument naming the table and the value,
+// and a push that would make more rows than the table can hold (or memory
+// allows) with Aborted; nothing of the request is applied.
 //
 // Checkpoints and replicas, as a DenseShard has them: Save and Load give
 // and take a shard's whole state (every row with its optimizer state); a
@@ -64,6 +66,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -113,12 +117,14 @@ Key SparseKeyOf(uint64_t id);
 
 enum class SparseOp { kRows = 0, kSync = 1 };
 constexpr int kMaxSparsePoint = (1 << 20) - 1;
-// bits 0..19 sync point, 20..27 table, 28..30 op. CHECKs the ranges.
-int EncodeSparseCmd(SparseOp op, int table, int point = 0);
+// bits 0..19 the argument, 20..27 table, 28..30 op. The argument of kSync
+// is the sync point; of kRows, the row width the worker expects (the
+// server refuses a request whose table has another). CHECKs the ranges.
+int EncodeSparseCmd(SparseOp op, int table, int arg = 0);
 struct SparseCmd {
   SparseOp op = SparseOp::kRows;
   int table = 0;
-  int point = 0;
+  int arg = 0;  // kSync: the point; kRows: the width
 };
 StatusOr<SparseCmd> DecodeSparseCmd(int cmd);
 
@@ -150,7 +156,7 @@ class SparseWorker {
   // Gradients of the batch's unique ids (batch.size() * width floats, in
   // key order); `grads` is sent as it is (keep it until Wait returns).
   int PushRows(int table, const SparseBatch& batch, const SArray<float>& grads);
-  Status Wait(int timestamp) { return kv_.Wait(timestamp); }
+  Status Wait(int timestamp);
 
   // Blocking forms over raw ids: Pull writes ids[i]'s row to out[i * width]
   // (duplicates and order as given); Push sums the gradients of duplicate
@@ -158,10 +164,11 @@ class SparseWorker {
   Status Pull(int table, const uint64_t* ids, size_t n, float* out);
   Status Push(int table, const uint64_t* ids, size_t n, const float* grads);
 
-  // A sync point: returns once every live worker called Sync(point) and
-  // every server answered, so every push made before it by any worker is
-  // applied; the servers snapshot there (SparseShard's callback). Points
-  // increase per job.
+  // A sync point: waits for this worker's pushes still in flight, then
+  // returns once every live worker called Sync(point) and every server
+  // answered, so every push made before it by any worker is applied; the
+  // servers snapshot there (SparseShard's callback). Points increase per
+  // job.
   Status Sync(int point);
 
   int width(int table) const;
@@ -170,10 +177,15 @@ class SparseWorker {
   KVWorker<float> kv_;
   std::vector<int> widths_;  // by table id; 0: unknown
   int num_servers_;
+  std::mutex mu_;
+  std::set<int> pushes_;  // PushRows not yet waited for (Sync waits them)
 };
 
 struct SparseShardOptions {
   int num_workers = 1;  // workers that take part in sync points
+  // A pull whose answer would be larger is refused (set it to the node's
+  // PS_MAX_MESSAGE_BYTES, Config::max_message_bytes, which it defaults to).
+  int64_t max_pull_bytes = int64_t{1} << 30;
   // This shard holds the rows of the server this one is the replica of
   // (PrimaryOf its rank, PS_REPLICAS=1); make it before the server's own.
   bool replica = false;
@@ -217,6 +229,9 @@ class SparseShard {
   int64_t bad_requests() const;
   // Blocks until sync point `point` completed on this shard or `timeout`.
   bool WaitSync(int point, std::chrono::milliseconds timeout) const;
+  // Who the oldest sync point still waits for ("sync point 3: waiting for
+  // worker 1, worker 2"; "" when none waits), e.g. for a timeout's message.
+  std::string SyncWaitingFor() const;
 
  private:
   class Impl;  // src/kv/sparse_shard.cc

@@ -303,6 +303,8 @@ class SparseServer:
     def wait_sync(self, point: int, timeout_s: float) -> bool:
         """ValueError: point outside [0, MAX_SPARSE_POINT], timeout_s
         negative or NaN."""
+    def waiting_for(self) -> str:
+        """Who the oldest sync point still waits for ("" when none)."""
     def rows(self, table: int) -> int: ...
     def replica_rows(self, table: int) -> Optional[int]: ...
     @property

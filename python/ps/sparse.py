@@ -145,24 +145,29 @@ class SparseServer:
     def wait(self, point: int, timeout_s: Optional[float] = None,
              failure_grace_s: float = 30.0) -> None:
         """Blocks until sync point `point` completed here (every live
-        worker reached it). Raises ps.Error when timeout_s passed first, or
-        failure_grace_s after this node learned of a peer's failure (a
-        dead worker is left out of sync points; a dead server without a
-        replica stops the workers short of it)."""
+        worker reached it). Raises ps.Error, naming the workers still
+        missing, when timeout_s passed first, or when a peer has failed and
+        for failure_grace_s no worker reached a sync point and no push was
+        applied here (a dead worker is
+        left out of sync points and the others go on; a dead server
+        without a replica stops the workers short of it)."""
         start = time.monotonic()
-        failed_at = None
+        last, last_change = None, start
         while not self._server.wait_sync(point, 1.0):
             now = time.monotonic()
+            waiting = self._server.waiting_for()
+            progress = (waiting, self._server.pushes_applied)
+            if progress != last:
+                last, last_change = progress, now
             if timeout_s is not None and now - start >= timeout_s:
                 raise _ps.Error(f"server {_ps.rank()}: sync point {point} not "
-                                f"reached after {timeout_s} s")
+                                f"reached after {timeout_s} s: {waiting}")
             failure = _ps.peer_failure()
-            if failure is not None:
-                failed_at = failed_at if failed_at is not None else now
-                if now - failed_at >= failure_grace_s:
-                    raise _ps.Error(f"server {_ps.rank()}: sync point {point} "
-                                    f"not reached {failure_grace_s} s after "
-                                    f"a peer failed: {failure}")
+            if failure is not None and now - last_change >= failure_grace_s:
+                raise _ps.Error(f"server {_ps.rank()}: sync point {point} "
+                                f"not reached; no progress for "
+                                f"{failure_grace_s} s after a peer failed "
+                                f"({failure}): {waiting}")
 
     def stats(self) -> Dict[str, object]:
         """rows (per table, this server's own), replica_rows (per table,

@@ -275,6 +275,7 @@ class PySparseServer {
     SparseShardOptions options;
     options.num_workers = num_workers > 0 ? num_workers : node->num_workers();
     options.allow_non_finite = allow_non_finite;
+    options.max_pull_bytes = node->config().max_message_bytes;
     claim_ = std::make_unique<CustomerClaim>(true, app_id, -1);
     server_ = std::make_unique<KVServer<float>>(node, app_id);
     if (node->config().replicas > 0) {  // made first (sparse.h)
@@ -290,6 +291,12 @@ class PySparseServer {
     shard_.reset();
     replica_.reset();
     server_.reset();
+  }
+
+  // Who this server's oldest sync point waits for ("" when none waits).
+  std::string WaitingFor() const {
+    py::gil_scoped_release release;
+    return shard_->SyncWaitingFor();
   }
 
   bool WaitSync(int point, double timeout_s) const {
@@ -442,6 +449,7 @@ void BindSparse(py::module_& m) {
            py::arg("allow_non_finite") = false)
       .def("wait_sync", &PySparseServer::WaitSync, py::arg("point"),
            py::arg("timeout_s"))
+      .def("waiting_for", &PySparseServer::WaitingFor)
       .def(
           "rows",
           [](const PySparseServer& s, int table) {

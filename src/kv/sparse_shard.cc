@@ -128,10 +128,10 @@ constexpr int kOpShift = kPointBits + kTableBits;
 constexpr int kNumOps = 2;
 }  // namespace
 
-int EncodeSparseCmd(SparseOp op, int table, int point) {
+int EncodeSparseCmd(SparseOp op, int table, int arg) {
   CHECK(table >= 0 && table < kMaxSparseTables) << "table " << table;
-  CHECK(point >= 0 && point <= kMaxSparsePoint) << "point " << point;
-  return (static_cast<int>(op) << kOpShift) | (table << kPointBits) | point;
+  CHECK(arg >= 0 && arg <= kMaxSparsePoint) << "argument " << arg;
+  return (static_cast<int>(op) << kOpShift) | (table << kPointBits) | arg;
 }
 
 StatusOr<SparseCmd> DecodeSparseCmd(int cmd) {
@@ -143,7 +143,7 @@ StatusOr<SparseCmd> DecodeSparseCmd(int cmd) {
   SparseCmd c;
   c.op = static_cast<SparseOp>(op);
   c.table = (cmd >> kPointBits) & (kMaxSparseTables - 1);
-  c.point = cmd & kMaxSparsePoint;
+  c.arg = cmd & kMaxSparsePoint;
   return c;
 }
 
@@ -236,6 +236,20 @@ class SparseShard::Impl {
     return true;
   }
 
+  std::string SyncWaitingFor() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (syncs_.empty()) return "";
+    const auto& [point, sp] = *syncs_.begin();
+    std::string missing;
+    for (int rank = 0; rank < options_.num_workers; ++rank) {
+      const int id = WorkerRankToId(rank);
+      if (sp.arrived.count(id) || dead_.count(id)) continue;
+      missing += (missing.empty() ? "" : ", ") + DescribeId(id);
+    }
+    return "sync point " + std::to_string(point) + ": waiting for " +
+           (missing.empty() ? std::string("nobody") : missing);
+  }
+
   int64_t pushes_applied() const { return pushes_applied_.load(); }
   int64_t bad_requests() const { return bad_requests_.load(); }
 
@@ -265,7 +279,7 @@ class SparseShard::Impl {
       if (!meta.push || meta.pull) {
         return Refuse(meta, Status::InvalidArgument("a sync point is a push"));
       }
-      return OnSync(meta, cmd->point);
+      return OnSync(meta, cmd->arg);
     }
     if (meta.push && meta.pull) {
       return Refuse(meta, Status::InvalidArgument(
@@ -289,14 +303,46 @@ class SparseShard::Impl {
     }
     SparseTable& table = *it->second;
     const size_t n = data.keys.size(), w = table.width();
+    if (cmd.arg != 0 && static_cast<size_t>(cmd.arg) != w) {
+      return Status::InvalidArgument(
+          "sparse table " + std::to_string(cmd.table) +
+          ": the worker's rows "
+          "are " +
+          std::to_string(cmd.arg) + " floats wide, this server's " +
+          std::to_string(w));
+    }
     if (meta.push) {
       PS_RETURN_IF_ERROR(CheckPush(cmd.table, table, data));
-      const float* g = data.vals.data();
+      // Every row first (made when new), so that a full table refuses the
+      // push before any row is updated.
+      std::vector<float*> rows(n);
       for (size_t i = 0; i < n; ++i) {
-        table.Apply(table.FindOrMake(data.keys[i]), g + i * w);
+        rows[i] = table.FindOrMake(data.keys[i]);
+        if (rows[i] == nullptr) {
+          return Status::Aborted(
+              "sparse table " + std::to_string(cmd.table) + " holds " +
+              std::to_string(table.size()) +
+              " rows and can make no more (full or out of memory)");
+        }
       }
+      const float* g = data.vals.data();
+      for (size_t i = 0; i < n; ++i) table.Apply(rows[i], g + i * w);
       ++pushes_applied_;
       return Status::OK();
+    }
+    if (!data.vals.empty() || !data.lens.empty()) {
+      return Status::InvalidArgument("sparse table " +
+                                     std::to_string(cmd.table) +
+                                     ": a pull carries no values");
+    }
+    if (n * w * sizeof(float) >
+        static_cast<uint64_t>(options_.max_pull_bytes)) {
+      return Status::InvalidArgument(
+          "sparse table " + std::to_string(cmd.table) + ": a pull of " +
+          std::to_string(n) + " rows of width " + std::to_string(w) +
+          " would answer " + std::to_string(n * w * sizeof(float)) +
+          " bytes, above max_pull_bytes " +
+          std::to_string(options_.max_pull_bytes));
     }
     res->keys = data.keys;
     res->vals.resize(n * w);
@@ -470,6 +516,9 @@ size_t SparseShard::memory_bytes(int table) const {
 bool SparseShard::Row(int table, uint64_t id, std::vector<float>* values,
                       std::vector<float>* state) const {
   return impl_->Row(table, id, values, state);
+}
+std::string SparseShard::SyncWaitingFor() const {
+  return impl_->SyncWaitingFor();
 }
 int64_t SparseShard::pushes_applied() const { return impl_->pushes_applied(); }
 int64_t SparseShard::bad_requests() const { return impl_->bad_requests(); }

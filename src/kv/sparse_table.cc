@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
 
 namespace ps {
@@ -46,6 +47,7 @@ SparseTable::SparseTable(const SparseTableConfig& config)
     : config_(config),
       width_(static_cast<size_t>(config.width)),
       stride_(width_ * (1 + config.state_per_float())),
+      block_rows_(std::max<size_t>(1, kBlockBytes / (stride_ * sizeof(float)))),
       index_(std::make_unique<Index>()) {
   Status st = config.Validate();
   CHECK(st.ok()) << st;
@@ -58,7 +60,7 @@ size_t SparseTable::size() const { return index_->rows.size(); }
 size_t SparseTable::memory_bytes() const {
   return index_->rows.capacity() *
              (sizeof(std::pair<const Key, uint32_t>) + 1) +
-         blocks_.size() * kBlockRows * stride_ * sizeof(float);
+         blocks_.size() * block_rows_ * stride_ * sizeof(float);
 }
 
 void SparseTable::Init(Key key, float* row) const {
@@ -110,17 +112,19 @@ void SparseTable::Init(Key key, float* row) const {
 
 float* SparseTable::FindOrMake(Key key) {
   auto& rows = index_->rows;
-  auto [it, made] = rows.try_emplace(key, static_cast<uint32_t>(rows.size()));
-  const uint32_t r = it->second;
-  if (made) {
-    CHECK_LT(rows.size(), size_t{1} << 32)
-        << "table " << config_.id << " is full";
-    if (r / kBlockRows >= blocks_.size()) {
-      blocks_.emplace_back(new float[kBlockRows * stride_]);
-    }
-    Init(key, RowAt(r));
+  if (auto it = rows.find(key); it != rows.end()) return RowAt(it->second);
+  const size_t r = rows.size();
+  if (r >= kMaxRows) return nullptr;
+  if (r / block_rows_ >= blocks_.size()) {
+    std::unique_ptr<float[]> block(
+        new (std::nothrow) float[block_rows_ * stride_]);
+    if (block == nullptr) return nullptr;
+    blocks_.push_back(std::move(block));
   }
-  return RowAt(r);
+  rows.emplace(key, static_cast<uint32_t>(r));
+  float* row = RowAt(static_cast<uint32_t>(r));
+  Init(key, row);
+  return row;
 }
 
 const float* SparseTable::Find(Key key) const {
@@ -204,11 +208,28 @@ Status SparseTable::Load(Unpacker* in) {
     }
     PS_RETURN_IF_ERROR(
         CheckFinite(row.data(), stride_, "row " + std::to_string(i)));
+    // Adagrad's h and FTRL's n are sums of squares.
+    const size_t squares =
+        config_.optimizer == SparseOptimizer::kAdagrad ? width_
+        : config_.optimizer == SparseOptimizer::kFtrl  ? 2 * width_
+                                                       : stride_;
+    for (size_t j = squares; j < stride_; ++j) {
+      if (row[j] < 0.0f) {
+        return Status::Corruption(
+            "row " + std::to_string(i) + ": optimizer state " +
+            std::to_string(row[j]) + " is a negative sum of squares");
+      }
+    }
     if (index_->rows.contains(key)) {
       return Status::Corruption("row " + std::to_string(i) + " repeats key " +
                                 std::to_string(key));
     }
-    std::copy(row.begin(), row.end(), FindOrMake(key));
+    float* dst = FindOrMake(key);
+    if (dst == nullptr) {
+      return Status::Corruption("row " + std::to_string(i) +
+                                ": the table is full or out of memory");
+    }
+    std::copy(row.begin(), row.end(), dst);
   }
   return Status::OK();
 }

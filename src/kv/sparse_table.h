@@ -2,9 +2,10 @@
 // floats keyed by wire key, each followed by its optimizer state, made on
 // first touch with the table's initializer, updated by its optimizer.
 //
-// Memory: rows live in blocks of kBlockRows rows (row r at blocks_[r /
-// kBlockRows] + (r % kBlockRows) * stride, stride = width * (1 + state)
-// floats), so a row never moves once made and growing never copies rows;
+// Memory: rows live in blocks of about kBlockBytes (at least one row; row
+// r at blocks_[r / block_rows] + (r % block_rows) * stride, stride = width *
+// (1 + state) floats), so a row never moves once made and growing never
+// copies rows;
 // an abseil flat_hash_map maps each key to its row number (16-byte slots and
 // one control byte each, at most 7/8 full). memory_bytes() counts both as
 // allocated. (The map lives in sparse_table.cc: abseil's headers define the
@@ -28,7 +29,9 @@ namespace ps {
 
 class SparseTable {
  public:
-  static constexpr size_t kBlockRows = 4096;
+  static constexpr size_t kBlockBytes = size_t{1} << 20;
+  // Rows a table holds at most (row numbers are 32-bit).
+  static constexpr size_t kMaxRows = (size_t{1} << 32) - 1;
 
   explicit SparseTable(const SparseTableConfig& config);
   ~SparseTable();
@@ -41,7 +44,9 @@ class SparseTable {
   size_t size() const;
   size_t memory_bytes() const;
 
-  // The row of `key` (stride floats: values, then state), made when new.
+  // The row of `key` (stride floats: values, then state), made when new;
+  // null when it is new and the table is full (kMaxRows) or its block cannot
+  // be allocated (nothing is made then).
   float* FindOrMake(Key key);
   // The row of `key`, or null when not held.
   const float* Find(Key key) const;
@@ -55,22 +60,24 @@ class SparseTable {
   // Every row in key order: count, then (key, stride floats) each.
   void Save(Packer* out) const;
   // Adds the rows Save wrote (the table must be empty). Corruption naming
-  // the row when cut short or not finite.
+  // the row when cut short, not finite, or with an optimizer state no
+  // update can give (a negative sum of squares).
   Status Load(Unpacker* in);
 
  private:
   // The values of a new row of `key` and its optimizer state.
   void Init(Key key, float* row) const;
   float* RowAt(uint32_t r) {
-    return blocks_[r / kBlockRows].get() + (r % kBlockRows) * stride_;
+    return blocks_[r / block_rows_].get() + (r % block_rows_) * stride_;
   }
   const float* RowAt(uint32_t r) const {
-    return blocks_[r / kBlockRows].get() + (r % kBlockRows) * stride_;
+    return blocks_[r / block_rows_].get() + (r % block_rows_) * stride_;
   }
 
   const SparseTableConfig config_;
   const size_t width_;
   const size_t stride_;
+  const size_t block_rows_;
   struct Index;  // key -> row number
   const std::unique_ptr<Index> index_;
   std::vector<std::unique_ptr<float[]>> blocks_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -65,8 +66,9 @@ int SparseWorker::PullRows(int table, const SparseBatch& batch,
   CHECK(rows->empty() || rows->size() == batch.size() * w)
       << "a pull of " << batch.size() << " rows of width " << w << " into "
       << rows->size() << " floats";
-  return kv_.ZPull(batch.keys, rows, nullptr,
-                   EncodeSparseCmd(SparseOp::kRows, table));
+  return kv_.ZPull(
+      batch.keys, rows, nullptr,
+      EncodeSparseCmd(SparseOp::kRows, table, static_cast<int>(w)));
 }
 
 int SparseWorker::PushRows(int table, const SparseBatch& batch,
@@ -74,8 +76,19 @@ int SparseWorker::PushRows(int table, const SparseBatch& batch,
   const size_t w = static_cast<size_t>(width(table));
   CHECK_EQ(grads.size(), batch.size() * w)
       << "a push of " << batch.size() << " rows of width " << w;
-  return kv_.ZPush(batch.keys, grads, {},
-                   EncodeSparseCmd(SparseOp::kRows, table));
+  const int ts =
+      kv_.ZPush(batch.keys, grads, {},
+                EncodeSparseCmd(SparseOp::kRows, table, static_cast<int>(w)));
+  std::lock_guard<std::mutex> lock(mu_);
+  pushes_.insert(ts);
+  return ts;
+}
+
+Status SparseWorker::Wait(int timestamp) {
+  Status st = kv_.Wait(timestamp);
+  std::lock_guard<std::mutex> lock(mu_);
+  pushes_.erase(timestamp);
+  return st;
 }
 
 Status SparseWorker::Pull(int table, const uint64_t* ids, size_t n,
@@ -85,6 +98,12 @@ Status SparseWorker::Pull(int table, const uint64_t* ids, size_t n,
   const SparseBatch batch = SparseBatch::Of(ids, n);
   SArray<float> rows;
   PS_RETURN_IF_ERROR(Wait(PullRows(table, batch, &rows)));
+  if (rows.size() != batch.size() * w) {  // a server broke the protocol
+    return Status::InvalidArgument(
+        "sparse table " + std::to_string(table) + ": a pull of " +
+        std::to_string(batch.size()) + " rows of width " + std::to_string(w) +
+        " was answered with " + std::to_string(rows.size()) + " floats");
+  }
   for (size_t i = 0; i < n; ++i) {
     std::memcpy(out + i * w, rows.data() + batch.slot[i] * w,
                 w * sizeof(float));
@@ -108,6 +127,12 @@ Status SparseWorker::Push(int table, const uint64_t* ids, size_t n,
 
 Status SparseWorker::Sync(int point) {
   CHECK(point >= 0 && point <= kMaxSparsePoint) << "sync point " << point;
+  std::vector<int> pushes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pushes.assign(pushes_.begin(), pushes_.end());
+  }
+  for (int ts : pushes) PS_RETURN_IF_ERROR(Wait(ts));
   // One key of every server's range (each gets the sync point).
   std::vector<Key> keys(num_servers_);
   for (int s = 0; s < num_servers_; ++s) keys[s] = kv_.placement().begin(s);

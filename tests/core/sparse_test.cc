@@ -110,6 +110,38 @@ TEST(SparseUnit, InitIsAPureFunctionOfSeedTableAndId) {
   }
 }
 
+TEST(SparseUnit, AWideTableAllocatesAboutABlockOfBytesNotOfRows) {
+  SparseTable t(Table(0, 16384, SparseOptimizer::kAdagrad));
+  ASSERT_NE(t.FindOrMake(SparseKeyOf(1)), nullptr);
+  // One row of 128 KiB (values and state), in a block of about 1 MiB.
+  EXPECT_LE(t.memory_bytes(), 2 * SparseTable::kBlockBytes);
+}
+
+TEST(SparseUnit, LoadRefusesANegativeSumOfSquares) {
+  for (SparseOptimizer opt :
+       {SparseOptimizer::kAdagrad, SparseOptimizer::kFtrl}) {
+    SparseTable a(Table(0, 2, opt));
+    float* row = a.FindOrMake(SparseKeyOf(5));
+    row[a.stride() - 1] = -100.0f;  // Adagrad's h, FTRL's n
+    Packer out;
+    a.Save(&out);
+    SparseTable b(Table(0, 2, opt));
+    Unpacker in(out.data());
+    Status st = b.Load(&in);
+    EXPECT_EQ(st.code(), Status::kCorruption) << st;
+    EXPECT_NE(st.message().find("negative sum of squares"), std::string::npos)
+        << st;
+  }
+  // FTRL's z may be negative.
+  SparseTable a(Table(0, 2, SparseOptimizer::kFtrl));
+  a.FindOrMake(SparseKeyOf(5))[2] = -3.0f;
+  Packer out;
+  a.Save(&out);
+  SparseTable b(Table(0, 2, SparseOptimizer::kFtrl));
+  Unpacker in(out.data());
+  EXPECT_TRUE(b.Load(&in).ok());
+}
+
 // The optimizers of sparse.h, in double, one coordinate at a time.
 struct Reference {
   SparseTableConfig c;
@@ -225,6 +257,7 @@ struct SparseJob {
       servers.push_back(std::make_unique<KVServer<float>>(node.get(), 0));
       SparseShardOptions o;
       o.num_workers = static_cast<int>(cluster.workers.size());
+      o.max_pull_bytes = max_pull_bytes;
       const int rank = node->rank();
       if (node->config().replicas > 0) {
         SparseShardOptions ro = o;
@@ -258,6 +291,7 @@ struct SparseJob {
 
   Cluster cluster;
   std::vector<SparseTableConfig> tables;
+  int64_t max_pull_bytes = int64_t{1} << 30;
   std::vector<std::unique_ptr<KVServer<float>>> servers;
   std::vector<std::unique_ptr<SparseShard>> replicas, shards;
   std::vector<std::unique_ptr<SparseWorker>> workers;
@@ -330,6 +364,7 @@ TEST(Sparse, BadRequestsAreRefusedNamingThemAndServingGoesOn) {
   SparseTableConfig t = Table(0, 2, SparseOptimizer::kSgd);
   SparseTableConfig missing = Table(7, 2, SparseOptimizer::kSgd);
   SparseJob job(1, 1, {t});
+  job.max_pull_bytes = 64;
   ASSERT_TRUE(job.Start());
   SparseWorker kv(job.cluster.workers[0].get(), {t, missing}, 0, 1);
   const uint64_t ids[] = {1, 2};
@@ -347,7 +382,26 @@ TEST(Sparse, BadRequestsAreRefusedNamingThemAndServingGoesOn) {
   ASSERT_TRUE(kv.Push(0, ids, 2, g).ok());
   ASSERT_TRUE(kv.Pull(0, ids, 2, rows).ok());
   EXPECT_EQ(rows[3], -0.05f * 4);
-  EXPECT_EQ(job.shards[0]->bad_requests(), 2);
+  // A worker that thinks table 0 is wider: refused both ways, naming both
+  // widths, never a crash or rows of the wrong size.
+  SparseWorker wide(job.cluster.workers[0].get(),
+                    {Table(0, 64, SparseOptimizer::kSgd)}, 0, 2);
+  std::vector<float> wide_rows(2 * 64), wide_g(2 * 64, 1.0f);
+  st = wide.Pull(0, ids, 2, wide_rows.data());
+  EXPECT_NE(st.message().find("are 64 floats wide, this server's 2"),
+            std::string::npos)
+      << st;
+  st = wide.Push(0, ids, 2, wide_g.data());
+  EXPECT_NE(st.message().find("are 64 floats wide"), std::string::npos) << st;
+  // A pull whose answer would pass max_pull_bytes (64 bytes here: 8 rows).
+  std::vector<uint64_t> many(9);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = 100 + i;
+  std::vector<float> many_rows(many.size() * 2);
+  st = kv.Pull(0, many.data(), many.size(), many_rows.data());
+  EXPECT_NE(st.message().find("above max_pull_bytes 64"), std::string::npos)
+      << st;
+  ASSERT_TRUE(kv.Pull(0, many.data(), 8, many_rows.data()).ok());
+  EXPECT_EQ(job.shards[0]->bad_requests(), 5);
   EXPECT_TRUE(job.cluster.Finalize());
 }
 
