@@ -285,7 +285,7 @@ TEST(InProc, SharedArraysGoThroughTheSocketWithShmOff) {
 // True when `a` owns a buffer SArray allocated itself (resize), false when
 // it adopted a received frame (whose deleter releases the ZeroMQ message).
 bool OwnsAllocatedBuffer(const SArray<float>& a) {
-  return std::get_deleter<std::default_delete<float[]>>(a.ptr()) != nullptr;
+  return std::get_deleter<detail::BufferDeleter>(a.ptr()) != nullptr;
 }
 
 // ZPull into an empty SArray: one server's answer is adopted as received
