@@ -386,6 +386,34 @@ TEST(InProc, SharedPushOfATemporaryArray) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// Push and Pull on std::vectors of 1 MiB and up: their copies go in shared
+// memory of their own (and the answer too), which the server may write
+// into without the worker seeing it; the values are as through the socket.
+TEST(InProc, LargeVectorPushAndPull) {
+  for (bool shm : {true, false}) {
+    DefaultJob c(1, 1, [=](Config* cfg) { cfg->shm = shm; });
+    ASSERT_TRUE(c.Start());
+    KVWorker<float> kv(c.workers[0].get(), 0, 0);
+    const size_t n = 300000;  // 2.4 MB of keys, 1.2 MB of values
+    std::vector<Key> keys(n);
+    std::vector<float> vals(n);
+    for (size_t i = 0; i < n; ++i) {
+      keys[i] = 3 * i;
+      vals[i] = 0.25f * i;
+    }
+    ASSERT_TRUE(kv.Wait(kv.Push(keys, vals)).ok());
+    std::vector<float> out;
+    ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+    EXPECT_EQ(out, vals);
+    std::vector<float> twice;
+    ASSERT_TRUE(kv.Wait(kv.PushPull(keys, vals, &twice)).ok());
+    for (float& v : vals) v *= 2;
+    EXPECT_EQ(twice, vals);
+    EXPECT_EQ(c.workers[0]->num_shared_frames_sent() > 0, shm) << shm;
+    EXPECT_TRUE(c.Finalize());
+  }
+}
+
 TEST(InProc, UnsortedKeysAreAnError) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.Start());
