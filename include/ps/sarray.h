@@ -40,8 +40,11 @@ namespace detail {
 // page by page would cost 20000 page faults, about as long as copying it
 // twice. (Transparent huge pages would be cheaper still, but where free
 // ones are short the kernel compacts memory first, which can take longer
-// than the faults it saves.)
-constexpr size_t kLargeBufferBytes = size_t{4} << 20;
+// than the faults it saves.) Smaller ones stay with malloc, which reuses
+// freed blocks up to 32 MiB (glibc's largest mmap threshold) without new
+// faults: a buffer of a dense model's size, allocated every step, costs
+// less there.
+constexpr size_t kLargeBufferBytes = size_t{32} << 20;
 
 // Frees the buffers SArray allocates itself (AllocateBuffer): `mapped`
 // bytes mapped from the kernel, or (0) one operator new[] block.
