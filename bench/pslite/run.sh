@@ -21,12 +21,15 @@ while getopts "r:s:w:t:k" opt; do
     w) workers=$OPTARG ;;
     t) limit=$OPTARG ;;
     k) keep=1 ;;
-    *) sed -n 's/^# \{0,1\}//; 2,/^$/p' "$0" | sed -n '/^Usage/,$p' >&2
+    *) sed -n '/^# Usage/,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0" >&2
        exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { echo "usage: $0 [-r N] [-s S] [-w W] [-t SEC] [-k] PSLITE_DIR BUILD_DIR" >&2; exit 2; }
+[ $# -eq 2 ] || {
+  echo "usage: $0 [-r N] [-s S] [-w W] [-t SEC] [-k] PSLITE_DIR BUILD_DIR" >&2
+  exit 2
+}
 pslite=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
 src=$pslite/tests/test_kv_app_benchmark.cc
@@ -41,12 +44,12 @@ if [ -z "$theirs" ]; then
     [ -x "$f" ] && { theirs=$f; break; }
   done
 fi
-[ -n "$theirs" ] && [ -x "$theirs" ] || {
+if [ -z "$theirs" ] || [ ! -x "$theirs" ]; then
   echo "no ps-lite benchmark binary under $pslite/build/tests: build it" \
     "(cmake --build $pslite/build --target kv_app_benchmark_test) or set" \
     "PSLITE_BIN" >&2
   exit 1
-}
+fi
 
 tmp=$(mktemp -d)
 pids=()
@@ -85,7 +88,7 @@ free_port() {
 # bounded by the limit; appends the slowest worker's "push pull" ms to
 # $tmp/NAME.times (nothing when the job failed: it is reported).
 job() {
-  local name=$1 bin=$2 log=$tmp/$1.$round.log role i rc=0 p
+  local name=$1 bin=$2 log=$tmp/$1.$round.log role rc=0 p
   shift 2
   local port
   port=$(free_port)
