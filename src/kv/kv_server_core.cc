@@ -492,7 +492,10 @@ class KVServerCore::Impl {
   // the socket. (A worker adopting the answer keeps the socket's frame.)
   RawKVPairs ShareLarge(int to, RawKVPairs res) const {
     pb::SharedRef ref;
-    if (res.vals.size() < kSharedCopyBytes || !filters_.empty() ||
+    // Only when resending: then the answer (and its region) is kept until
+    // the worker acknowledges it, which it does once it mapped the region;
+    // without resends the region could be gone before the worker maps it.
+    if (!dedup_on_ || res.vals.size() < kSharedCopyBytes || !filters_.empty() ||
         !post_->van().SharesMemoryWith(to) ||
         post_->FindShared(res.vals.data(), res.vals.size(), &ref)) {
       return res;

@@ -254,7 +254,10 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
 
 SArray<char> KVWorkerCore::Impl::Copy(const void* data, size_t bytes) const {
   bool shared = false;
-  if (bytes >= kSharedCopyBytes) {
+  // A region made for one message lives as long as the message is kept,
+  // which only a job that resends does until its answer (without resends
+  // it could be gone before the server maps it).
+  if (bytes >= kSharedCopyBytes && resend_ms_ > 0) {
     for (int id : post_->GetNodeIds(kServerGroup)) {
       shared = shared || post_->van().SharesMemoryWith(id);
     }
