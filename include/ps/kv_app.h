@@ -8,9 +8,12 @@
 // a server is declared dead or PS_REQUEST_TIMEOUT_MS passes.
 //
 // Copies: Push/Pull on std::vector copy keys and pushed values once into
-// SArrays (the caller may reuse its vectors at once). ZPush/ZPull/ZPushPull
-// never copy pushed values: the SArrays are handed to ZeroMQ as they are
-// (keep them unchanged until Wait returns). Pulled values land as follows:
+// SArrays (the caller may reuse its vectors at once); large ones (1 MiB and
+// up) into shared memory made for that request when the servers are
+// co-located (PS_SHM), which they map instead of receiving the bytes.
+// ZPush/ZPull/ZPushPull never copy pushed values: the SArrays are handed to
+// ZeroMQ as they are (keep them unchanged until Wait returns). Pulled values
+// land as follows:
 //  - ZPull/ZPushPull into an EMPTY SArray, answered by exactly one server:
 //    zero-copy. After Wait the SArray (and `lens`, when the server sent
 //    lens) points into the received ZeroMQ frame, which lives as long as
@@ -104,8 +107,7 @@ class KVWorker {
   int Push(const std::vector<Key>& keys, const std::vector<Val>& vals,
            const std::vector<int>& lens = {}, int cmd = 0,
            const Callback& cb = nullptr, int priority = 0) {
-    return ZPush(SArray<Key>(keys), SArray<Val>(vals), SArray<int>(lens), cmd,
-                 cb, priority);
+    return ZPush(Copy(keys), Copy(vals), SArray<int>(lens), cmd, cb, priority);
   }
 
   // `vals` (and `lens`) must stay alive until Wait returns; a presized
@@ -113,15 +115,15 @@ class KVWorker {
   int Pull(const std::vector<Key>& keys, std::vector<Val>* vals,
            std::vector<int>* lens = nullptr, int cmd = 0,
            const Callback& cb = nullptr, int priority = 0) {
-    return Send(false, true, cmd, SArray<Key>(keys), SArray<Val>(), {},
+    return Send(false, true, cmd, Copy(keys), SArray<Val>(), {},
                 Sink(vals, lens), cb, priority);
   }
 
   int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
                std::vector<Val>* outs, std::vector<int>* lens = nullptr,
                int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
-    return Send(true, true, cmd, SArray<Key>(keys), SArray<Val>(vals), {},
-                Sink(outs, lens), cb, priority);
+    return Send(true, true, cmd, Copy(keys), Copy(vals), {}, Sink(outs, lens),
+                cb, priority);
   }
 
   int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
@@ -210,6 +212,12 @@ class KVWorker {
     kvs.lens = lens;
     kvs.priority = priority;
     return core_.Request(push, pull, cmd, kvs, std::move(sink), cb);
+  }
+
+  // The request's copy of a caller's vector (KVWorkerCore::Copy).
+  template <typename T>
+  SArray<T> Copy(const std::vector<T>& vec) {
+    return SArray<T>(core_.Copy(vec.data(), vec.size() * sizeof(T)));
   }
 
   // Where a pull's answer lands: straight into `vals` when it is presized;

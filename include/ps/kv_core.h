@@ -63,6 +63,13 @@ struct KVMeta {
   // rejoined when the request came; an answer to an earlier process of it
   // is not sent.
   int incarnation = 0;
+  // Internal (pulls): the request's keys. An answer whose keys are this
+  // very array (res.keys = req_data.keys) goes without them: the worker
+  // has them. Holds the received keys while a copy of the meta lives.
+  SArray<Key> asked_keys;
+  // Internal (pulls): the worker copies the values out of the answer, so
+  // large ones may go to a co-located worker in shared memory of their own.
+  bool share_answer = false;
 };
 
 namespace detail {
@@ -152,6 +159,11 @@ class KVWorkerCore {
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   Status Wait(int timestamp);
+  // A copy of `bytes` bytes of the caller's (a std::vector pushed or
+  // pulled), for a request: large ones go to shared memory made for the
+  // request alone when this node passes references to a server (PS_SHM),
+  // so they reach co-located servers without the socket.
+  SArray<char> Copy(const void* data, size_t bytes);
   size_t num_pending() const;
   void SetPlacement(Placement placement);
   const Placement& placement() const;

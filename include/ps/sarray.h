@@ -26,7 +26,61 @@
 
 #include "ps/range.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace ps {
+
+namespace detail {
+
+// Buffers of at least this many bytes that are written in full at once
+// (resize, CopyFrom) are mapped straight from the kernel (Linux),
+// zero-filled and populated in one call: first touching a 10M-key array
+// page by page would cost 20000 page faults, about as long as copying it
+// twice. (Transparent huge pages would be cheaper still, but where free
+// ones are short the kernel compacts memory first, which can take longer
+// than the faults it saves.) Smaller ones stay with malloc, which reuses
+// freed blocks up to 32 MiB (glibc's largest mmap threshold) without new
+// faults: a buffer of a dense model's size, allocated every step, costs
+// less there.
+constexpr size_t kLargeBufferBytes = size_t{32} << 20;
+
+// Frees the buffers SArray allocates itself (AllocateBuffer): `mapped`
+// bytes mapped from the kernel, or (0) one operator new[] block.
+struct BufferDeleter {
+  size_t mapped = 0;
+  void operator()(void* p) const {
+#if defined(__linux__)
+    if (mapped > 0) {
+      munmap(p, mapped);
+      return;
+    }
+#endif
+    ::operator delete[](p);
+  }
+};
+
+// A fresh buffer of `bytes` bytes, aligned for any element type; `filled`:
+// the caller writes every byte at once. *zeroed says whether its bytes are
+// known to be zero.
+inline std::shared_ptr<void> AllocateBuffer(size_t bytes, bool filled,
+                                            bool* zeroed) {
+#if defined(__linux__)
+  if (filled && bytes >= kLargeBufferBytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p != MAP_FAILED) {
+      *zeroed = true;
+      return std::shared_ptr<void>(p, BufferDeleter{bytes});
+    }
+  }
+#endif
+  *zeroed = false;
+  return std::shared_ptr<void>(::operator new[](bytes), BufferDeleter{});
+}
+
+}  // namespace detail
 
 // Where an array's memory lives (ps-lite's device tags). The transport
 // moves CPU memory only; the tags travel with an SArray for programs that
@@ -125,7 +179,8 @@ class SArray {
   }
 
   void CopyFrom(const V* data, size_t size) {
-    resize(size);
+    Grow(size, true);
+    size_ = size;
     if (size > 0) std::memcpy(this->data(), data, size * sizeof(V));
   }
   void CopyFrom(const SArray<V>& other) {
@@ -135,9 +190,11 @@ class SArray {
   template <typename ForwardIt>
   void CopyFrom(const ForwardIt& first, const ForwardIt& last) {
     size_t n = static_cast<size_t>(std::distance(first, last));
-    std::unique_ptr<V[]> fresh(new V[n]);
-    std::copy(first, last, fresh.get());
-    reset(fresh.release(), n, std::default_delete<V[]>());
+    SArray<V> fresh;
+    fresh.Grow(n, true);
+    std::copy(first, last, fresh.data());
+    fresh.size_ = n;
+    *this = fresh;
   }
 
   // Elements [begin, end) of this array, sharing its buffer.
@@ -167,18 +224,15 @@ class SArray {
   }
 
   // Grows into a fresh buffer when capacity is short; keeps the elements.
-  void reserve(size_t n) {
-    if (n <= capacity_) return;
-    std::unique_ptr<V[]> fresh(new V[n]);
-    if (size_ > 0) std::memcpy(fresh.get(), data(), size_ * sizeof(V));
-    ptr_ = std::shared_ptr<V>(fresh.release(), std::default_delete<V[]>());
-    capacity_ = n;
-  }
+  void reserve(size_t n) { Grow(n, false); }
   // Elements past the old size are set to `value` (zero by default).
   void resize(size_t n, V value = V()) {
     size_t old = size_;
-    reserve(n);
+    const bool zeroed = Grow(n, true);
     size_ = n;
+    // A fresh buffer the kernel zeroed needs no second pass for zeros.
+    static const V kZero{};
+    if (zeroed && std::memcmp(&value, &kZero, sizeof(V)) == 0) return;
     for (size_t i = old; i < n; ++i) data()[i] = value;
   }
   void push_back(const V& v) {
@@ -241,6 +295,20 @@ class SArray {
     src_device_id_ = other.src_device_id_;
     dst_device_type_ = other.dst_device_type_;
     dst_device_id_ = other.dst_device_id_;
+  }
+
+  // reserve(n), for `n` elements all written at once when `filled`; true
+  // when it moved the elements to a fresh buffer whose bytes past them are
+  // zero.
+  bool Grow(size_t n, bool filled) {
+    if (n <= capacity_) return false;
+    bool zeroed = false;
+    std::shared_ptr<void> fresh =
+        detail::AllocateBuffer(n * sizeof(V), filled, &zeroed);
+    if (size_ > 0) std::memcpy(fresh.get(), data(), size_ * sizeof(V));
+    ptr_ = std::shared_ptr<V>(fresh, static_cast<V*>(fresh.get()));
+    capacity_ = n;
+    return zeroed;
   }
 
   std::shared_ptr<V> ptr_;

@@ -27,6 +27,7 @@
 // (OnJoin), the old process's requests are forgotten (its held answers
 // too), and an answer to one of them is dropped rather than sent to the
 // successor (Incarnation).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +46,7 @@
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
+#include "van/shm.h"
 #include "van/sync.h"
 
 namespace ps {
@@ -249,10 +251,15 @@ class KVServerCore::Impl {
       if (done == Done::kNew && dedup_on_) dedup_.Unsee(meta);
       return ResponseError(meta, kvs.status());
     }
+    if (m.pull()) meta.asked_keys = kvs->keys;
     if (done != Done::kNew)
       return Repeat(meta, done, awaits && !stepped, awaits && stepped,
                     for_replica, &*kvs);
-    meta.vals_borrowed = m.shared_size() > 0;
+    // A region made for this request alone (SharedRef.once) is mapped
+    // copy-on-write: the handle's own, as received bytes are.
+    meta.vals_borrowed =
+        std::any_of(m.shared().begin(), m.shared().end(),
+                    [](const pb::SharedRef& ref) { return !ref.once(); });
     if (m.has_reply_into()) {
       meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
     }
@@ -319,7 +326,16 @@ class KVServerCore::Impl {
     if (Outlived(req)) return;
     if (dedup_on_) dedup_.MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
-    if (req.pull) AddKVFrames(WriteInPlace(req, res), true, val_type_, &msg);
+    if (req.pull) {
+      // The keys as asked (the request's own array) need not go back; a
+      // filter may rewrite frames, so with filters every frame goes.
+      const bool keys_asked = filters_.empty() && !res.keys.empty() &&
+                              res.keys.data() == req.asked_keys.data() &&
+                              res.keys.size() == req.asked_keys.size();
+      RawKVPairs out = WriteInPlace(req, res);
+      if (req.share_answer) out = ShareLarge(msg.meta.recver(), std::move(out));
+      AddKVFrames(out, true, val_type_, &msg, keys_asked);
+    }
     Status st = filters_.Encode(&msg);
     if (!st.ok()) return ResponseError(req, st);
     if (hold_.Hold(req, &msg)) return;
@@ -373,6 +389,7 @@ class KVServerCore::Impl {
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
     meta.priority = m.priority();
+    meta.share_answer = m.share_answer();
     return meta;
   }
 
@@ -466,6 +483,25 @@ class KVServerCore::Impl {
     RawKVPairs placed = res;
     placed.vals = *dst;
     return placed;
+  }
+
+  // Large values for a co-located worker that copies them out of the
+  // answer (KVMeta::share_answer), not in shared memory already, go in a
+  // region of their own (CopyForMessage): one write here and a mapping
+  // there, instead of two copies and a fresh buffer's page faults through
+  // the socket. (A worker adopting the answer keeps the socket's frame.)
+  RawKVPairs ShareLarge(int to, RawKVPairs res) const {
+    pb::SharedRef ref;
+    // Only when resending: then the answer (and its region) is kept until
+    // the worker acknowledges it, which it does once it mapped the region;
+    // without resends the region could be gone before the worker maps it.
+    if (!dedup_on_ || res.vals.size() < kSharedCopyBytes || !filters_.empty() ||
+        !post_->van().SharesMemoryWith(to) ||
+        post_->FindShared(res.vals.data(), res.vals.size(), &ref)) {
+      return res;
+    }
+    res.vals = CopyForMessage(res.vals.data(), res.vals.size(), true);
+    return res;
   }
 
   Postoffice* const post_;

@@ -43,6 +43,7 @@
 #include "postoffice/postoffice.h"
 #include "ps/kv_core.h"
 #include "ps/node.h"
+#include "van/shm.h"
 #include "van/sync.h"
 
 namespace ps {
@@ -88,6 +89,7 @@ class KVWorkerCore::Impl {
 
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
+  SArray<char> Copy(const void* data, size_t bytes) const;
   Status Wait(int ts);
   size_t num_pending() const { return tracker_.num_pending(); }
   Status AddFilter(std::shared_ptr<Filter> filter) {
@@ -119,8 +121,10 @@ class KVWorkerCore::Impl {
   void OnResponse(Message&& msg);
   // The error a server answered with instead of data (OK for data).
   Status RefusalOf(const Message& msg) const;
-  // The filters stage, then the decode stage, of a pull's answer.
-  StatusOr<RawKVPairs> DecodeAnswer(Message* msg) const;
+  // The filters stage, then the decode stage, of server `rank`'s answer to
+  // pull `state`.
+  StatusOr<RawKVPairs> DecodeAnswer(Message* msg, const PullState& state,
+                                    int rank) const;
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
   void OnFailure(int id, const Status& why);
   // A slice of a request, kept until its server answers: its message as
@@ -248,6 +252,19 @@ int KVWorkerCore::Impl::Request(bool push, bool pull, int cmd,
   return ts;
 }
 
+SArray<char> KVWorkerCore::Impl::Copy(const void* data, size_t bytes) const {
+  bool shared = false;
+  // A region made for one message lives as long as the message is kept,
+  // which only a job that resends does until its answer (without resends
+  // it could be gone before the server maps it).
+  if (bytes >= kSharedCopyBytes && resend_ms_ > 0) {
+    for (int id : post_->GetNodeIds(kServerGroup)) {
+      shared = shared || post_->van().SharesMemoryWith(id);
+    }
+  }
+  return CopyForMessage(data, bytes, shared);
+}
+
 std::vector<int> KVWorkerCore::Impl::TouchedServers(
     const std::vector<KVSlice>& slices, Status* lost) const {
   std::vector<int> servers;
@@ -324,6 +341,10 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
     if (!slice.touched) continue;
     const int slot = ServerRankToId(static_cast<int>(s));
     Message msg = EncodeSlice(ts, slot, push, pull, cmd, slice.kvs);
+    // Values copied out of the answer (into a std::vector) may come in
+    // shared memory (KVMeta::share_answer).
+    if (state != nullptr && !state->sink.adopt && state->sink.direct == nullptr)
+      msg.meta.set_share_answer(true);
     // The filters stage, then the send stage.
     Status st = filters_.Encode(&msg);
     if (!st.ok()) {
@@ -497,7 +518,7 @@ void KVWorkerCore::Impl::OnResponse(Message&& msg) {
   if (state && !refused.ok()) {
     state->Fail(refused);
   } else if (state) {
-    StatusOr<RawKVPairs> kvs = DecodeAnswer(&msg);
+    StatusOr<RawKVPairs> kvs = DecodeAnswer(&msg, *state, IdToRank(sender));
     Status st = kvs.ok()
                     ? state->Store(IdToRank(sender), std::move(kvs).value())
                     : kvs.status();
@@ -527,10 +548,18 @@ Status KVWorkerCore::Impl::RefusalOf(const Message& msg) const {
                     " refused the request: " + ctrl.error());
 }
 
-StatusOr<RawKVPairs> KVWorkerCore::Impl::DecodeAnswer(Message* msg) const {
+StatusOr<RawKVPairs> KVWorkerCore::Impl::DecodeAnswer(Message* msg,
+                                                      const PullState& state,
+                                                      int rank) const {
   Status st = filters_.Decode(msg);
   if (!st.ok()) return st;
-  return DecodeKVPairs(*msg, true, val_type_, val_size_);
+  if (!msg->meta.keys_asked()) {
+    return DecodeKVPairs(*msg, true, val_type_, val_size_);
+  }
+  SArray<Key> asked;
+  st = state.AskedOf(rank, &asked);
+  if (!st.ok()) return st;
+  return DecodeKVPairs(*msg, true, val_type_, val_size_, &asked);
 }
 
 void KVWorkerCore::Impl::FinishRequest(
@@ -569,6 +598,9 @@ int KVWorkerCore::Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
                         std::move(callback));
 }
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+SArray<char> KVWorkerCore::Copy(const void* data, size_t bytes) {
+  return impl_->Copy(data, bytes);
+}
 size_t KVWorkerCore::num_pending() const { return impl_->num_pending(); }
 void KVWorkerCore::SetPlacement(Placement placement) {
   CHECK(placement.valid());

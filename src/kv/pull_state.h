@@ -54,6 +54,8 @@ struct PullState {
   static std::vector<size_t> DirectPlaces(const std::vector<size_t>& cut,
                                           size_t num_touched, size_t bytes,
                                           size_t val_size);
+  // The keys server `rank` was asked for.
+  Status AskedOf(int rank, SArray<Key>* want) const;
   // Server `rank`'s answer: its keys must be those it was asked for.
   Status Store(int rank, RawKVPairs answer) EXCLUDES(mu);
   // The first error of the request (a refusal, a bad answer).

@@ -6,9 +6,9 @@
 namespace ps {
 
 Status CheckKVPairs(const detail::RawKVPairs& kvs, size_t val_size,
-                    bool with_vals) {
+                    bool with_vals, bool keys_known) {
   size_t n = kvs.keys.size();
-  for (size_t i = 1; i < n; ++i) {
+  for (size_t i = keys_known ? n : 1; i < n; ++i) {
     if (kvs.keys[i] <= kvs.keys[i - 1]) {
       return Status::InvalidArgument(
           "keys must be sorted ascending and unique: key[" +
@@ -83,8 +83,12 @@ std::vector<KVSlice> SliceKVPairs(const detail::RawKVPairs& kvs,
 }
 
 void AddKVFrames(const detail::RawKVPairs& kvs, bool with_vals, int val_type,
-                 Message* msg) {
-  msg->AddData(SArray<char>(kvs.keys), pb::UINT64);
+                 Message* msg, bool keys_asked) {
+  if (keys_asked) {
+    msg->meta.set_keys_asked(true);
+  } else {
+    msg->AddData(SArray<char>(kvs.keys), pb::UINT64);
+  }
   if (with_vals) msg->AddData(kvs.vals, static_cast<pb::DataType>(val_type));
   if (!kvs.lens.empty()) msg->AddData(SArray<char>(kvs.lens), pb::INT32);
   msg->meta.set_val_type(val_type);
@@ -115,27 +119,37 @@ Message ReplicaCopy(const KVMeta& req, const detail::RawKVPairs& kvs,
 }
 
 StatusOr<detail::RawKVPairs> DecodeKVPairs(const Message& msg, bool with_vals,
-                                           int val_type, size_t val_size) {
-  size_t want = with_vals ? 2 : 1;
+                                           int val_type, size_t val_size,
+                                           const SArray<Key>* asked) {
+  const bool keys_asked = msg.meta.keys_asked();
+  if (keys_asked && asked == nullptr) {
+    return Status::Corruption("keys_asked where no keys were asked");
+  }
+  const size_t keys_frames = keys_asked ? 0 : 1;
+  size_t want = keys_frames + (with_vals ? 1 : 0);
   size_t got = msg.data.size();
   if (got != want && got != want + 1) {
     return Status::Corruption("expected " + std::to_string(want) + " or " +
                               std::to_string(want + 1) + " data frames, got " +
                               std::to_string(got));
   }
-  if (msg.meta.data_type(0) != pb::UINT64) {
+  detail::RawKVPairs kvs;
+  if (keys_asked) {
+    kvs.keys = *asked;
+  } else if (msg.meta.data_type(0) != pb::UINT64) {
     return Status::Corruption("keys frame has data type " +
                               std::to_string(msg.meta.data_type(0)));
+  } else {
+    kvs.keys = SArray<Key>(msg.data[0]);
   }
-  detail::RawKVPairs kvs;
-  kvs.keys = SArray<Key>(msg.data[0]);
   if (with_vals) {
-    if (msg.meta.data_type(1) != val_type) {
+    const size_t v = keys_frames;
+    if (msg.meta.data_type(v) != val_type) {
       return Status::Corruption(
-          "values of data type " + std::to_string(msg.meta.data_type(1)) +
+          "values of data type " + std::to_string(msg.meta.data_type(v)) +
           " where " + std::to_string(val_type) + " is expected");
     }
-    kvs.vals = msg.data[1];
+    kvs.vals = msg.data[v];
   }
   if (got == want + 1) {
     if (msg.meta.data_type(want) != pb::INT32) {
@@ -145,7 +159,7 @@ StatusOr<detail::RawKVPairs> DecodeKVPairs(const Message& msg, bool with_vals,
     kvs.lens = SArray<int>(msg.data[want]);
   }
   kvs.priority = msg.meta.priority();
-  Status st = CheckKVPairs(kvs, val_size, with_vals);
+  Status st = CheckKVPairs(kvs, val_size, with_vals, keys_asked);
   if (!st.ok()) return Status::Corruption(st.message());
   return kvs;
 }

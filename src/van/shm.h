@@ -54,7 +54,11 @@ class SharedMemory {
   // A new zero-filled region of `bytes` (at least one page); the region is
   // unmapped and closed when the last copy of the array goes (a process
   // that mapped it keeps its mapping, and so the memory, until it exits).
-  StatusOr<SArray<char>> Allocate(size_t bytes) EXCLUDES(mu_);
+  // With `copy_of`: a region holding a copy of its `bytes` bytes, for one
+  // message (SharedRef.once): a receiver maps it privately (copy-on-write)
+  // and unmaps it when its frame goes, instead of keeping a shared mapping.
+  StatusOr<SArray<char>> Allocate(size_t bytes, const void* copy_of = nullptr)
+      EXCLUDES(mu_);
 
   // Whether [data, data + bytes) lies within one region of this process or
   // one it mapped; if so fills every field of `ref` but `frame` and `bytes`.
@@ -77,14 +81,20 @@ class SharedMemory {
     uint64_t serial = 0;
     int fd = -1;  // in process `pid`
     size_t bytes = 0;
+    bool once = false;           // ours, made by Allocate(bytes, copy_of)
     std::weak_ptr<char> memory;  // ours: expires when freed
     std::shared_ptr<char> kept;  // theirs: our mapping, kept for good
   };
 
   SharedMemory();
   void Forget(uintptr_t base) EXCLUDES(mu_);
-  StatusOr<std::shared_ptr<char>> Map(const pb::SharedRef& ref) const;
+  // Maps another process's region: shared, or (once) copy-on-write.
+  StatusOr<std::shared_ptr<char>> Map(const pb::SharedRef& ref,
+                                      bool once) const;
   static std::string Describe(const pb::SharedRef& ref);
+  // Resolve for a region made for one message (SharedRef.once).
+  StatusOr<SArray<char>> ResolveOnce(const pb::SharedRef& ref, size_t bytes)
+      EXCLUDES(mu_);
 
   mutable Mutex mu_;  // guards the maps and next_serial_
   std::map<uintptr_t, Region> by_address_ GUARDED_BY(mu_);  // by base address
@@ -92,6 +102,17 @@ class SharedMemory {
   const uint64_t nonce_;  // random, per process
   uint64_t next_serial_ GUARDED_BY(mu_) = 1;
 };
+
+// Copies smaller than this go in ordinary arrays: they cost less than a
+// region (a memfd, and a mapping at each end).
+constexpr size_t kSharedCopyBytes = size_t{1} << 20;
+
+// A copy of `bytes` bytes at `data` for one message: when `shared` (its
+// receiver maps this process's memory, Van::SharesMemoryWith) and it is
+// large, in a region of its own (Allocate with copy_of), which the
+// receiver maps instead of taking the bytes from the socket; else in an
+// ordinary array.
+SArray<char> CopyForMessage(const void* data, size_t bytes, bool shared);
 
 }  // namespace ps
 

@@ -393,6 +393,9 @@ Status Van::Send(Message* msg) {
   }
   size_t n = msg->data.size();
   std::vector<bool> by_ref(n);
+  // Bytes in regions made for this message alone (SharedRef.once): copies
+  // of the caller's, counted against the limit as if they were sent.
+  int64_t once_bytes = 0;
   msg->meta.clear_shared();
   if (references) {
     for (size_t i = 0; i < n; ++i) {
@@ -403,6 +406,7 @@ Status Van::Send(Message* msg) {
         continue;
       }
       ref.set_frame(static_cast<int>(i));
+      if (ref.once()) once_bytes += static_cast<int64_t>(frame.size());
       *msg->meta.add_shared() = ref;
       by_ref[i] = true;
     }
@@ -412,7 +416,7 @@ Status Van::Send(Message* msg) {
   std::string header = EncodeHeader(msg);
   // The receiver refuses (and disconnects) what exceeds the limit: say so
   // here, where the caller can still be told.
-  int64_t total = static_cast<int64_t>(header.size());
+  int64_t total = static_cast<int64_t>(header.size()) + once_bytes;
   for (size_t i = 0; i < n; ++i) {
     if (!by_ref[i]) total += static_cast<int64_t>(msg->data[i].size());
   }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -668,6 +669,90 @@ TEST(SharedMemory, AnotherProcessMapsARegion) {
   for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) {
     close(fd);
   }
+}
+
+// A region made for one message (Allocate with copy_of): another process
+// maps it copy-on-write, so what it writes stays its own, and drops the
+// mapping with its frame; a node of the same process gets a copy.
+TEST(SharedMemory, ARegionForOneMessageIsTheReceiversOwn) {
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const size_t kBytes = (1 << 20) + 5;  // not whole pages
+  std::vector<char> pattern(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) pattern[i] = static_cast<char>(i % 251);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    StatusOr<SArray<char>> r =
+        SharedMemory::Get().Allocate(kBytes, pattern.data());
+    if (!r.ok()) _exit(2);
+    pb::SharedRef ref;
+    if (!SharedMemory::Get().Find(r->data(), kBytes, &ref) || !ref.once()) {
+      _exit(3);
+    }
+    std::string wire = ref.SerializeAsString();
+    if (write(to_parent[1], wire.data(), wire.size()) !=
+        static_cast<ssize_t>(wire.size())) {
+      _exit(4);
+    }
+    pollfd p{to_child[0], POLLIN, 0};
+    char done = 0;
+    if (poll(&p, 1, 10000) != 1 || read(to_child[0], &done, 1) != 1) _exit(5);
+    _exit(std::memcmp(r->data(), pattern.data(), kBytes) == 0 ? 0 : 6);
+  }
+  pollfd p{to_parent[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the child sent no reference";
+  char buf[256];
+  ssize_t n = read(to_parent[0], buf, sizeof(buf));
+  pb::SharedRef ref;
+  ASSERT_TRUE(ref.ParseFromArray(buf, static_cast<int>(n)));
+  StatusOr<SArray<char>> mapped = SharedMemory::Get().Resolve(ref, kBytes);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(std::memcmp(mapped->data(), pattern.data(), kBytes), 0);
+  // Not kept as a mapping of the child's memory: no reference names it.
+  pb::SharedRef found;
+  EXPECT_FALSE(SharedMemory::Get().Find(mapped->data(), kBytes, &found));
+  std::memset(mapped->data(), 'W', kBytes);  // the child must not see it
+  ASSERT_EQ(write(to_child[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) {
+    close(fd);
+  }
+  // Our own: resolved to a copy, not to the region.
+  SArray<char> own = SharedMemory::Get().Allocate(100, pattern.data()).value();
+  ASSERT_TRUE(SharedMemory::Get().Find(own.data(), 100, &ref));
+  StatusOr<SArray<char>> copy = SharedMemory::Get().Resolve(ref, 100);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_NE(copy->data(), own.data());
+  EXPECT_EQ(std::memcmp(copy->data(), pattern.data(), 100), 0);
+}
+
+// A pull's answer with the request's own keys leaves them out
+// (Meta.keys_asked): decoded with the keys asked, refused without them,
+// and its values still checked against them.
+TEST(Codec, AnswerWithTheKeysAskedCarriesNoKeys) {
+  detail::RawKVPairs kvs;
+  kvs.keys = SArray<Key>(std::vector<Key>{1, 2});
+  kvs.vals = SArray<char>(SArray<float>(std::vector<float>{1, 2, 3, 4}));
+  Message msg;
+  AddKVFrames(kvs, true, pb::FLOAT, &msg, /*keys_asked=*/true);
+  ASSERT_EQ(msg.data.size(), 1u);
+  EXPECT_TRUE(msg.meta.keys_asked());
+  std::string header = EncodeHeader(&msg);
+  StatusOr<Message> back = Decode(header.data(), header.size(), msg.data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  StatusOr<detail::RawKVPairs> got =
+      DecodeKVPairs(*back, true, pb::FLOAT, sizeof(float), &kvs.keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->keys.data(), kvs.keys.data());
+  EXPECT_EQ(SArray<float>(got->vals)[3], 4.0f);
+  EXPECT_FALSE(DecodeKVPairs(*back, true, pb::FLOAT, sizeof(float)).ok());
+  SArray<Key> three(std::vector<Key>{1, 2, 3});  // 4 values do not divide
+  EXPECT_FALSE(
+      DecodeKVPairs(*back, true, pb::FLOAT, sizeof(float), &three).ok());
 }
 
 TEST(Codec, SharedReferencesAreResolvedOrRefused) {
