@@ -234,6 +234,11 @@ class KVWorker {
         *vals = SArray<Val>(v);
         if (lens != nullptr) *lens = l;
       };
+    } else {
+      sink.assign_vals = [vals](const char* v, size_t bytes) {
+        const Val* first = reinterpret_cast<const Val*>(v);
+        vals->assign(first, first + bytes / sizeof(Val));
+      };
     }
     sink.alloc_vals = [vals](size_t bytes) {
       if (vals->size() * sizeof(Val) != bytes)

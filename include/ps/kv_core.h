@@ -131,11 +131,14 @@ struct RawKVPairs {
 // completion, either handed over as they are through `adopt` (set only for
 // an empty SArray destination; used when exactly one server answered, its
 // values frame is aligned for the value type, and it carries lens if lens
-// are wanted) or assembled into buffers from alloc_vals / alloc_lens.
+// are wanted) or assembled into buffers from alloc_vals / alloc_lens. With
+// `assign_vals` (an empty std::vector destination), one server's answer is
+// copied in as the buffer is made, with no zero fill before it.
 struct PullSink {
   char* direct = nullptr;
   size_t direct_bytes = 0;
   std::function<char*(size_t bytes)> alloc_vals;
+  std::function<void(const char* vals, size_t bytes)> assign_vals;
   std::function<int*(size_t count)> alloc_lens;  // null: lens not wanted
   std::function<void(const SArray<char>& vals, const SArray<int>& lens)>
       adopt;  // null: always assemble

@@ -107,11 +107,19 @@ Status PullState::Assemble() {
     total += a.vals.size();
     num_keys += a.keys.size();
   }
-  char* dst = sink.alloc_vals(total);
+  char* dst = nullptr;
+  if (sink.assign_vals && sink.direct == nullptr && answers.size() == 1) {
+    const SArray<char>& v = answers.begin()->second.vals;
+    sink.assign_vals(v.data(), v.size());  // made and filled in one pass
+  } else {
+    dst = sink.alloc_vals(total);
+  }
   int* lens = sink.alloc_lens ? sink.alloc_lens(num_keys) : nullptr;
   for (const auto& [rank, a] : answers) {
-    if (!a.vals.empty()) std::memcpy(dst, a.vals.data(), a.vals.size());
-    dst += a.vals.size();
+    if (dst != nullptr) {
+      if (!a.vals.empty()) std::memcpy(dst, a.vals.data(), a.vals.size());
+      dst += a.vals.size();
+    }
     if (lens == nullptr) continue;
     size_t n = a.keys.size();
     for (size_t i = 0; i < n; ++i) {
