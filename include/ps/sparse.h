@@ -193,7 +193,11 @@ struct SparseShardOptions {
 };
 
 // Called at a sync point every live worker reached, with the point and the
-// shard's state (Save()).
+// shard's state there (Save(), taken under the shard's lock); it runs
+// outside that lock, on the server's receive thread (or the thread that
+// told the shard of a lost worker), before the point's answers go out, so
+// no worker passes the point, and WaitSync does not return, before it
+// returned.
 using SparseSnapshot = std::function<void(int point, const std::string& state)>;
 
 class SparseShard {

@@ -383,23 +383,33 @@ class SparseShard::Impl {
   }
 
   void OnSync(const KVMeta& meta, int point) EXCLUDES(mu_) {
-    std::vector<KVMeta> answer;
+    std::vector<Completed> done;
     {
       MutexLock lock(&mu_);
       if (point <= last_point_) {
-        answer.push_back(meta);  // done already (a resent request)
+        done.push_back({point, false, {}, {meta}, true});  // a resent one
       } else {
         SyncPoint& sp = syncs_[point];
         sp.arrived.insert(meta.sender);
         sp.waiting.push_back(meta);
-        CompleteSyncs(&answer);
+        CompleteSyncs(&done);
       }
     }
-    for (const KVMeta& m : answer) server_->Response(m);
+    Finish(done);
   }
 
+  // A sync point every live worker reached: its snapshot (taken under the
+  // lock, delivered after it) and the held pushes to answer then.
+  struct Completed {
+    int point;
+    bool snapshot;
+    std::string state;
+    std::vector<KVMeta> answer;
+    bool resent = false;  // only an answer to a point completed before
+  };
+
   // Completes the sync points every live worker reached, in order.
-  void CompleteSyncs(std::vector<KVMeta>* answer) REQUIRES(mu_) {
+  void CompleteSyncs(std::vector<Completed>* done) REQUIRES(mu_) {
     while (!syncs_.empty()) {
       auto it = syncs_.begin();
       size_t live_arrived = 0;
@@ -407,22 +417,36 @@ class SparseShard::Impl {
       const size_t live =
           static_cast<size_t>(options_.num_workers) - dead_.size();
       if (live_arrived < live) return;
-      const int point = it->first;
+      Completed c{it->first, false, {}, {}, false};
       if (snapshot_ && (!options_.replica || HeldRankDown())) {
-        snapshot_(point, SaveLocked());
+        c.snapshot = true;
+        c.state = SaveLocked();
       }
       for (KVMeta m : it->second.waiting) {
         // A copy its primary forwarded, now that the primary is gone: the
         // answer goes to the worker itself (whose resend of it this shard
         // holds as pending).
         if (HeldRankDown()) m.reply_to = -1;
-        answer->push_back(m);
+        c.answer.push_back(m);
       }
       syncs_.erase(it);
-      last_point_ = point;
+      last_point_ = c.point;
+      done->push_back(std::move(c));
+    }
+  }
+
+  // Outside the lock (no callback runs under it): each completed point's
+  // snapshot callback, then its answers, then WaitSync's waiters; so a
+  // worker passes a sync point, and WaitSync returns, only once the
+  // snapshot was delivered.
+  void Finish(const std::vector<Completed>& done) EXCLUDES(mu_, sync_mu_) {
+    for (const Completed& c : done) {
+      if (c.snapshot) snapshot_(c.point, c.state);
+      for (const KVMeta& m : c.answer) server_->Response(m);
+      if (c.resent) continue;
       {
         MutexLock sync_lock(&sync_mu_);
-        synced_point_ = point;
+        synced_point_ = std::max(synced_point_, c.point);
       }
       sync_cv_.SignalAll();
     }
@@ -433,7 +457,7 @@ class SparseShard::Impl {
   }
 
   void OnFailure(int id, const Status& why) EXCLUDES(mu_) {
-    std::vector<KVMeta> answer;
+    std::vector<Completed> done;
     {
       MutexLock lock(&mu_);
       if (IsServerId(id)) {
@@ -452,9 +476,9 @@ class SparseShard::Impl {
                            [id](const KVMeta& m) { return m.sender == id; }),
             w.end());
       }
-      CompleteSyncs(&answer);
+      CompleteSyncs(&done);
     }
-    for (const KVMeta& m : answer) server_->Response(m);
+    Finish(done);
   }
 
   std::string SaveLocked() const REQUIRES(mu_) {
