@@ -37,6 +37,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ctr_data  # noqa: E402
+# The dense MLPs live in one flat buffer, as mnist_ps.py keeps its model.
+from mnist_ps import attach_grads, flatten_into  # noqa: E402
 
 import ps  # noqa: E402
 import ps.dense  # noqa: E402
@@ -120,24 +122,6 @@ class Dlrm(torch.nn.Module):
         dots = torch.bmm(v, v.transpose(1, 2))[:, t.pairs[0], t.pairs[1]]
         deep = t.top(torch.cat([dots, x], dim=1)).squeeze(1)
         return deep + self.wide(cat).squeeze(1)
-
-
-def flatten_into(params, flat):
-    """Makes every parameter a view into `flat` (copying its values)."""
-    off = 0
-    for p in params:
-        n = p.numel()
-        flat[off:off + n].copy_(p.data.reshape(-1))
-        p.data = flat[off:off + n].view_as(p)
-        off += n
-
-
-def attach_grads(params, flat_grad):
-    off = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat_grad[off:off + n].view_as(p)
-        off += n
 
 
 def auc(scores, labels):
