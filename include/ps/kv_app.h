@@ -107,7 +107,8 @@ class KVWorker {
   int Push(const std::vector<Key>& keys, const std::vector<Val>& vals,
            const std::vector<int>& lens = {}, int cmd = 0,
            const Callback& cb = nullptr, int priority = 0) {
-    return ZPush(Copy(keys), Copy(vals), SArray<int>(lens), cmd, cb, priority);
+    return ZPush(CopyKeys(keys), Copy(vals), SArray<int>(lens), cmd, cb,
+                 priority);
   }
 
   // `vals` (and `lens`) must stay alive until Wait returns; a presized
@@ -115,15 +116,15 @@ class KVWorker {
   int Pull(const std::vector<Key>& keys, std::vector<Val>* vals,
            std::vector<int>* lens = nullptr, int cmd = 0,
            const Callback& cb = nullptr, int priority = 0) {
-    return Send(false, true, cmd, Copy(keys), SArray<Val>(), {},
+    return Send(false, true, cmd, CopyKeys(keys), SArray<Val>(), {},
                 Sink(vals, lens), cb, priority);
   }
 
   int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
                std::vector<Val>* outs, std::vector<int>* lens = nullptr,
                int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
-    return Send(true, true, cmd, Copy(keys), Copy(vals), {}, Sink(outs, lens),
-                cb, priority);
+    return Send(true, true, cmd, CopyKeys(keys), Copy(vals), {},
+                Sink(outs, lens), cb, priority);
   }
 
   int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
@@ -214,10 +215,15 @@ class KVWorker {
     return core_.Request(push, pull, cmd, kvs, std::move(sink), cb);
   }
 
-  // The request's copy of a caller's vector (KVWorkerCore::Copy).
+  // The request's copy of a caller's vector (KVWorkerCore::Copy), and of
+  // its keys (KVWorkerCore::CopyKeys: a large list asked again is copied
+  // once).
   template <typename T>
   SArray<T> Copy(const std::vector<T>& vec) {
     return SArray<T>(core_.Copy(vec.data(), vec.size() * sizeof(T)));
+  }
+  SArray<Key> CopyKeys(const std::vector<Key>& keys) {
+    return core_.CopyKeys(keys.data(), keys.size());
   }
 
   // Where a pull's answer lands: straight into `vals` when it is presized;

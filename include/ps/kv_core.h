@@ -167,6 +167,12 @@ class KVWorkerCore {
   // request alone when this node passes references to a server (PS_SHM),
   // so they reach co-located servers without the socket.
   SArray<char> Copy(const void* data, size_t bytes);
+  // Copy for a caller's key list. A large list (kKeptKeysBytes and up) is
+  // kept after its request: a later request with the same keys, compared
+  // byte by byte, takes the kept copy instead of a new one (a pull of what
+  // was pushed, the same keys every step). One list is kept per worker.
+  SArray<Key> CopyKeys(const Key* keys, size_t n);
+  static constexpr size_t kKeptKeysBytes = size_t{1} << 20;
   size_t num_pending() const;
   void SetPlacement(Placement placement);
   const Placement& placement() const;

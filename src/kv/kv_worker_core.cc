@@ -90,6 +90,7 @@ class KVWorkerCore::Impl {
   int Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
               PullSink sink, std::function<void()> callback);
   SArray<char> Copy(const void* data, size_t bytes) const;
+  SArray<Key> CopyKeys(const Key* keys, size_t n) EXCLUDES(kept_mu_);
   Status Wait(int ts);
   size_t num_pending() const { return tracker_.num_pending(); }
   Status AddFilter(std::shared_ptr<Filter> filter) {
@@ -169,6 +170,10 @@ class KVWorkerCore::Impl {
   RequestTracker tracker_;
 
   const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
+  // The last large key list copied (CopyKeys): never written after its
+  // copy, so a request may send it again while another holds it.
+  Mutex kept_mu_;
+  SArray<Key> kept_keys_ GUARDED_BY(kept_mu_);
   Mutex resend_mu_;
   // Flat, unordered: a few per request in flight, searched from the end.
   // Nothing in it is sent under the lock: SendSlices sends its own message,
@@ -263,6 +268,24 @@ SArray<char> KVWorkerCore::Impl::Copy(const void* data, size_t bytes) const {
     }
   }
   return CopyForMessage(data, bytes, shared);
+}
+
+SArray<Key> KVWorkerCore::Impl::CopyKeys(const Key* keys, size_t n) {
+  const size_t bytes = n * sizeof(Key);
+  if (bytes < kKeptKeysBytes) return SArray<Key>(Copy(keys, bytes));
+  SArray<Key> kept;
+  {
+    MutexLock lock(&kept_mu_);
+    kept = kept_keys_;
+  }
+  // Compared outside the lock: the kept array is never written.
+  if (kept.size() == n && std::memcmp(kept.data(), keys, bytes) == 0) {
+    return kept;
+  }
+  SArray<Key> copy(Copy(keys, bytes));
+  MutexLock lock(&kept_mu_);
+  kept_keys_ = copy;
+  return copy;
 }
 
 std::vector<int> KVWorkerCore::Impl::TouchedServers(
@@ -600,6 +623,9 @@ int KVWorkerCore::Request(bool push, bool pull, int cmd, const RawKVPairs& kvs,
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
 SArray<char> KVWorkerCore::Copy(const void* data, size_t bytes) {
   return impl_->Copy(data, bytes);
+}
+SArray<Key> KVWorkerCore::CopyKeys(const Key* keys, size_t n) {
+  return impl_->CopyKeys(keys, n);
 }
 size_t KVWorkerCore::num_pending() const { return impl_->num_pending(); }
 void KVWorkerCore::SetPlacement(Placement placement) {

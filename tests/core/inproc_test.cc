@@ -421,6 +421,51 @@ TEST(InProc, LargeVectorPushAndPull) {
   }
 }
 
+// A large key list asked again is the kept copy (KVWorkerCore::CopyKeys),
+// and only while it is equal: a list changed anywhere, in its last key or
+// its length, is copied afresh, and the servers see the keys as they are.
+TEST(InProc, KeptKeysOnlyWhileUnchanged) {
+  DefaultJob c(1, 1);
+  ASSERT_TRUE(c.Start());
+  const size_t n = detail::KVWorkerCore::kKeptKeysBytes / sizeof(Key) + 5;
+  std::vector<Key> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = 2 * i;
+  {
+    detail::KVWorkerCore core(c.workers[0].get(), 1, 0,
+                              detail::DataTypeOf<float>(), sizeof(float));
+    SArray<Key> first = core.CopyKeys(keys.data(), n);
+    SArray<Key> again = core.CopyKeys(keys.data(), n);
+    EXPECT_EQ(again.data(), first.data());
+    keys.back() += 1;
+    SArray<Key> changed = core.CopyKeys(keys.data(), n);
+    EXPECT_NE(changed.data(), first.data());
+    EXPECT_EQ(changed.back(), keys.back());
+    EXPECT_EQ(first.back(), keys.back() - 1);  // the first copy is untouched
+    SArray<Key> shorter = core.CopyKeys(keys.data(), n - 1);
+    EXPECT_EQ(shorter.size(), n - 1);
+    EXPECT_NE(shorter.data(), changed.data());
+    // Small lists are not kept.
+    SArray<Key> small = core.CopyKeys(keys.data(), 3);
+    EXPECT_NE(core.CopyKeys(keys.data(), 3).data(), small.data());
+  }
+  KVWorker<float> kv(c.workers[0].get(), 0, 0);
+  std::vector<float> ones(n, 1.0f);
+  ASSERT_TRUE(kv.Wait(kv.Push(keys, ones)).ok());
+  const Key old_last = keys.back();
+  keys.back() += 1;  // still sorted
+  ASSERT_TRUE(kv.Wait(kv.Push(keys, ones)).ok());
+  auto& store = c.handles[0].store;
+  EXPECT_EQ(store[old_last][0], 1.0f);
+  EXPECT_EQ(store[keys.back()][0], 1.0f);
+  EXPECT_EQ(store[keys[n / 2]][0], 2.0f);
+  std::vector<float> out;
+  ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+  ASSERT_EQ(out.size(), n);
+  EXPECT_EQ(out[n / 2], 2.0f);
+  EXPECT_EQ(out.back(), 1.0f);
+  EXPECT_TRUE(c.Finalize());
+}
+
 TEST(InProc, UnsortedKeysAreAnError) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.Start());
