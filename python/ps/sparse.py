@@ -231,12 +231,26 @@ if torch is not None:
         """Pulls the unique ids of each training forward into a leaf tensor
         and pushes its gradient on push()."""
 
-        def __init__(self, worker: SparseWorker, table: int):
+        def __init__(self, worker: SparseWorker, table: int,
+                     padding_idx: Optional[int] = None,
+                     scale_grad_by_freq: bool = False):
             super().__init__()
             self.worker = worker
             self.table = table
             self.embedding_dim = worker.width(table)
+            self.padding_idx = padding_idx
+            self.scale_grad_by_freq = scale_grad_by_freq
             self._pending: List = []  # (batch, rows) awaiting push()
+
+        def _padding_row(self, input, idx):
+            """(row number of padding_idx in this forward or None, mask of
+            input == padding_idx or None)."""
+            if self.padding_idx is None:
+                return None, None
+            mask = input == self.padding_idx
+            if not bool(mask.any()):
+                return None, None
+            return int(idx[mask].reshape(-1)[0]), mask
 
         def _pull(self, input):
             """(rows leaf [u, width], input remapped to row numbers)."""
@@ -250,6 +264,14 @@ if torch is not None:
             idx = idx.view(input.shape)
             if torch.is_grad_enabled():
                 rows.requires_grad_(True)
+                if self.scale_grad_by_freq:
+                    # Each row's gradient over its id's count in the batch
+                    # (torch 1.13's embedding_bag scales by the wrong counts
+                    # on the CPU, so it is done here for both modules).
+                    count = torch.bincount(idx.reshape(-1),
+                                           minlength=rows.shape[0])
+                    count = count.clamp(min=1).to(rows.dtype).unsqueeze(1)
+                    rows.register_hook(lambda g: g / count)
                 self._pending.append((batch, rows))
             return rows, idx
 
@@ -281,7 +303,12 @@ if torch is not None:
             super().zero_grad(set_to_none)
 
         def extra_repr(self) -> str:
-            return f"table={self.table}, embedding_dim={self.embedding_dim}"
+            s = f"table={self.table}, embedding_dim={self.embedding_dim}"
+            if self.padding_idx is not None:
+                s += f", padding_idx={self.padding_idx}"
+            if self.scale_grad_by_freq:
+                s += ", scale_grad_by_freq=True"
+            return s
 
     class EmbeddingBag(_ServerRows):
         """torch.nn.EmbeddingBag whose weight is sparse table `table` on the
@@ -291,15 +318,22 @@ if torch is not None:
         forward(input, offsets=None, per_sample_weights=None) as
         torch.nn.EmbeddingBag's: input 2-D [B, L] (bags of L ids) or 1-D
         with offsets (bag b is input[offsets[b]:offsets[b + 1]]); mode
-        "sum", "mean" or "max"; per_sample_weights with "sum" only.
+        "sum", "mean" or "max"; per_sample_weights with "sum" only;
+        padding_idx (an id: its entries are left out of their bags, "mean"
+        counting only the others, and get no gradient) as torch's;
+        scale_grad_by_freq divides each row's gradient by its id's count in
+        the forward's input. max_norm is not offered: it would rescale the
+        pulled copy, not the servers' rows.
         Call push() after loss.backward() (ps.sparse.push_gradients(model)
         pushes every such module of a model): the servers' optimizer
         (TableConfig) updates the rows, not a local torch optimizer.
         """
 
         def __init__(self, worker: SparseWorker, table: int,
-                     mode: str = "mean", include_last_offset: bool = False):
-            super().__init__(worker, table)
+                     mode: str = "mean", include_last_offset: bool = False,
+                     padding_idx: Optional[int] = None,
+                     scale_grad_by_freq: bool = False):
+            super().__init__(worker, table, padding_idx, scale_grad_by_freq)
             if mode not in ("sum", "mean", "max"):
                 raise ValueError(f"EmbeddingBag: mode '{mode}' is not sum, "
                                  "mean or max")
@@ -316,10 +350,11 @@ if torch is not None:
                 raise ValueError("EmbeddingBag: input must be 1-D or 2-D, "
                                  f"got {input.dim()}-D")
             rows, idx = self._pull(input)
+            pad, _ = self._padding_row(input, idx)
             return F.embedding_bag(
                 idx, rows, offsets, mode=self.mode,
                 per_sample_weights=per_sample_weights,
-                include_last_offset=self.include_last_offset)
+                include_last_offset=self.include_last_offset, padding_idx=pad)
 
         def extra_repr(self) -> str:
             return super().extra_repr() + f", mode='{self.mode}'"
@@ -327,11 +362,17 @@ if torch is not None:
     class Embedding(_ServerRows):
         """torch.nn.Embedding whose weight is sparse table `table` on the
         servers: forward(input) of any shape gives input.shape + [width];
-        push() after loss.backward(), as EmbeddingBag."""
+        push() after loss.backward(), as EmbeddingBag. padding_idx (an id)
+        gives zeros and no gradient, as torch's zero padding row does;
+        scale_grad_by_freq as EmbeddingBag's."""
 
         def forward(self, input):
             rows, idx = self._pull(input)
-            return F.embedding(idx, rows)
+            out = F.embedding(idx, rows)
+            _, mask = self._padding_row(input, idx)
+            if mask is not None:
+                out = out.masked_fill(mask.unsqueeze(-1), 0.0)
+            return out
 
     def _wait_all(sent):
         """Waits for every (worker, ts); raises the first failure after

@@ -1,6 +1,7 @@
 """A sparse-table job for test_sparse.py (launch.py -s 2 -w 2): each worker
 checks ps.sparse.EmbeddingBag / Embedding against torch.nn's on the pulled
-rows (forward and gradient), pushes with the servers' sgd (lr 0.5) and
+rows (forward and gradient, also with padding_idx and scale_grad_by_freq),
+pushes with the servers' sgd (lr 0.5) and
 checks the rows after a sync point bit for bit; servers print their stats.
 Prints one JSON line per node."""
 
@@ -63,6 +64,62 @@ def check_bag(kv, emb, ids2d, mode, weights):
     return bad, vocab, before, g_ref
 
 
+def check_padding(kv, rank):
+    """padding_idx and scale_grad_by_freq against torch.nn's, forward and
+    gradient, on table 1's rows (nothing pushed). Returns the failures."""
+    bad = []
+    pad = 50 + rank * 1000
+    ids = torch.tensor([[pad, 51, 52, 51], [52, pad, pad, 53],
+                        [pad, pad, pad, pad]], dtype=torch.int64) + rank * 1000
+    pad += rank * 1000
+    flat = ids.reshape(-1)
+    vocab, local = np.unique(flat.numpy(), return_inverse=True)
+    local = torch.from_numpy(local.astype(np.int64))
+    local_pad = int(np.searchsorted(vocab, pad))
+    before = torch.from_numpy(kv.pull(1, vocab))
+    offsets = torch.arange(0, flat.numel(), ids.shape[1])
+    # The pushed rows are the batch's unique ids, in the order SparseBatch
+    # gives them: row_of maps the reference's (sorted) rows to them.
+    inverse = torch.from_numpy(ps.sparse.SparseBatch(
+        flat.numpy()).inverse.astype(np.int64))
+    row_of = torch.zeros(len(vocab), dtype=torch.int64)
+    row_of[local] = inverse
+    # scale_grad_by_freq: each id's gradient over its count in the input
+    # (not torch's embedding_bag, whose CPU version scales by other counts).
+    count = torch.bincount(local).to(torch.float32).unsqueeze(1)
+    for mode in ("sum", "mean"):
+        for freq in (False, True):
+            emb = ps.sparse.EmbeddingBag(kv, 1, mode=mode, padding_idx=pad,
+                                         scale_grad_by_freq=freq)
+            ref = torch.nn.EmbeddingBag(len(vocab), 3, mode=mode,
+                                        padding_idx=local_pad)
+            with torch.no_grad():
+                ref.weight.copy_(before)
+            out, want = emb(flat, offsets), ref(local, offsets)
+            if not torch.equal(out, want):
+                bad.append(f"padding {mode} freq={freq}: forward differs")
+            out.sum().backward()
+            want.sum().backward()
+            got = emb._pending[-1][1].grad[row_of]
+            if not torch.equal(got, ref.weight.grad / count if freq
+                               else ref.weight.grad):
+                bad.append(f"padding {mode} freq={freq}: gradient differs")
+            if got[local_pad].abs().sum() != 0:
+                bad.append(f"padding {mode}: the padding row has a gradient")
+            emb.zero_grad()  # nothing pushed
+    emb = ps.sparse.Embedding(kv, 1, padding_idx=pad)
+    out = emb(ids)
+    want = before[local].view(ids.shape + (3,)).clone()
+    want[ids == pad] = 0.0
+    if not torch.equal(out, want):
+        bad.append("Embedding with padding_idx: forward differs")
+    out.sum().backward()
+    if emb._pending[-1][1].grad[row_of][local_pad].abs().sum() != 0:
+        bad.append("Embedding: the padding row has a gradient")
+    emb.zero_grad()
+    return bad
+
+
 def refusals(kv):
     """Bad arguments raise, naming them, before anything is sent."""
     bad = []
@@ -100,7 +157,7 @@ def refusals(kv):
 def run_worker():
     rank = ps.rank()
     kv = ps.sparse.SparseWorker(TABLES)
-    bad, expect = refusals(kv), []
+    bad, expect = refusals(kv) + check_padding(kv, rank), []
     rng = np.random.default_rng(rank)
     modes = [("sum", 0), ("mean", 1), ("max", 1)]
     for mode, table in modes:
