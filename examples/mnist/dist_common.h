@@ -51,6 +51,7 @@ struct TrainOptions {
   float lr_gamma = 1.0f;
   size_t train_size = 0;  // examples in the training split, as loaded
   int max_shift = 0;      // augmentation: random shifts of up to N pixels
+  float label_smoothing = 0.0f;  // of the training loss (NllFromLogProbs)
   // Worker 0 evaluates an exponential moving average of the weights it
   // pulls, with this decay per step (0: the weights themselves).
   double ema_decay = 0.999;

@@ -374,6 +374,7 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
   ps::Status st = metrics.Open(MetricsPath(options, rank), from != nullptr);
   if (!st.ok()) Die(st.ToString());
   net->set_training(options.dropout);
+  net->set_label_smoothing(options.label_smoothing);
   if (from == nullptr) net->SeedDropout(options.seed * 1000003ull + rank);
   ps::model::Batcher batcher(&train, options.batch_size, options.seed, rank,
                              num_workers);

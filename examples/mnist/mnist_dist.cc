@@ -45,6 +45,9 @@ DEFINE_int32(lr_ref_batch, 32,
 DEFINE_int32(max_shift, 0,
              "augmentation: shift each training image by up to this many "
              "pixels in x and y, at random (0: none)");
+DEFINE_double(label_smoothing, 0.0,
+              "the training loss's target is (1 - e) one-hot + e / 10, as "
+              "torch.nn.CrossEntropyLoss(label_smoothing=e)");
 DEFINE_double(ema_decay, 0.999,
               "worker 0 evaluates an exponential moving average of the "
               "weights with this decay per step (0: the weights)");
@@ -161,6 +164,8 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_lr_ref_batch >= 0, "lr_ref_batch", "must be >= 0");
   CheckFlag(FLAGS_max_shift >= 0 && FLAGS_max_shift <= 8, "max_shift",
             "must be in [0, 8]");
+  CheckFlag(FLAGS_label_smoothing >= 0 && FLAGS_label_smoothing < 1,
+            "label_smoothing", "must be in [0, 1)");
   CheckFlag(FLAGS_ema_decay >= 0 && FLAGS_ema_decay < 1, "ema_decay",
             "must be in [0, 1)");
   CheckFlag(FLAGS_target_accuracy >= 0 && FLAGS_target_accuracy <= 100,
@@ -208,6 +213,7 @@ mnist::TrainOptions OptionsFromFlags() {
   o.lr_ref_batch = FLAGS_lr_ref_batch;
   o.max_shift = FLAGS_max_shift;
   o.ema_decay = FLAGS_ema_decay;
+  o.label_smoothing = static_cast<float>(FLAGS_label_smoothing);
   o.target_accuracy = FLAGS_target_accuracy;
   o.eval_every = FLAGS_eval_every;
   o.lr_step = FLAGS_lr_step;

@@ -49,6 +49,9 @@ DEFINE_double(lr_gamma, 1.0,
 DEFINE_int32(max_shift, 0,
              "augmentation: shift each training image by up to this many "
              "pixels in x and y, at random (0: none)");
+DEFINE_double(label_smoothing, 0.0,
+              "the training loss's target is (1 - e) one-hot + e / 10, as "
+              "torch.nn.CrossEntropyLoss(label_smoothing=e)");
 DEFINE_string(optimizer, "adam", "sgd or adam");
 DEFINE_double(momentum, 0.0, "sgd momentum");
 DEFINE_double(weight_decay, 0.0, "L2 weight decay");
@@ -175,6 +178,9 @@ int main(int argc, char** argv) {
         std::to_string(FLAGS_max_shift));
   if (FLAGS_threads < 0)
     Die("--threads must be >= 0, got " + std::to_string(FLAGS_threads));
+  if (FLAGS_label_smoothing < 0 || FLAGS_label_smoothing >= 1)
+    Die("--label_smoothing must be in [0, 1), got " +
+        std::to_string(FLAGS_label_smoothing));
   const auto kind =
       OrDie("dataset", ps::model::ParseDatasetKind(FLAGS_dataset));
   const auto device = OrDie("device", ps::model::ParseDevice(FLAGS_device));
@@ -186,12 +192,14 @@ int main(int argc, char** argv) {
   ps::model::SetCpuThreads(FLAGS_threads);
 
   auto net = OrDie("device", ps::model::Net::Create(device, FLAGS_seed));
+  net->set_label_smoothing(static_cast<float>(FLAGS_label_smoothing));
   std::unique_ptr<ResidentTrainer> trainer;
   const bool resident = device == ps::model::Device::kCuda && FLAGS_resident;
   if (resident) {
     ps::model::ResidentConfig rc;
     rc.optimizer = oc;
     rc.dropout_seed = FLAGS_seed;
+    rc.label_smoothing = static_cast<float>(FLAGS_label_smoothing);
     trainer = OrDie("device",
                     ps::model::MakeResidentTrainer(device, net->params(), rc));
   } else {

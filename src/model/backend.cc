@@ -61,7 +61,7 @@ void SetCpuThreads(int n) {
 }
 
 float LogSoftmaxNll(const float* logits, const int32_t* labels, int n, int c,
-                    float* log_probs, float* dlogits) {
+                    float* log_probs, float* dlogits, float label_smoothing) {
   for (int i = 0; i < n; ++i) {
     const float* z = logits + static_cast<size_t>(i) * c;
     float* lp = log_probs + static_cast<size_t>(i) * c;
@@ -72,20 +72,28 @@ float LogSoftmaxNll(const float* logits, const int32_t* labels, int n, int c,
     const float log_sum = static_cast<float>(std::log(sum)) + zmax;
     for (int j = 0; j < c; ++j) lp[j] = z[j] - log_sum;
   }
-  return NllFromLogProbs(log_probs, labels, n, c, dlogits);
+  return NllFromLogProbs(log_probs, labels, n, c, dlogits, label_smoothing);
 }
 
 float NllFromLogProbs(const float* log_probs, const int32_t* labels, int n,
-                      int c, float* dlogits) {
+                      int c, float* dlogits, float label_smoothing) {
+  const float e = label_smoothing;
+  const float off = e / c;  // every class's share of the smoothing
   double loss = 0.0;
   for (int i = 0; i < n; ++i) {
     const float* lp = log_probs + static_cast<size_t>(i) * c;
     CHECK(labels[i] >= 0 && labels[i] < c) << "label " << labels[i];
-    loss -= lp[labels[i]];
+    loss -= (1.0 - e) * lp[labels[i]];
+    if (e != 0.0f) {
+      double sum = 0.0;
+      for (int j = 0; j < c; ++j) sum += lp[j];
+      loss -= off * sum;
+    }
     if (dlogits != nullptr) {
       float* d = dlogits + static_cast<size_t>(i) * c;
       for (int j = 0; j < c; ++j) {
-        d[j] = (std::exp(lp[j]) - (j == labels[i] ? 1.0f : 0.0f)) / n;
+        const float target = (j == labels[i] ? 1.0f - e : 0.0f) + off;
+        d[j] = (std::exp(lp[j]) - target) / n;
       }
     }
   }

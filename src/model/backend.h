@@ -87,6 +87,12 @@ class Backend {
                        float* log_probs) = 0;
 
   virtual Device device() const = 0;
+
+  // Label smoothing of the training loss (NllFromLogProbs); 0 by default.
+  void set_label_smoothing(float e) { label_smoothing_ = e; }
+
+ protected:
+  float label_smoothing_ = 0.0f;
 };
 
 // A backend for `device`. Unavailable naming the device and why when the
@@ -98,14 +104,19 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(Device device);
 void SetCpuThreads(int n);
 
 // Row-wise log-softmax of logits [n, c] into log_probs, the mean NLL of
-// labels, and (when dlogits is not null) d(mean NLL)/d(logits) [n, c].
+// labels, and (when dlogits is not null) d(mean NLL)/d(logits) [n, c]; with
+// label smoothing as NllFromLogProbs.
 float LogSoftmaxNll(const float* logits, const int32_t* labels, int n, int c,
-                    float* log_probs, float* dlogits);
+                    float* log_probs, float* dlogits,
+                    float label_smoothing = 0.0f);
 
 // The mean NLL of labels under log_probs [n, c], and (when dlogits is not
-// null) its gradient with respect to the logits: (exp(log_probs) - onehot) / n.
+// null) its gradient with respect to the logits: (exp(log_probs) - target)
+// / n. The target is the one-hot label, or with label smoothing e in
+// [0, 1) (torch.nn.CrossEntropyLoss's label_smoothing) (1 - e) one-hot +
+// e / c, and the loss its cross-entropy: -(1 - e) lp[label] - e mean(lp).
 float NllFromLogProbs(const float* log_probs, const int32_t* labels, int n,
-                      int c, float* dlogits);
+                      int c, float* dlogits, float label_smoothing = 0.0f);
 
 }  // namespace model
 }  // namespace ps

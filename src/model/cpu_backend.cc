@@ -126,8 +126,9 @@ float CpuBackend::ForwardBackward(const float* params, float* grads,
   const auto& e = ctx_.engine;
   RunForward(p, params, images, mask1, mask2);
   std::vector<float> log_probs(p->logits.size());
-  const float loss = LogSoftmaxNll(p->logits.data(), labels, n, kNumClasses,
-                                   log_probs.data(), p->dlogits.data());
+  const float loss =
+      LogSoftmaxNll(p->logits.data(), labels, n, kNumClasses, log_probs.data(),
+                    p->dlogits.data(), label_smoothing_);
 
   p->fc2.BackwardWeights(p->fc2_in, p->dlogits.data(), Grad(grads, kFc2Weight),
                          Grad(grads, kFc2Bias));

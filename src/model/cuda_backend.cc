@@ -111,8 +111,8 @@ float CudaBackend::ForwardBackward(const float* params, float* grads,
   // The loss over 10 classes is done on the host.
   std::vector<float> logp(p->logp.size()), dlogits(p->logp.size());
   p->logp.Download(logp.data(), logp.size());
-  const float loss =
-      NllFromLogProbs(logp.data(), labels, n, kNumClasses, dlogits.data());
+  const float loss = NllFromLogProbs(logp.data(), labels, n, kNumClasses,
+                                     dlogits.data(), label_smoothing_);
   p->dlogits.Upload(dlogits.data(), dlogits.size());
   RunBackward(p, params_.get(), grads_.get(), m1, m2);
   grads_.Download(grads, grads_.size());  // synchronises

@@ -35,11 +35,12 @@ void SgdStep(float* w, const float* g, float* buf, size_t n,
 // becomes the dropout multiplier, 0 with probability p, else 1 / (1 - p).
 void DropoutMaskFromUniform(float* u, size_t n, float p);
 
-// NllFromLogProbs (backend.h) on the device: dlogits [n, c] =
-// (exp(log_probs) - onehot(labels)) / n, and the batch's mean NLL added to
-// *loss_sum (atomically, in no fixed order). labels must be in [0, c).
+// NllFromLogProbs (backend.h) on the device, with its label smoothing:
+// dlogits [n, c] = (exp(log_probs) - target) / n, and the batch's mean loss
+// added to *loss_sum (atomically, in no fixed order). labels must be in
+// [0, c).
 void NllGrad(const float* log_probs, const int32_t* labels, int n, int c,
-             float* dlogits, float* loss_sum);
+             float* dlogits, float* loss_sum, float label_smoothing = 0.0f);
 
 }  // namespace gpu
 }  // namespace model

@@ -83,7 +83,8 @@ void CudaTrainer::Step(const float* images, const int32_t* labels, int n) {
   float* g = backend_.grads_.get();
   backend_.RunForward(p, w, m1, m2);
   gpu::NllGrad(p->logp.get(), reinterpret_cast<const int32_t*>(labels_.get()),
-               n, kNumClasses, p->dlogits.get(), loss_sum_.get());
+               n, kNumClasses, p->dlogits.get(), loss_sum_.get(),
+               config_.label_smoothing);
   backend_.RunBackward(p, w, g, m1, m2);
   Update();
   ++loss_steps_;

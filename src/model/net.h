@@ -63,6 +63,9 @@ class Net {
   // does not.
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Label smoothing of ForwardBackward's loss (NllFromLogProbs); 0 by
+  // default. Predict and Evaluate are unaffected.
+  void set_label_smoothing(float e) { backend_->set_label_smoothing(e); }
 
   // One forward and backward pass on n images [n, 1, 28, 28] (normalised)
   // with labels [n] in [0, 10). Overwrites grads() with the gradient of the

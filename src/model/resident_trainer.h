@@ -20,9 +20,10 @@ namespace ps {
 namespace model {
 
 struct ResidentConfig {
-  OptimizerConfig optimizer;  // the update, as MakeOptimizer takes it
-  bool dropout = true;        // the network's two dropout layers
-  uint64_t dropout_seed = 1;  // the device generator's seed
+  OptimizerConfig optimizer;     // the update, as MakeOptimizer takes it
+  bool dropout = true;           // the network's two dropout layers
+  uint64_t dropout_seed = 1;     // the device generator's seed
+  float label_smoothing = 0.0f;  // of the loss (NllFromLogProbs)
 };
 
 class ResidentTrainer {

@@ -161,6 +161,34 @@ TEST(LossTest, LogSoftmaxNllValuesAndGradient) {
   testing::ExpectGradientMatches("dz", &z, dz, f, 1e-2f, 1e-4, 1e-2);
 }
 
+// Label smoothing e: the cross-entropy against (1 - e) one-hot + e / c,
+// computed here from the log-probabilities, and its gradient.
+TEST(LossTest, LabelSmoothingValuesAndGradient) {
+  std::vector<float> z = {1.0f, 2.0f, 3.0f, 0.5f, -1.0f, 0.25f};
+  const int32_t labels[2] = {2, 0};
+  const float e = 0.1f;
+  std::vector<float> lp(6), dz(6);
+  const float loss =
+      LogSoftmaxNll(z.data(), labels, 2, 3, lp.data(), dz.data(), e);
+  double want = 0.0;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const double target = (j == labels[i] ? 1.0 - e : 0.0) + e / 3;
+      want -= target * lp[i * 3 + j];
+    }
+  }
+  EXPECT_NEAR(loss, want / 2, 1e-6);
+  // Smoothing moves the gradient off the one-hot: row 0's first class
+  // (not the label) gets p - e / 3 over n.
+  EXPECT_NEAR(dz[0], (std::exp(lp[0]) - e / 3) / 2, 1e-7);
+  std::vector<float> scratch(6);
+  auto f = [&] {
+    return double{
+        LogSoftmaxNll(z.data(), labels, 2, 3, scratch.data(), nullptr, e)};
+  };
+  testing::ExpectGradientMatches("dz", &z, dz, f, 1e-2f, 1e-4, 1e-2);
+}
+
 }  // namespace
 }  // namespace model
 }  // namespace ps

@@ -266,6 +266,14 @@ TEST_F(CudaOpsTest, DropoutMaskAndNllKernelsMatchTheCpu) {
                c, gd.get(), gloss.get());
   ExpectNear(d, Down(gd), 1e-6, "dlogits");
   EXPECT_NEAR(Down(gloss)[0], loss, 1e-5);
+  // With label smoothing, as the host's.
+  const float smoothed =
+      NllFromLogProbs(lp.data(), labels.data(), rows, c, d.data(), 0.1f);
+  DeviceBuffer gloss2(1);
+  gpu::NllGrad(glp.get(), reinterpret_cast<const int32_t*>(glabels.get()), rows,
+               c, gd.get(), gloss2.get(), 0.1f);
+  ExpectNear(d, Down(gd), 1e-6, "smoothed dlogits");
+  EXPECT_NEAR(Down(gloss2)[0], smoothed, 1e-5);
 }
 
 // Three SGD steps with momentum, no dropout: on the device throughout, and
