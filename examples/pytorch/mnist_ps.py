@@ -20,8 +20,10 @@ epochs x steps per epoch), the peak --lr scaled by sqrt(workers x batch /
 --lr-ref-batch), optional label smoothing, and worker 0 evaluating an
 exponential moving average of the weights (--ema-decay). With
 --target-accuracy P worker 0 evaluates every --eval-every epochs and all
-workers stop at the same step once P% is reached (StopVotes), printing
-`reached P% after N samples (E epochs) in T s of training`.
+workers stop at the same step once P% is reached (StopVotes; not with
+PS_REPLICAS or --max-restarts), printing `reached P% after N samples (E
+epochs) in T s of training`. One run with the defaults at S = W = 2 reached
+99.13% after 3 epochs, and 99% after 1.75 (docs/python.md).
 
 Failures, as mnist_dist (docs/failures.md, docs/python.md): launched with
 `--env PS_REPLICAS=1` (2 servers or more) each server also holds the
