@@ -24,10 +24,13 @@ row() {  # name, command...
   printf '%-22s rc=%d wall=%6.1fs %s\n' "$name" "$rc" \
     "$(echo "$t1 - $t0" | bc)" "${json:-(no summary; see $out/$name.log)}"
 }
+# The trainer's settings of the others, not its recipe's defaults.
+recipe=(--epochs 1 --batch-size 32 --optimizer sgd --lr 0.01 --momentum 0.9
+        --lr-schedule step --lr-ref-batch 0 --ema-decay 0)
 for s in 1 2; do
   for w in 1 2; do
     row "ps_S${s}_W${w}" $py tracker/launch.py -s $s -w $w -- \
-      $py examples/pytorch/mnist_ps.py "$@"
+      $py examples/pytorch/mnist_ps.py "${recipe[@]}" "$@"
   done
 done
 row rpc_tutorial_W1 $py bench/pytorch/rpc_ps.py --trainers 1 "$@"

@@ -62,6 +62,16 @@ def load_mnist(data_dir, train, limit=0):
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
+def num_images(data_dir, train, limit=0):
+    """How many images load_mnist would load, from the labels file's
+    header alone."""
+    prefix = "train" if train else "t10k"
+    with open(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte"),
+              "rb") as f:
+        n = int.from_bytes(f.read(8)[4:8], "big")
+    return min(n, limit) if limit else n
+
+
 def shard_batches(n, batch_size, rank, world, epoch, seed):
     """This rank's batches of one epoch: a seeded shuffle of [0, n) cut in
     `world` equal shards, then in batches (the last partial batch dropped, so

@@ -148,8 +148,16 @@ class DenseServer:
                  replica_first_key: int = 0, replica_end_key: int = 0,
                  replica_weights: Optional[Buffer] = None,
                  on_worker_failure: str = "stop", checkpoint_dir: str = "",
-                 checkpoint_every: int = 0, restore_step: int = -1) -> None:
-        """ValueError: keys outside the layout, weights of another size,
+                 checkpoint_every: int = 0, restore_step: int = -1,
+                 compress: str = "", lr_schedule: str = "step",
+                 total_steps: int = 0, warmup_steps: int = 0) -> None:
+        """lr_schedule "step": StepLR over the push's tag (lr_step,
+        lr_gamma); "onecycle": the lr of the push's step, linear from lr/25
+        to lr over warmup_steps, then down to 0 at total_steps
+        (model::LrSchedule). ValueError: another lr_schedule, total_steps or
+        warmup_steps with "step", lr_step or lr_gamma with "onecycle",
+        total_steps < 1, warmup_steps outside [0, total_steps) (all before
+        start() too); keys outside the layout, weights of another size,
         negative max_delay or num_workers, lr_step < 1, a server of app_id
         on this node already; under PS_REPLICAS=1 no replica_weights (the
         slice of server rank - 1), or replica_weights without it;

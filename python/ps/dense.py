@@ -198,7 +198,8 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
                 app_id: int = 0, checkpoint_dir: str = "",
                 checkpoint_every: int = 0, restore_step: int = -1,
                 on_worker_failure: Optional[str] = None,
-                compress: Optional[str] = None) -> np.ndarray:
+                compress: Optional[str] = None, lr_schedule: str = "step",
+                total_steps: int = 0, warmup_steps: int = 0) -> np.ndarray:
     """Serves this server's slice of a dense model until every worker is done.
 
     init: the whole model's initial flat weights (float32; the same on every
@@ -206,7 +207,10 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
     PS_REPLICAS=1, the slice of server rank - 1, whose keys it takes over
     when that server dies). optimizer: ps.OptimizerConfig("sgd", lr,
     momentum) or ("adam", lr, ...), applied to the workers' averaged
-    gradient; lr decays by lr_gamma every lr_step tags (StepLR).
+    gradient. lr_schedule "step": lr decays by lr_gamma every lr_step tags
+    (StepLR); "onecycle": the lr of a push's step rises linearly from lr/25
+    to lr over warmup_steps, then falls linearly to 0 at total_steps (the
+    planned steps of one worker; model::LrSchedule, as mnist_dist).
     checkpoint_dir with checkpoint_every N (bsp only): this server writes its
     files every N steps; restore_step (from Checkpoints.pick) starts from
     that step's files. on_worker_failure: "stop", or "restart" (the default
@@ -244,7 +248,9 @@ def serve_dense(init, chunk: int = DEFAULT_CHUNK,
                              checkpoint_dir=checkpoint_dir or "",
                              checkpoint_every=checkpoint_every,
                              restore_step=restore_step,
-                             compress=compress_codecs(compress), **replica)
+                             compress=compress_codecs(compress),
+                             lr_schedule=lr_schedule, total_steps=total_steps,
+                             warmup_steps=warmup_steps, **replica)
     waited = 0.0
     while not server.wait_all_done(1.0):
         waited += 1.0

@@ -1,7 +1,8 @@
 // ps._ps.DenseServer: a DenseShard (ps/dense_server.h) owning this server's
 // slice of a dense model, updated by a built-in optimizer (src/model:
-// torch.optim.SGD / Adam semantics) on the averaged gradient, with an
-// optional StepLR schedule driven by the push's tag; with PS_REPLICAS=1 a
+// torch.optim.SGD / Adam semantics) on the averaged gradient, with a
+// learning-rate schedule (model::LrSchedule: StepLR driven by the push's tag,
+// or one-cycle driven by its step); with PS_REPLICAS=1 a
 // replica shard of the previous server's keys too, and checkpoints and
 // restore in mnist_dist's files (dense_state.h). Also DenseLayout and the
 // dense cmd encoding, for the worker side (ps/dense.py).
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
@@ -84,6 +86,56 @@ DenseSnapshot SnapshotOf(std::shared_ptr<const Checkpointer> checkpointer,
                     "checkpoint)";
     }
   };
+}
+
+// The learning-rate schedule of the Python keyword arguments (see
+// BindDense), checked here so that model::LrSchedule's checks hold;
+// ValueError naming the argument and its value.
+model::LrScheduleConfig ScheduleOf(const model::OptimizerConfig& opt,
+                                   const std::string& name, int lr_step,
+                                   float lr_gamma, int64_t total_steps,
+                                   int64_t warmup_steps) {
+  StatusOr<model::LrScheduleConfig::Kind> kind = model::ParseLrSchedule(name);
+  if (!kind.ok()) {
+    throw py::value_error("DenseServer: lr_schedule='" + name +
+                          "' is not 'step' or 'onecycle'");
+  }
+  if (lr_step < 1) {
+    throw py::value_error("DenseServer: lr_step=" + std::to_string(lr_step) +
+                          " is not >= 1");
+  }
+  model::LrScheduleConfig c;
+  c.kind = *kind;
+  c.base_lr = opt.lr;
+  c.step_size = lr_step;
+  c.gamma = lr_gamma;
+  c.total_steps = total_steps;
+  c.warmup_steps = warmup_steps;
+  if (c.kind == model::LrScheduleConfig::Kind::kStep) {
+    if (total_steps != 0 || warmup_steps != 0) {
+      throw py::value_error(
+          "DenseServer: total_steps=" + std::to_string(total_steps) +
+          " warmup_steps=" + std::to_string(warmup_steps) +
+          " are for lr_schedule='onecycle', not 'step'");
+    }
+    return c;
+  }
+  if (lr_step != 1 || lr_gamma != 1.0f) {
+    throw py::value_error("DenseServer: lr_step=" + std::to_string(lr_step) +
+                          " lr_gamma=" + std::to_string(lr_gamma) +
+                          " are for lr_schedule='step', not 'onecycle'");
+  }
+  if (total_steps < 1) {
+    throw py::value_error(
+        "DenseServer: total_steps=" + std::to_string(total_steps) +
+        " is not >= 1 (lr_schedule='onecycle' spans them)");
+  }
+  if (warmup_steps < 0 || warmup_steps >= total_steps) {
+    throw py::value_error(
+        "DenseServer: warmup_steps=" + std::to_string(warmup_steps) +
+        " is not in [0, total_steps=" + std::to_string(total_steps) + ")");
+  }
+  return c;
 }
 
 // What a DenseServer does beyond serving its slice (the Python keyword
@@ -164,17 +216,13 @@ class PyDenseServer {
   PyDenseServer(const DenseLayout& layout, Key first_key, Key end_key,
                 const py::object& weights, const model::OptimizerConfig& opt,
                 const std::string& consistency, int max_delay, int num_workers,
-                int lr_step, float lr_gamma, int app_id, Key replica_first_key,
-                Key replica_end_key, const py::object& replica_weights,
-                const ServeOptions& serve) {
+                const model::LrScheduleConfig& schedule, int app_id,
+                Key replica_first_key, Key replica_end_key,
+                const py::object& replica_weights, const ServeOptions& serve) {
     StatusOr<Consistency> c = ParseConsistency(consistency);
     Check(c.status());
     // Fails here, before serving, on a bad optimizer setting.
     Check(model::MakeOptimizer(opt, 1).status());
-    if (lr_step < 1) {
-      throw py::value_error("DenseServer: lr_step=" + std::to_string(lr_step) +
-                            " is not >= 1");
-    }
     if (max_delay < 0) {
       throw py::value_error("DenseServer: max_delay=" +
                             std::to_string(max_delay) + " is negative");
@@ -213,9 +261,9 @@ class PyDenseServer {
       checkpointer = std::make_shared<const Checkpointer>(std::move(job));
     }
     own_.optimizers =
-        std::make_shared<RangeOptimizers>(opt, lr_step, lr_gamma, slice.size());
-    replica_.optimizers = std::make_shared<RangeOptimizers>(
-        opt, lr_step, lr_gamma, rslice.size());
+        std::make_shared<RangeOptimizers>(opt, schedule, slice.size());
+    replica_.optimizers =
+        std::make_shared<RangeOptimizers>(opt, schedule, rslice.size());
     if (serve.restore_step >= 0) {
       options.first_step = serve.restore_step;
       Restore(*checkpointer, serve.restore_step, rank, &slice,
@@ -315,8 +363,8 @@ class PyDenseServer {
     return std::make_unique<DenseShard>(
         server_.get(), layout, first_key, end_key, std::move(slice), options,
         [optimizers](float* wt, const float* g, size_t offset, size_t n,
-                     int num_grads, int /*step*/, int tag) {
-          optimizers->Update(wt, g, offset, n, num_grads, tag);
+                     int num_grads, int step, int tag) {
+          optimizers->Update(wt, g, offset, n, num_grads, step, tag);
         },
         std::move(snapshot));
   }
@@ -450,7 +498,14 @@ void BindDense(py::module_& m) {
                  Key replica_end_key, const py::object& replica_weights,
                  const std::string& on_worker_failure,
                  const std::string& checkpoint_dir, int checkpoint_every,
-                 int restore_step, const std::string& compress) {
+                 int restore_step, const std::string& compress,
+                 const std::string& lr_schedule, int64_t total_steps,
+                 int64_t warmup_steps) {
+                // Before the node is asked for: a bad schedule fails
+                // anywhere, started or not.
+                const model::LrScheduleConfig schedule =
+                    ScheduleOf(opt, lr_schedule, lr_step, lr_gamma, total_steps,
+                               warmup_steps);
                 ServeOptions serve;
                 serve.compress = compress;
                 serve.on_worker_failure = on_worker_failure;
@@ -459,8 +514,8 @@ void BindDense(py::module_& m) {
                 serve.restore_step = restore_step;
                 return std::make_unique<PyDenseServer>(
                     layout, first_key, end_key, weights, opt, consistency,
-                    max_delay, num_workers, lr_step, lr_gamma, app_id,
-                    replica_first_key, replica_end_key, replica_weights, serve);
+                    max_delay, num_workers, schedule, app_id, replica_first_key,
+                    replica_end_key, replica_weights, serve);
               }),
           py::arg("layout"), py::arg("first_key"), py::arg("end_key"),
           py::arg("weights"), py::arg("optimizer"),
@@ -471,7 +526,8 @@ void BindDense(py::module_& m) {
           py::arg("replica_weights") = py::none(),
           py::arg("on_worker_failure") = "stop", py::arg("checkpoint_dir") = "",
           py::arg("checkpoint_every") = 0, py::arg("restore_step") = -1,
-          py::arg("compress") = "")
+          py::arg("compress") = "", py::arg("lr_schedule") = "step",
+          py::arg("total_steps") = 0, py::arg("warmup_steps") = 0)
       .def("wait_all_done", &PyDenseServer::WaitAllDone, py::arg("timeout_s"))
       .def_property_readonly("failure", &PyDenseServer::Failure)
       .def("weights", &PyDenseServer::Weights)

@@ -7,12 +7,12 @@ namespace ps {
 namespace python {
 
 void RangeOptimizers::Update(float* w, const float* grad_sum, size_t offset,
-                             size_t n, int num_grads, int tag) {
+                             size_t n, int num_grads, int step, int tag) {
   auto& opt = optimizers_[{offset, n}];
   // The config was checked when the server was made.
   if (!opt) opt = std::move(model::MakeOptimizer(config_, n)).value();
   opt->set_grad_scale(1.0f / static_cast<float>(num_grads));
-  opt->set_lr(schedule_.LrAt(tag));
+  opt->set_lr(schedule_.LrAt(step, tag));
   opt->Step(w, grad_sum, n);
   // One update of the slice per step: count the range that ends it.
   if (offset + n == slice_size_) ++updates_;

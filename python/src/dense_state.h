@@ -1,7 +1,8 @@
 // What a Python DenseServer keeps of one slice besides its weights: the
 // optimizer of every pushed range (src/model: torch.optim.SGD / Adam
-// semantics) with a StepLR schedule driven by the push's tag, and the
-// slice's checkpoint payload. The payload is mnist_dist's
+// semantics) with its learning-rate schedule (model::LrSchedule: StepLR over
+// the push's tag, or one-cycle over its step), and the slice's checkpoint
+// payload. The payload is mnist_dist's
 // (examples/mnist/dist_server.cc): the slice's floats, the updates counted,
 // then each range's (offset, n, optimizer state), so that one file format
 // serves both trainers.
@@ -30,14 +31,18 @@ namespace python {
 // so this equals one optimizer over the slice.
 class RangeOptimizers {
  public:
-  RangeOptimizers(model::OptimizerConfig config, int lr_step, float lr_gamma,
-                  size_t slice_size)
+  // `schedule` must satisfy model::LrSchedule (checked by the caller); its
+  // base_lr is the optimizer's peak lr.
+  RangeOptimizers(model::OptimizerConfig config,
+                  const model::LrScheduleConfig& schedule, size_t slice_size)
       : config_(std::move(config)),
-        schedule_(config_.lr, lr_step, lr_gamma),
+        schedule_(schedule),
         slice_size_(slice_size) {}
 
+  // The update of the gradient of `step`, a push tagged `tag` (the StepLR
+  // period).
   void Update(float* w, const float* grad_sum, size_t offset, size_t n,
-              int num_grads, int tag);
+              int num_grads, int step, int tag);
 
   // The updates counted and every range's optimizer state.
   void Save(Packer* out) const;
@@ -45,7 +50,7 @@ class RangeOptimizers {
 
  private:
   const model::OptimizerConfig config_;
-  model::StepLR schedule_;
+  const model::LrSchedule schedule_;
   const size_t slice_size_;
   std::map<std::pair<size_t, size_t>, std::unique_ptr<model::Optimizer>>
       optimizers_;       // by (offset, n)

@@ -90,6 +90,33 @@ elif mode == "dense":
         dense.done(3)
         print(f"worker {ps.rank()}: dense updates exact", flush=True)
 
+elif mode == "onecycle":
+    # SGD(lr=2) with a one-cycle lr over 5 steps, 2 of warmup, keyed by the
+    # push's step; each worker's gradient is 1, so every step subtracts that
+    # step's lr, computed here as model::LrSchedule does (double, then
+    # float): 2 x (1/25 + (1 - 1/25) s / 2) while s < 2, then
+    # 2 x max(0, 1 - (s - 2) / 3).
+    total, chunk, steps = 10007, 1000, 6
+    init = np.arange(total, dtype=np.float32)
+    if ps.is_server():
+        ps.dense.serve_dense(init, chunk, ps.OptimizerConfig("sgd", lr=2.0),
+                             lr_schedule="onecycle", total_steps=5,
+                             warmup_steps=2)
+    elif ps.is_worker():
+        dense = ps.dense.DenseWorker(total, chunk)
+        weights = torch.zeros(total)
+        dense.wait(dense.pull(weights, 0))
+        want = init.copy()
+        for step in range(steps):
+            dense.step(torch.ones(total), weights, step)
+            f = (1 / 25 + (1 - 1 / 25) * step / 2 if step < 2
+                 else max(0.0, 1 - (step - 2) / 3))
+            want -= np.float32(2.0 * f)
+            assert np.array_equal(weights.numpy(), want), (step, weights[:2],
+                                                           want[:2])
+        dense.done(steps)
+        print(f"worker {ps.rank()}: one-cycle lr exact", flush=True)
+
 elif mode == "shared":
     # Gradients pushed from and weights pulled into ps.shared_array memory:
     # to a co-located server both go by reference (unless PS_SHM=0). argv[2]:

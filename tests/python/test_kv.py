@@ -25,6 +25,13 @@ def test_dense_shards_apply_averaged_gradients_exactly(run_job):
         assert f"worker {w}: dense updates exact" in r.stdout, r.stdout
 
 
+def test_dense_shards_apply_a_one_cycle_lr_by_the_push_step(run_job):
+    r = run_job("job_kv.py", 1, 2, ["onecycle"], timeout=60)
+    assert r.returncode == 0, r.stdout
+    for w in range(2):
+        assert f"worker {w}: one-cycle lr exact" in r.stdout, r.stdout
+
+
 # The frame counts below are exact: a request resent because a loaded
 # machine answered it late (the measured-RTO resend) would count twice, so
 # these jobs resend only after 30 s.

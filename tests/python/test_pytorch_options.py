@@ -3,7 +3,8 @@ is refused at start, naming the option and its value: mnist_ps.py's flags
 before ps.start() (exit 2, or 1 for an unusable checkpoint folder, in every
 role), and a DenseServer without the replica PS_REPLICAS=1 asks for, or
 with on_worker_failure='stop' under PS_MAX_RESTARTS, and a Python handler
-KVServer under PS_REPLICAS=1 (ValueError). The
+KVServer under PS_REPLICAS=1 (ValueError); a DenseServer or serve_dense
+with a bad learning-rate schedule (ValueError, before ps.start() too). The
 DenseServer options a job without those settings refuses are in
 test_errors.py."""
 
@@ -61,3 +62,22 @@ def test_dense_server_without_what_the_job_asks_for_is_refused(run_job):
     assert ("server: stop: ValueError: DenseServer: on_worker_failure='stop' "
             "contradicts PS_MAX_RESTARTS=1") in r.stdout, r.stdout
     assert "server: KVServer: no error" in r.stdout, r.stdout
+
+
+def test_a_bad_lr_schedule_is_refused_by_name(run_job):
+    r = run_job("job_dense_options.py", 1, 1, ["schedule"], timeout=60)
+    assert r.returncode == 0, r.stdout
+    for label, says in (
+            ("before start", "total_steps=0 is not >= 1 (lr_schedule="
+             "'onecycle' spans them)"),
+            ("lr_schedule", "lr_schedule='cosine' is not 'step' or "
+             "'onecycle'"),
+            ("total_steps", "total_steps=0 is not >= 1"),
+            ("warmup_steps", "warmup_steps=10 is not in [0, "
+             "total_steps=10)"),
+            ("step with total_steps", "total_steps=10 warmup_steps=0 are "
+             "for lr_schedule='onecycle', not 'step'"),
+            ("onecycle with lr_step", "lr_step=2 lr_gamma=1.000000 are for "
+             "lr_schedule='step', not 'onecycle'")):
+        assert (f"server: {label}: ValueError: DenseServer: {says}"
+                in r.stdout), (label, r.stdout)
