@@ -61,6 +61,7 @@ BATCH = 16
 # README were taken with them), then this bench's own.
 FLAGS = ["--epochs", "1", "--batch_size", "32", "--lr", "1e-3",
          "--lr_schedule", "step", "--ema_decay", "0", "--lr_ref_batch", "0",
+         "--max_shift", "0",
          "--threads", "1", "--consistency", "bsp", "--dropout=false",
          "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.5",
          "--batch_size", str(BATCH), "--test_limit", "500", "--overlap",

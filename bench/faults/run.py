@@ -49,6 +49,7 @@ ENV = ["--env", "PS_HEARTBEAT_INTERVAL_MS=1000",
 # README were taken with them), then this bench's own.
 FLAGS = ["--epochs", "1", "--batch_size", "32", "--lr", "1e-3",
          "--lr_schedule", "step", "--ema_decay", "0", "--lr_ref_batch", "0",
+         "--max_shift", "0",
          "--threads", "1", "--consistency", "bsp", "--batch_size", "32",
          "--test_limit", "2000", "--log_every_s", "0.2"]
 RATE = re.compile(r"\[worker 0\] final: .* \(this worker; \d+ workers: ~(\d+)\)")

@@ -50,7 +50,7 @@ struct TrainOptions {
   int lr_every_steps = 0;  // a StepLR period: 0 = an epoch, else N steps
   float lr_gamma = 1.0f;
   size_t train_size = 0;  // examples in the training split, as loaded
-  int max_shift = 0;      // augmentation: random shifts of up to N pixels
+  int max_shift = 1;      // augmentation: random shifts of up to N pixels
   float label_smoothing = 0.0f;  // of the training loss (NllFromLogProbs)
   // Worker 0 evaluates an exponential moving average of the weights it
   // pulls, with this decay per step (0: the weights themselves).

@@ -42,7 +42,7 @@ DEFINE_double(warmup, 0.1, "onecycle: fraction of the planned steps");
 DEFINE_int32(lr_ref_batch, 32,
              "the lr used is --lr x sqrt(workers x batch_size / this) (0: "
              "--lr as given)");
-DEFINE_int32(max_shift, 0,
+DEFINE_int32(max_shift, 1,
              "augmentation: shift each training image by up to this many "
              "pixels in x and y, at random (0: none)");
 DEFINE_double(label_smoothing, 0.0,

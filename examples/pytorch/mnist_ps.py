@@ -79,6 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--lr-ref-batch", type=int, default=32,
                    help="the lr used is --lr x sqrt(workers x batch-size / "
                    "this) (0: --lr as given)")
+    p.add_argument("--max-shift", type=int, default=1,
+                   help="augmentation: shift each training image by up to "
+                   "this many pixels in x and y, at random (0: none)")
     p.add_argument("--label-smoothing", type=float, default=0.0,
                    help="loss = (1 - eps) nll + eps x mean over classes of "
                    "-log p")
@@ -127,6 +130,8 @@ def parse_args(argv=None):
             (0 <= args.warmup < 1, "--warmup", args.warmup, "in [0, 1)"),
             (args.lr_ref_batch >= 0, "--lr-ref-batch", args.lr_ref_batch,
              ">= 0"),
+            (0 <= args.max_shift <= 8, "--max-shift", args.max_shift,
+             "in [0, 8]"),
             (0 <= args.label_smoothing < 1, "--label-smoothing",
              args.label_smoothing, "in [0, 1)"),
             (0 <= args.ema_decay < 1, "--ema-decay", args.ema_decay,
@@ -220,6 +225,23 @@ def schedule(args, world):
     warmup = min(total - 1, math.floor(args.warmup * total + 0.5))
     return lr, dict(lr_schedule="onecycle", total_steps=total,
                     warmup_steps=warmup)
+
+
+def shifted(images, s):
+    """Each image [N, 1, 28, 28] shifted by its own random (dx, dy) in
+    [-s, s], the background filling what comes in (as mnist_dist's
+    --max_shift); drawn from torch's generator."""
+    if s == 0:
+        return images
+    n, _, h, w = images.shape
+    background = -mnist_common.MEAN / mnist_common.STD
+    padded = F.pad(images, (s, s, s, s), value=background)
+    d = torch.randint(0, 2 * s + 1, (n, 2))
+    rows = torch.arange(h)[None, :] + d[:, :1]  # [N, h]
+    cols = torch.arange(w)[None, :] + d[:, 1:]  # [N, w]
+    out = padded[torch.arange(n)[:, None, None], 0, rows[:, :, None],
+                 cols[:, None, :]]
+    return out.unsqueeze(1)
 
 
 def loss_of(log_probs, y, smoothing):
@@ -365,7 +387,8 @@ def run_worker(args, model, total, ckpt, restore_step, votes):
             # step (restored or rejoined) draws the same masks.
             torch.manual_seed((args.seed * 1000003 + rank) * 1000003 + step)
             grads.zero_()
-            loss = loss_of(model(x[idx]), y[idx], args.label_smoothing)
+            loss = loss_of(model(shifted(x[idx], args.max_shift)), y[idx],
+                           args.label_smoothing)
             loss.backward()
             if step == first_step and not grads_in_place(params, grads):
                 raise RuntimeError("autograd replaced p.grad: cannot push the "

@@ -46,7 +46,7 @@ std::string LaunchCommand(const std::string& launch, const std::string& flags) {
          PS_MNIST_DIR +
          " --threads 1 --train_limit 640 --test_limit 200"
          " --batch_size 16 --optimizer adam --lr 2e-3"
-         " --epochs 1 --lr_schedule step --ema_decay 0 " +
+         " --epochs 1 --lr_schedule step --ema_decay 0 --max_shift 0 " +
          flags;
 }
 
@@ -65,13 +65,14 @@ std::string TempDir(const std::string& name) {
 // Starts Launch(launch, flags) in the background, writing to `log`; the
 // launcher's pid.
 int LaunchInBackground(const std::string& flags, const std::string& log) {
-  Result r = Shell("(" + std::string(PS_PYTHON) + " " + PS_LAUNCH +
-                   " -s 2 -w 2 --timeout 120" + kEnv + " -- " + PS_MNIST_DIST +
-                   " --data_dir " + PS_MNIST_DIR +
-                   " --threads 1 --train_limit 640 --test_limit 200"
-                   " --batch_size 16 --optimizer adam --lr 2e-3"
-                   " --epochs 1 --lr_schedule step --ema_decay 0 " +
-                   flags + " > " + log + " 2>&1 & echo $!)");
+  Result r =
+      Shell("(" + std::string(PS_PYTHON) + " " + PS_LAUNCH +
+            " -s 2 -w 2 --timeout 120" + kEnv + " -- " + PS_MNIST_DIST +
+            " --data_dir " + PS_MNIST_DIR +
+            " --threads 1 --train_limit 640 --test_limit 200"
+            " --batch_size 16 --optimizer adam --lr 2e-3"
+            " --epochs 1 --lr_schedule step --ema_decay 0 --max_shift 0 " +
+            flags + " > " + log + " 2>&1 & echo $!)");
   return r.rc == 0 ? std::atoi(r.out.c_str()) : -1;
 }
 

@@ -53,7 +53,7 @@ std::string LaunchCommand(const std::string& env, const std::string& flags,
          env + " -- " + PS_MNIST_DIST + " --data_dir " + PS_MNIST_DIR +
          " --threads 1 --consistency bsp --dropout=false --optimizer sgd"
          " --lr 0.02 --momentum 0.5 --batch_size 16 --test_limit 500"
-         " --epochs 1 --lr_schedule step --ema_decay 0 " +
+         " --epochs 1 --lr_schedule step --ema_decay 0 --max_shift 0 " +
          flags;
 }
 

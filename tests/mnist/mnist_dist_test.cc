@@ -36,7 +36,8 @@ const char* kEnv =
 // mnist_dist's defaults before the time-to-accuracy recipe, which the step
 // and accuracy counts below are for (later flags override them).
 const char* kFormerDefaults =
-    " --epochs 1 --batch_size 32 --lr_schedule step --ema_decay 0 ";
+    " --epochs 1 --batch_size 32 --lr_schedule step --ema_decay 0 "
+    "--max_shift 0 ";
 
 // A job of S servers and W workers; `flags` are mnist_dist's, after
 // `defaults`.
