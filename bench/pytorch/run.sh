@@ -26,7 +26,7 @@ row() {  # name, command...
 }
 # The trainer's settings of the others, not its recipe's defaults.
 recipe=(--epochs 1 --batch-size 32 --optimizer sgd --lr 0.01 --momentum 0.9
-        --lr-schedule step --lr-ref-batch 0 --ema-decay 0)
+        --lr-schedule step --lr-ref-batch 0 --ema-decay 0 --max-shift 0)
 for s in 1 2; do
   for w in 1 2; do
     row "ps_S${s}_W${w}" $py tracker/launch.py -s $s -w $w -- \
