@@ -17,13 +17,13 @@ The recipe is mnist_dist's (docs/python.md): Adam with a one-cycle learning
 rate applied by the servers from the push's step (linear warmup from lr/25
 to the peak over --warmup of the planned steps, then linear decay to 0 at
 epochs x steps per epoch), the peak --lr scaled by sqrt(workers x batch /
---lr-ref-batch), optional label smoothing, and worker 0 evaluating an
-exponential moving average of the weights (--ema-decay). With
---target-accuracy P worker 0 evaluates every --eval-every epochs and all
-workers stop at the same step once P% is reached (StopVotes; not with
-PS_REPLICAS or --max-restarts), printing `reached P% after N samples (E
-epochs) in T s of training`. One run with the defaults at S = W = 2 reached
-99.13% after 3 epochs, and 99% after 1.75 (docs/python.md).
+--lr-ref-batch), random shifts of the images by up to --max-shift pixels,
+optional label smoothing, and worker 0 evaluating an exponential moving
+average of the weights (--ema-decay). With --target-accuracy P worker 0
+evaluates every --eval-every epochs and all workers stop at the same step
+once P% is reached (StopVotes; not with PS_REPLICAS or --max-restarts),
+printing `reached P% after N samples (E epochs) in T s of training`. One
+run at S = W = 2 reached 99% after 1.25 epochs (docs/python.md).
 
 Failures, as mnist_dist (docs/failures.md, docs/python.md): launched with
 `--env PS_REPLICAS=1` (2 servers or more) each server also holds the
