@@ -63,8 +63,7 @@ size_t SparseTable::memory_bytes() const {
          blocks_.size() * block_rows_ * stride_ * sizeof(float);
 }
 
-void SparseTable::Init(Key key, float* row) const {
-  float* w = row;
+void SparseTable::InitWeights(Key key, float* w) const {
   const double scale = config_.init_scale;
   SplitMix64 rng(
       Mix64(config_.seed ^ Mix64(static_cast<uint64_t>(config_.id) + 1)) ^ key);
@@ -88,6 +87,11 @@ void SparseTable::Init(Key key, float* row) const {
       }
       break;
   }
+}
+
+void SparseTable::Init(Key key, float* row) const {
+  float* w = row;
+  InitWeights(key, w);
   float* state = row + width_;
   switch (config_.optimizer) {
     case SparseOptimizer::kSgd:
@@ -135,12 +139,8 @@ const float* SparseTable::Find(Key key) const {
 void SparseTable::Read(Key key, float* out) const {
   if (const float* row = Find(key)) {
     std::memcpy(out, row, width_ * sizeof(float));
-  } else if (config_.init == SparseInit::kZero) {
-    std::memset(out, 0, width_ * sizeof(float));
   } else {
-    std::vector<float> fresh(stride_);
-    Init(key, fresh.data());
-    std::memcpy(out, fresh.data(), width_ * sizeof(float));
+    InitWeights(key, out);
   }
 }
 

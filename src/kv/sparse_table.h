@@ -67,6 +67,8 @@ class SparseTable {
  private:
   // The values of a new row of `key` and its optimizer state.
   void Init(Key key, float* row) const;
+  // Its values alone (width floats): what a pull of a key not held reads.
+  void InitWeights(Key key, float* w) const;
   float* RowAt(uint32_t r) {
     return blocks_[r / block_rows_].get() + (r % block_rows_) * stride_;
   }
