@@ -105,7 +105,8 @@ def parse_args(argv=None):
     p.add_argument("--train-limit", type=int, default=0)
     p.add_argument("--test-limit", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0,
-                   help="stop each worker after this many steps (0: epochs)")
+                   help="stop each worker after this many steps (0: epochs; "
+                   "the one-cycle lr then ends at that step)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads per worker (0: cores / (workers + "
                    "servers), at least 1)")
@@ -222,6 +223,8 @@ def schedule(args, world):
     if args.lr_schedule == "step":
         return lr, {}
     total = max(1, args.epochs * steps_per_epoch(args, world))
+    if args.max_steps:
+        total = min(total, args.max_steps)  # the schedule ends with the run
     warmup = min(total - 1, math.floor(args.warmup * total + 0.5))
     return lr, dict(lr_schedule="onecycle", total_steps=total,
                     warmup_steps=warmup)
@@ -483,6 +486,13 @@ def main():
                  f"needs PS_REPLICAS=0 and no --max-restarts (worker 0 "
                  f"decides when all stop), got PS_REPLICAS={ps.replicas()} "
                  f"PS_MAX_RESTARTS={ps.max_restarts()}")
+    if ps.role() == "server":
+        # The one-cycle length needs the training set's size: read before
+        # ps.start(), so that a missing file stops this server at once.
+        try:
+            lr, lr_schedule = schedule(args, ps.num_workers())
+        except OSError as e:
+            sys.exit(f"mnist_ps: --data-dir {args.data_dir}: {e}")
     ps.start()
     print(f"{ps.role()} {ps.rank()}: pid {os.getpid()}", flush=True)
     votes = None
@@ -490,7 +500,6 @@ def main():
         votes = StopVotes()
     if ps.is_server():
         init = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-        lr, lr_schedule = schedule(args, ps.num_workers())
         opt = ps.OptimizerConfig(args.optimizer, lr=lr,
                                  momentum=args.momentum
                                  if args.optimizer == "sgd" else 0.0)

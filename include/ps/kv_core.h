@@ -170,7 +170,8 @@ class KVWorkerCore {
   // Copy for a caller's key list. A large list (kKeptKeysBytes and up) is
   // kept after its request: a later request with the same keys, compared
   // byte by byte, takes the kept copy instead of a new one (a pull of what
-  // was pushed, the same keys every step). One list is kept per worker.
+  // was pushed, the same keys every step). One list is kept per worker;
+  // none with a user slicer (SetSlicer), which may write the keys.
   SArray<Key> CopyKeys(const Key* keys, size_t n);
   static constexpr size_t kKeptKeysBytes = size_t{1} << 20;
   size_t num_pending() const;

@@ -337,6 +337,9 @@ if torch is not None:
             if mode not in ("sum", "mean", "max"):
                 raise ValueError(f"EmbeddingBag: mode '{mode}' is not sum, "
                                  "mean or max")
+            if mode == "max" and scale_grad_by_freq:
+                raise ValueError("EmbeddingBag: scale_grad_by_freq does not "
+                                 "apply to mode 'max' (as torch's)")
             self.mode = mode
             self.include_last_offset = include_last_offset
 

@@ -272,7 +272,10 @@ SArray<char> KVWorkerCore::Impl::Copy(const void* data, size_t bytes) const {
 
 SArray<Key> KVWorkerCore::Impl::CopyKeys(const Key* keys, size_t n) {
   const size_t bytes = n * sizeof(Key);
-  if (bytes < kKeptKeysBytes) return SArray<Key>(Copy(keys, bytes));
+  // A user slicer is handed the request's keys and may write them.
+  if (bytes < kKeptKeysBytes || slicer_) {
+    return SArray<Key>(Copy(keys, bytes));
+  }
   SArray<Key> kept;
   {
     MutexLock lock(&kept_mu_);

@@ -447,6 +447,11 @@ TEST(InProc, KeptKeysOnlyWhileUnchanged) {
     // Small lists are not kept.
     SArray<Key> small = core.CopyKeys(keys.data(), 3);
     EXPECT_NE(core.CopyKeys(keys.data(), 3).data(), small.data());
+    // Nor any under a user slicer, which may write the keys it is given.
+    core.SetSlicer([](const detail::RawKVPairs&, const std::vector<Range>&,
+                      detail::RawSliced*) {});
+    SArray<Key> sliced = core.CopyKeys(keys.data(), n);
+    EXPECT_NE(core.CopyKeys(keys.data(), n).data(), sliced.data());
   }
   KVWorker<float> kv(c.workers[0].get(), 0, 0);
   std::vector<float> ones(n, 1.0f);

@@ -139,6 +139,8 @@ def refusals(kv):
         (ValueError, "two tables of id 0", lambda: ps.sparse.SparseWorker(
             [TABLES[0], TABLES[0]], customer_id=1)),
         (ValueError, "mode", lambda: ps.sparse.EmbeddingBag(kv, 0, "prod")),
+        (ValueError, "scale_grad_by_freq", lambda: ps.sparse.EmbeddingBag(
+            kv, 0, "max", scale_grad_by_freq=True)),
         (ValueError, "1-D input needs offsets",
          lambda: ps.sparse.EmbeddingBag(kv, 0)(torch.tensor([1, 2]))),
     ]
