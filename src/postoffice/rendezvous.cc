@@ -116,17 +116,22 @@ Status Postoffice::StartMember() {
   hello.meta.mutable_control()->set_num_servers(config_.num_servers);
   hello.meta.mutable_control()->set_num_workers(config_.num_workers);
   hello.meta.mutable_control()->set_job_token(config_.job_token);
-  PS_RETURN_IF_ERROR(Send(&hello));
+  // A scheduler that refused the handshake (another key, or none) may have
+  // done so before the send: then the send fails at once.
+  const Status sent = Send(&hello);
   MutexLock lock(&mu_);
   auto connect_deadline =
       Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-  while (!acked_ && cv_.WaitUntil(connect_deadline)) {
+  while (sent.ok() && !acked_ && cv_.WaitUntil(connect_deadline)) {
   }
   if (!acked_) {
     return Status::Unavailable(
         "scheduler at " + config_.SchedulerAddress() +
-        " did not answer within " + std::to_string(config_.connect_timeout_ms) +
-        " ms (PS_CONNECT_TIMEOUT_MS): is it running there" +
+        (sent.ok() ? " did not answer within " +
+                         std::to_string(config_.connect_timeout_ms) +
+                         " ms (PS_CONNECT_TIMEOUT_MS)"
+                   : " took no registration (" + sent.message() + ")") +
+        ": is it running there" +
         (config_.secret_key.empty()
              ? ", and does it run without PS_KEY_FILE too?"
              : ", and does it use the same PS_KEY_FILE?"));

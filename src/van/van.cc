@@ -52,6 +52,21 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   std::unique_ptr<SArray<char>> owner(static_cast<SArray<char>*>(hint));
 }
 
+// Every send: a peer's queue has no limit (ZMQ_SNDHWM 0), so a send waits
+// only where the socket has no connection at all, which is for good once
+// the peer refused its handshake (ZeroMQ does not reconnect after that).
+// Such a send fails at once (EAGAIN) instead of waiting forever.
+constexpr int kSendFlags = ZMQ_DONTWAIT;
+
+// Why a send to `address` failed, in words.
+std::string SendError(const std::string& address) {
+  if (errno == EAGAIN) {
+    return "send to " + address +
+           ": no connection (it refused this node's handshake)";
+  }
+  return "send to " + address + ": " + ZmqError();
+}
+
 // The data parts of one multipart message, each made (allocated, filled,
 // sealed) before its header is sent, so that running out of memory leaves
 // nothing half-sent on the socket; the parts not sent are closed.
@@ -85,15 +100,17 @@ class OutParts {
   }
   // Sends `header` (by zmq_send, as the ThreadSanitizer build's shim of
   // ZeroMQ expects: tests/core/tsan_zmq_sync.cc), then every part; false
-  // when ZeroMQ refuses one (its context ends).
+  // when ZeroMQ refuses one (no connection, or its context ends).
   bool Send(void* socket, const std::string& header) {
     if (zmq_send(socket, header.data(), header.size(),
-                 parts_.empty() ? 0 : ZMQ_SNDMORE) < 0) {
+                 kSendFlags | (parts_.empty() ? 0 : ZMQ_SNDMORE)) < 0) {
       return false;
     }
     for (; sent_ < parts_.size(); ++sent_) {
       const int more = sent_ + 1 < parts_.size() ? ZMQ_SNDMORE : 0;
-      if (zmq_msg_send(&parts_[sent_], socket, more) < 0) return false;
+      if (zmq_msg_send(&parts_[sent_], socket, kSendFlags | more) < 0) {
+        return false;
+      }
     }
     return true;
   }
@@ -450,7 +467,7 @@ Status Van::Send(Message* msg) {
     }
   }
   if (!parts.Send(peer->socket, header)) {
-    return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
+    return Status::Unavailable(SendError(peer->address));
   }
   return Status::OK();
 }
@@ -474,9 +491,7 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
     return Status::Unavailable("send to " + address + ": no memory to seal " +
                                std::to_string(bytes) + " bytes");
   };
-  auto refused = [&] {
-    return Status::Unavailable("send to " + address + ": " + ZmqError());
-  };
+  auto refused = [&] { return Status::Unavailable(SendError(address)); };
   // Every frame, the header's too, is sealed in the order of its sequence
   // numbers (hence under the peer's lock). A streamed message's header is
   // sealed as a message of one frame.
@@ -519,7 +534,7 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
       sealer->SealChunk(seq++, i, frames, c, records,
                         data + c * seal::kChunkBytes, bytes,
                         zmq_msg_data(&record));
-      if (zmq_msg_send(&record, socket, 0) < 0) {
+      if (zmq_msg_send(&record, socket, kSendFlags) < 0) {
         zmq_msg_close(&record);
         return refused();
       }

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -267,10 +268,17 @@ Message SpoofedControl(pb::Command cmd, int sender, int recver, bool request) {
   return msg;
 }
 
-// Everything a stranger tries against the job's nodes. Returns how many
-// garbage messages the flood at server 0 queued.
+// Everything a stranger tries against the job's nodes; then runs
+// `meanwhile` (the job) with the stranger's connections still open. Returns
+// how many garbage messages the flood at server 0 queued.
+//
+// Why open: a connection closed while its peer still has bytes of it to
+// read can be reset (heartbeats the closing side never read), and a reset
+// discards what the peer's kernel held. A stranger that stays connected is
+// read to its last message, and every one of them is counted.
 int Attack(int scheduler_port, int server0_port, int server1_port,
-           int worker0_port, bool with_key) {
+           int worker0_port, bool with_key,
+           const std::function<void()>& meanwhile) {
   void* context = zmq_ctx_new();
   int flooded = 0;
   {
@@ -344,8 +352,11 @@ int Attack(int scheduler_port, int server0_port, int server1_port,
     }
     Stranger s1(context, server1_port,
                 with_key ? Mechanism::kCurve : Mechanism::kNull);
-    std::vector<char> big(kOversizeBytes);
-    s1.SendRaw(big.data(), big.size());
+    {
+      std::vector<char> big(kOversizeBytes);
+      s1.SendRaw(big.data(), big.size());
+    }
+    meanwhile();
   }  // each socket lingers until its queue left (a minute at most)
   zmq_ctx_term(context);
   return flooded;
@@ -411,11 +422,16 @@ std::map<std::string, Counters> RunAttackedJob(bool with_key,
   EXPECT_GT(server0, 0);
   EXPECT_GT(server1, 0);
   EXPECT_GT(worker0, 0);
+  int exit_code = -1;
+  auto run_job = [&] {
+    { std::ofstream(go.c_str()) << "go\n"; }
+    exit_code = job.Finish(kLaunchTimeoutSeconds + 30);
+  };
   if (scheduler > 0 && server0 > 0 && server1 > 0 && worker0 > 0) {
-    *flooded = Attack(scheduler, server0, server1, worker0, with_key);
+    *flooded = Attack(scheduler, server0, server1, worker0, with_key, run_job);
+  } else {
+    run_job();
   }
-  { std::ofstream(go.c_str()) << "go\n"; }
-  int exit_code = job.Finish(kLaunchTimeoutSeconds + 30);
   *output = job.output();
   unlink(go.c_str());
   EXPECT_EQ(exit_code, 0);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -462,6 +463,42 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
   }
   receiver.Stop(0);
   zmq_ctx_term(context);
+}
+
+// A peer that refused this van's handshake (another job's key) leaves it
+// no connection, and ZeroMQ makes none again: a send then fails, naming
+// why, instead of waiting forever for a connection.
+TEST(Van, SendAfterTheHandshakeWasRefusedFailsNamingIt) {
+  KeyedReceiver keyed;
+  Van stranger(KeyedReceiver::Keyed());  // another job's key
+  stranger.set_identity("stranger:1");
+  ASSERT_TRUE(stranger
+                  .Connect(1, "127.0.0.1", keyed.receiver.port(),
+                           keyed.receiver.wire_key())
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return keyed.receiver.num_refused() >= 1; }));
+  // Sends queue until ZeroMQ has dropped the refused connection; each one
+  // after that fails. At most 400 tries, 25 ms apart.
+  auto sending = std::async(std::launch::async, [&] {
+    Status last;
+    for (int i = 0; i < 400 && last.ok(); ++i) {
+      Message msg = TestMessage(0, i);
+      msg.meta.set_recver(1);
+      last = stranger.Send(&msg);
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return last;
+  });
+  ASSERT_EQ(sending.wait_for(std::chrono::seconds(60)),
+            std::future_status::ready)
+      << "a send to the refusing peer never returned";
+  const Status st = sending.get();
+  EXPECT_EQ(st.code(), Status::kUnavailable) << st;
+  EXPECT_NE(st.message().find("refused this node's handshake"),
+            std::string::npos)
+      << st;
+  std::lock_guard<std::mutex> lock(keyed.inbox.mu);
+  EXPECT_EQ(keyed.inbox.total, 0);
 }
 
 TEST(Van, SealedConcurrentSendsArriveOnceWhilePeersComeAndGo) {
