@@ -150,6 +150,13 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
                             " bytes in all, PS_MAX_MESSAGE_BYTES)");
     return;
   }
+  if (msg.meta.attempt() > 1) {
+    // A resent answer (its first copy's acknowledgement was late, or lost)
+    // for a customer gone since: the first copy came, or nobody waits for
+    // it any more. Let go as the duplicate it is, not counted as dropped.
+    CountDuplicate();
+    return;
+  }
   CountDropped(
       msg.meta.sender(),
       std::string(msg.meta.simple_app() ? "no SimpleApp" : "no customer") +

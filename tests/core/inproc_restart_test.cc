@@ -131,6 +131,43 @@ TEST(InProc, LostMessagesAreResentAfterTheMeasuredRoundTrip) {
   EXPECT_TRUE(c.Finalize());
 }
 
+// A server that loses a fifth of what it receives (PS_DROP_MSG=20 on it
+// alone) misses acknowledgements of its answers and resends them; some of
+// those copies reach the worker after the KVWorker that asked is gone (20
+// in turn, each a customer of its own, each for 5 rounds). They are
+// duplicates, let go, never counted as dropped messages (which are what
+// strangers and malformed messages count).
+TEST(InProc, ResentAnswerAfterItsCustomerIsGoneIsADuplicate) {
+  DefaultJob c(1, 1);
+  Config lossy = c.servers[0]->config();
+  lossy.drop_percent = 20;
+  c.servers[0] = std::make_unique<Node>(lossy);
+  ASSERT_TRUE(c.Start());
+  const std::vector<Key> keys = {3};
+  int pushed = 0;
+  for (int customer = 0; customer < 20; ++customer) {
+    KVWorker<float> kv(c.workers[0].get(), 0, customer);
+    std::vector<float> out;
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(kv.Wait(kv.Push(keys, std::vector<float>{1})).ok());
+      ASSERT_TRUE(kv.Wait(kv.Pull(keys, &out)).ok());
+      ASSERT_EQ(out, std::vector<float>{float(++pushed)});
+    }
+  }
+  // Until the server keeps no answer (every copy acknowledged): 10 s at
+  // most, at most 8 copies of each.
+  const Resender* r = c.servers[0]->postoffice()->resender();
+  ASSERT_NE(r, nullptr);
+  for (int i = 0; i < 200 && r->num_kept() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(r->num_kept(), 0u);
+  EXPECT_GT(c.servers[0]->num_resent_messages(), 0u);
+  EXPECT_GT(c.workers[0]->num_duplicate_messages(), 0u);
+  EXPECT_EQ(c.workers[0]->num_dropped_messages(), 0u);
+  EXPECT_TRUE(c.Finalize());
+}
+
 // The first peer failure node `n` learns of, polled for at most 10 s (OK if
 // none came).
 Status FirstPeerFailure(Node* n) {
