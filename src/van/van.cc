@@ -535,8 +535,9 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
                         data + c * seal::kChunkBytes, bytes,
                         zmq_msg_data(&record));
       if (zmq_msg_send(&record, socket, kSendFlags) < 0) {
+        Status st = refused();  // reads errno: before the close
         zmq_msg_close(&record);
-        return refused();
+        return st;
       }
     }
   }
