@@ -105,6 +105,10 @@ struct TrainOptions {
   int die_after_steps = 0;
   std::string die_node;
   bool die_freezes = false;  // a server: SIGSTOP instead of SIGKILL
+  // A server: as the first push of step die_after_steps arrives, before it
+  // is summed (nothing of that step went to the replica), instead of in
+  // the optimizer step of update die_after_steps (its sum went already).
+  bool die_at_push = false;
   int slow_worker_ms = 0;
 };
 

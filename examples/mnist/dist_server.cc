@@ -51,16 +51,31 @@ class SliceUpdater {
     if (num_grads < ps::NumWorkers()) ++short_updates_;
     // One update of the slice per step: count the range that ends it.
     if (offset + n == slice_size_) ++updates_;
-    if (may_die_ && !died_ && options_.die_after_steps > 0 &&
-        updates_ == options_.die_after_steps &&
-        options_.die_node == "server:" + std::to_string(ps::MyRank())) {
-      std::fprintf(stderr, "server %d: %s itself after %d updates (test)\n",
-                   ps::MyRank(), options_.die_freezes ? "freezing" : "killing",
-                   updates_);
-      std::fflush(stderr);
-      died_ = true;  // once: a frozen one goes on when let go
-      std::raise(options_.die_freezes ? SIGSTOP : SIGKILL);
+    if (options_.die_at_push) return;
+    if (updates_ == options_.die_after_steps) MaybeDie("", updates_);
+  }
+
+  // The primary's shard calls this as a worker's push of `step` arrives
+  // (DenseShardOptions::on_push), before it is summed.
+  void OnPush(int step) {
+    if (options_.die_at_push && step == options_.die_after_steps) {
+      MaybeDie(", as a push of the next step arrived", step);
     }
+  }
+
+  // --die_node: this server kills or freezes itself (once: a frozen one
+  // goes on when let go) after `updates` updates.
+  void MaybeDie(const char* where, int updates) {
+    if (!may_die_ || died_ || options_.die_after_steps <= 0 ||
+        options_.die_node != "server:" + std::to_string(ps::MyRank())) {
+      return;
+    }
+    std::fprintf(stderr, "server %d: %s itself after %d updates%s (test)\n",
+                 ps::MyRank(), options_.die_freezes ? "freezing" : "killing",
+                 updates, where);
+    std::fflush(stderr);
+    died_ = true;
+    std::raise(options_.die_freezes ? SIGSTOP : SIGKILL);
   }
 
   // The updates counted and every range's optimizer state, for a
@@ -241,6 +256,9 @@ int RunServer(const TrainOptions& options) {
     if (!st.ok()) Die("--compress: " + st.ToString());
   }
   auto updater = std::make_shared<SliceUpdater>(options, slice.size(), true);
+  if (options.die_at_push) {
+    shard_options.on_push = [updater](int step, int) { updater->OnPush(step); };
+  }
   if (options.restore_step >= 0) {
     LoadServer(options, rank, options.restore_step, &slice, updater.get());
     shard_options.first_step = options.restore_step;
@@ -268,6 +286,7 @@ int RunServer(const TrainOptions& options) {
         static_cast<unsigned long long>(rend));
     ps::DenseShardOptions replica_options = shard_options;
     replica_options.replica = true;
+    replica_options.on_push = nullptr;  // --die_node counts the primary's
 
     std::vector<float> rslice(all.begin() + rlo, all.begin() + rhi);
     auto rupdater = std::make_shared<SliceUpdater>(options, rhi - rlo, false);

@@ -59,6 +59,8 @@ DEFINE_double(eval_every, 0.25,
               "with --target_accuracy: epochs between evaluations");
 DEFINE_double(momentum, 0.0, "sgd momentum");
 DEFINE_double(weight_decay, 0.0, "L2 weight decay");
+DEFINE_double(adam_beta2, 0.999,
+              "adam: decay of the squared-gradient average (torch's betas[1])");
 DEFINE_int32(lr_step, 1, "StepLR: periods between learning-rate decays");
 DEFINE_double(lr_gamma, 1.0, "StepLR: factor applied every --lr_step periods");
 DEFINE_int32(lr_every_steps, 0,
@@ -111,9 +113,14 @@ DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_string(die_signal, "kill",
               "test: a --die_node server kills itself (kill) or freezes "
-              "itself (stop: SIGSTOP, in its optimizer step, once the "
-              "step's sum went to its replica, before it answers the "
-              "workers)");
+              "itself (stop: SIGSTOP), at --die_point");
+DEFINE_string(die_point, "update",
+              "test: where a --die_node server dies or freezes: update (in "
+              "its optimizer step, once the step's sum went to its "
+              "replica, before it answers the workers) or push (as the "
+              "first worker's push of the step after --die_after_steps "
+              "updates arrives, before it is summed or goes to the "
+              "replica)");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
 DEFINE_bool(allow_non_finite, false,
             "servers accept gradients that hold a NaN or an infinity (by "
@@ -189,6 +196,8 @@ mnist::TrainOptions OptionsFromFlags() {
             "die_node", "must be worker:R or server:R");
   CheckFlag(FLAGS_die_signal == "kill" || FLAGS_die_signal == "stop",
             "die_signal", "must be kill or stop");
+  CheckFlag(FLAGS_die_point == "update" || FLAGS_die_point == "push",
+            "die_point", "must be update or push");
   mnist::TrainOptions o;
   o.dataset = OrDie("dataset", ps::model::ParseDatasetKind(FLAGS_dataset));
   o.data_dir = FLAGS_data_dir.empty() ? ps::model::DefaultDataDir(o.dataset)
@@ -199,6 +208,7 @@ mnist::TrainOptions OptionsFromFlags() {
   o.optimizer.lr = static_cast<float>(FLAGS_lr);
   o.optimizer.momentum = static_cast<float>(FLAGS_momentum);
   o.optimizer.weight_decay = static_cast<float>(FLAGS_weight_decay);
+  o.optimizer.beta2 = static_cast<float>(FLAGS_adam_beta2);
   OrDie("optimizer", ps::model::MakeOptimizer(o.optimizer, 1));
   o.lr_schedule =
       OrDie("lr_schedule", ps::model::ParseLrSchedule(FLAGS_lr_schedule));
@@ -305,6 +315,7 @@ mnist::TrainOptions OptionsFromFlags() {
   o.die_after_steps = FLAGS_die_after_steps;
   o.die_node = FLAGS_die_node;
   o.die_freezes = FLAGS_die_signal == "stop";
+  o.die_at_push = FLAGS_die_point == "push";
   o.slow_worker_ms = FLAGS_slow_worker_ms;
   return o;
 }

@@ -201,6 +201,12 @@ struct DenseShardOptions {
   // A pushed gradient with a NaN or an infinity is refused (its Wait fails
   // naming the step, keys and value) unless this is set.
   bool allow_non_finite = false;
+  // Called as a kStep push from a worker arrives, before the shard sums it
+  // (its step and the worker's id), on the receive thread under the
+  // shard's mutex (it must not call back into the shard). A point of the
+  // step where nothing of it went to the replica yet: fault tests freeze a
+  // primary there; tracing may count arrivals.
+  std::function<void(int step, int sender)> on_push;
 };
 
 // Called once per update of a range with the range's n weights and the

@@ -365,6 +365,7 @@ void DenseShard::Impl::Handle(const KVMeta& meta, const KVPairs<float>& data) {
   if (options_.replica && IsServerId(meta.sender)) {
     return OnPrimarySum(meta, *cmd, data);
   }
+  if (meta.push && options_.on_push) options_.on_push(cmd->step, meta.sender);
   if (meta.push && !OnPush(meta, *cmd, data)) return;  // rejected: answered
   if (!meta.pull) return;
   if (aggregator_.PullReady(data.keys, cmd->step)) {

@@ -155,6 +155,12 @@ StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& c,
     return sgd;
   }
   if (c.name == "adam") {
+    if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f) ||
+        !(c.beta2 >= 0.0f && c.beta2 < 1.0f)) {
+      return Status::InvalidArgument(
+          "adam betas must be in [0, 1), got beta1 " + std::to_string(c.beta1) +
+          ", beta2 " + std::to_string(c.beta2));
+    }
     std::unique_ptr<Optimizer> adam = std::make_unique<Adam>(
         n, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay);
     return adam;

@@ -484,15 +484,13 @@ TEST(Replication, FrozenPrimaryLetGoOnIsFenced) {
       &victim);
 }
 
-// A primary that freezes itself (--die_signal stop) in its optimizer step
-// of a step drawn at random: it summed the step and sent the sum to its
-// replica, whose answer it has not read, and no answer went to the
-// workers. It is declared dead, its replica takes its keys over and the
-// workers resend that step's pushes there (repeats of the sum it
-// applied); then it is let go on, not killed: the answers it releases,
-// and whatever else it sends, are dropped (fenced). The job ends with the
-// fault-free weights, bit for bit.
-TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
+// A primary that freezes itself (--die_signal stop) at `point` of a step
+// drawn at random (--die_point, below). It is declared dead, its replica
+// takes its keys over and the workers resend that step's pushes there; then
+// it is let go on, not killed: whatever it sends then (a sum to its
+// replica, answers to the workers) is dropped (fenced). The job ends with
+// the fault-free weights, bit for bit.
+void ExpectPrimaryFrozenAtAPointFenced(const std::string& point) {
   const unsigned seed = FaultSeed();
   std::mt19937 draw(seed);
   constexpr int kServers = 3;
@@ -500,8 +498,8 @@ TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
   const int heir = (victim + 1) % kServers;
   const int step = 5 + static_cast<int>(draw() % 85);  // of 100
   SCOPED_TRACE("seed " + std::to_string(seed) + ": server " +
-               std::to_string(victim) + " frozen in update " +
-               std::to_string(step));
+               std::to_string(victim) + " frozen at " + point + " after " +
+               std::to_string(step) + " updates");
   const std::string flags = "--train_limit 3200 --overlap off --ps_shm 0";
   std::string clean = TempPath("clean.bin"), failed = TempPath("fenced.bin");
   Result a = Launch("", flags + " --dump_weights " + clean, kServers);
@@ -512,11 +510,12 @@ TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
   EXPECT_TRUE(job.Start(LaunchCommand(
       "--tolerate server --keep-declared-dead --env " + tag +
           " --env PS_HEARTBEAT_TIMEOUT_MS=1500",
-      flags + " --replicas 1 --dump_weights " + failed +
-          " --die_node server:" + std::to_string(victim) +
-          " --die_after_steps " + std::to_string(step) + " --die_signal stop",
+      flags + " --replicas 1 --dump_weights " + failed + " --die_node server:" +
+          std::to_string(victim) + " --die_after_steps " +
+          std::to_string(step) + " --die_signal stop --die_point " + point,
       kServers)));
-  EXPECT_TRUE(job.WaitFor("freezing itself after " + std::to_string(step), 180))
+  EXPECT_TRUE(job.WaitFor(
+      "freezing itself after " + std::to_string(step) + " updates", 180))
       << job.Output();
   EXPECT_TRUE(job.WaitFor(
       "server " + std::to_string(heir) + " takes over its keys", 30))
@@ -529,6 +528,20 @@ TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
   }
   EXPECT_EQ(job.Code(300), "0\n") << job.Output();
   ExpectSameWeights(clean, failed, "after the primary came back");
+}
+
+// In its optimizer step: it summed the step and sent the sum to its
+// replica, whose answer it has not read, and no answer went to the
+// workers. Their resent pushes are repeats of the sum the replica applied.
+TEST(Replication, PrimaryFrozenAfterForwardingItsStepIsFenced) {
+  ExpectPrimaryFrozenAtAPointFenced("update");
+}
+
+// As a worker's push of the step arrives, before it is summed: nothing of
+// the step went to the replica, which sums it afresh from the workers'
+// resent pushes.
+TEST(Replication, PrimaryFrozenBeforeForwardingItsStepIsFenced) {
+  ExpectPrimaryFrozenAtAPointFenced("push");
 }
 
 // The "server R done: ..." line's count of range updates made with fewer
