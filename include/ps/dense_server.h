@@ -206,7 +206,7 @@ struct DenseShardOptions {
   // shard's mutex (it must not call back into the shard). A point of the
   // step where nothing of it went to the replica yet: fault tests freeze a
   // primary there; tracing may count arrivals.
-  std::function<void(int step, int sender)> on_push;
+  std::function<void(int step, int sender)> on_push = nullptr;
 };
 
 // Called once per update of a range with the range's n weights and the

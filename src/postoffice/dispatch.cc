@@ -17,7 +17,8 @@ bool Postoffice::FastDispatch(Message* msg) {
     return false;
   }
   const NodeInfo* claimed = routes->table.Find(sender);
-  if (claimed == nullptr || !claimed->HasIdentity(msg->from)) {
+  if (claimed == nullptr || !claimed->HasIdentity(msg->from) ||
+      std::binary_search(routes->down.begin(), routes->down.end(), sender)) {
     return false;  // the slow path says why, under mu_
   }
   if (DropForTest(*msg)) return true;

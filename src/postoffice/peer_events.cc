@@ -62,7 +62,11 @@ bool Postoffice::TransitionLocked(int id, PeerInput input,
                                   const std::string& why,
                                   std::vector<PeerEvent>* events, int by,
                                   const Status& status) {
+  const bool was_down = membership_.IsDown(id);
   Status st = membership_.Apply(id, input, why, events, by, status);
+  if (st.ok() && ready_ && membership_.IsDown(id) != was_down) {
+    PublishRoutesLocked();  // the data path fences it, or no more
+  }
   if (!st.ok()) {
     // A duplicate or a late word about a node (a second NODE_FAILED, a
     // goodbye after its death): nothing changes.

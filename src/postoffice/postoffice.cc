@@ -277,6 +277,7 @@ void Postoffice::OnMessage(Message&& msg) {
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
   std::vector<Message> outbox;
+  bool fenced = false;
   {
     MutexLock lock(&mu_);
     // A registering node has no id yet: SchedulerOnAddNode checks that it
@@ -307,6 +308,17 @@ void Postoffice::OnMessage(Message&& msg) {
         outbox.push_back(std::move(msg_dead));
       }
     }
+    // Fencing: a node declared dead (frozen, or cut off, and back) is out
+    // of the job, and what it sends is of a job that went on without it:
+    // its data are dropped here, whatever layer they are for. Its control
+    // messages still come (the scheduler tells it, above). A restarted
+    // worker's successor is another connection, proven once it rejoined.
+    fenced = cmd == pb::EMPTY && membership_.IsDown(sender);
+  }
+  if (fenced) {
+    CountDropped(sender, "a data message of a node declared dead (fenced): " +
+                             DebugString(msg));
+    return;
   }
   if (!outbox.empty()) {
     SendAll(&outbox);
@@ -364,6 +376,11 @@ void Postoffice::PublishRoutesLocked() {
   next.table = table_;
   next.my_id = my_id_.load();
   next.ready = true;
+  for (PeerState state :
+       {PeerState::kAwaited, PeerState::kDead, PeerState::kCovered}) {
+    for (int id : membership_.InState(state)) next.down.push_back(id);
+  }
+  std::sort(next.down.begin(), next.down.end());
   routes_.Update([&](Routes& routes) { routes = std::move(next); });
 }
 

@@ -203,6 +203,9 @@ class Postoffice {
     NodeTable table;
     int my_id = 0;
     bool ready = false;  // a member with its node table
+    // Ascending ids of the nodes declared down (Membership::IsDown): their
+    // data messages take the slow path, which drops them (fenced).
+    std::vector<int> down;
   };
 
   // Receive thread.
@@ -252,7 +255,8 @@ class Postoffice {
   std::shared_ptr<const CustomerMap> LoadCustomers() const {
     return customers_.Load();
   }
-  // Publishes table_ and my_id_ for the data path (after each change).
+  // Publishes table_, my_id_ and the nodes down for the data path (after
+  // each change).
   void PublishRoutesLocked() REQUIRES(mu_);
 
   // Rendezvous (rendezvous.cc).

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -589,6 +590,33 @@ TEST(Hostile, GradientCutOtherwiseByAMemberStopsTheJobNamingIt) {
   // The launcher repeats the worker's reason before its verdict.
   EXPECT_NE(out.find("launch: worker 0 (pid "), std::string::npos) << out;
   EXPECT_NE(out.find(") said last: " + line), std::string::npos) << out;
+}
+
+// A worker declared dead (frozen past the heartbeat timeout) that comes
+// back and pushes is fenced by the postoffice, under any layer: the plain
+// KVServer, which keeps no membership of its own, never sees the push. Its
+// sum stays that of the two workers' first pushes, 3 x (1 + .. + 100).
+TEST(Hostile, WorkerDeclaredDeadIsFencedWhenItComesBack) {
+  Job job(LaunchArgs(1, 2,
+                     {"--tolerate", "worker", "--keep-declared-dead", "--env",
+                      "PS_HEARTBEAT_TIMEOUT_MS=1500"},
+                     "fenced-worker"));
+  EXPECT_EQ(job.Finish(kLaunchTimeoutSeconds + 30), 0) << job.output();
+  const std::string out = job.output();
+  EXPECT_NE(out.find("worker 1 pushed again, let go on"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("a data message of a node declared dead (fenced)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("worker 0 pulled 15150 ok"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(R"(server 0 dropped (\d+), holds (\d+) keys sum (\d+))")))
+      << out;
+  EXPECT_GE(std::stoi(m[1]), 1) << out;  // the push, and maybe its resends
+  EXPECT_EQ(m[2].str(), "100");
+  EXPECT_EQ(m[3].str(), "15150") << out;
 }
 
 TEST(Hostile, FrozenServerIsNamedNotTheHealthyNodes) {

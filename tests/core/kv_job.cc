@@ -26,6 +26,14 @@
 //                worker waits for the file $KV_JOB_GO before it pushes (an
 //                attacker acts meanwhile); at the end every node prints
 //                its drop and refusal counts and its peak memory
+//   fenced-worker  1 server, 2 workers, launched with --tolerate worker
+//                --keep-declared-dead: both workers push as in sum; then
+//                worker 1 freezes itself (SIGSTOP) for 6 s, past the
+//                heartbeat timeout, so it is declared dead, and once let
+//                go on (by a child of its own) pushes 1000 times its
+//                values at once. The server holds on until it dropped a
+//                message (at most 60 s) and prints its sum: exact only if
+//                the late push was dropped (fenced)
 //   until-go     as sum, but each worker first pushes zeros every 50 ms
 //                until the file $KV_JOB_GO exists (at most 5 minutes): a
 //                job that runs, with traffic, as long as a test watches it
@@ -327,6 +335,77 @@ int RunWorker(const std::string& mode) {
   return Verdict(out.data(), out.size(), n, out_lens == lens);
 }
 
+// fenced-worker (above). Every node goes on without the dead worker, and
+// only the scheduler and the server wait for each other at the end.
+int RunFencedWorker() {
+  ps::Node* node = ps::DefaultNode();
+  node->SetPeerFailureHandler([node](int, const ps::Status& why) {
+    std::printf("%s goes on: %s\n", node->DescribeNode(node->id()).c_str(),
+                why.message().c_str());
+    std::fflush(stdout);
+  });
+  if (ps::IsServer()) {
+    ps::KVServer<float> server(0);
+    ps::KVServerDefaultHandle<float> store;
+    server.set_request_handle(
+        [&store](const ps::KVMeta& m, const ps::KVPairs<float>& d,
+                 ps::KVServer<float>* s) { store(m, d, s); });
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (node->num_dropped_messages() == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ps::Barrier(0, ps::kScheduler | ps::kServerGroup);
+    ps::Finalize(0, false);
+    double sum = 0;
+    for (auto& [key, v] : store.store) {
+      for (float x : v) sum += x;
+    }
+    std::printf("server %d dropped %llu, holds %zu keys sum %.0f\n",
+                ps::MyRank(),
+                static_cast<unsigned long long>(node->num_dropped_messages()),
+                store.store.size(), sum);
+    return 0;
+  }
+  if (!ps::IsWorker()) {
+    ps::Barrier(0, ps::kScheduler | ps::kServerGroup);
+    ps::Finalize(0, false);
+    return 0;
+  }
+  ps::KVWorker<float> kv(0, 0);
+  kv.SetPlacement(MakePlacement(false));
+  const std::vector<ps::Key> keys = Keys();
+  const int rank = ps::MyRank();
+  std::vector<float> vals(keys.size());
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = (rank + 1.0f) * (i + 1);
+  if (!kv.Wait(kv.Push(keys, vals)).ok()) return 1;
+  ps::Barrier(ps::kWorkerGroup);
+  if (rank == 1) {
+    const pid_t me = getpid();
+    if (fork() == 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(6));
+      kill(me, SIGCONT);
+      _exit(0);
+    }
+    std::printf("worker 1 freezes\n");
+    std::fflush(stdout);
+    std::raise(SIGSTOP);
+    for (float& v : vals) v *= 1000;
+    kv.Push(keys, vals);  // never answered: the server drops it
+    std::printf("worker 1 pushed again, let go on\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::_Exit(3);
+  }
+  std::vector<float> out;
+  ps::Status st = kv.Wait(kv.Pull(keys, &out));
+  const int rc =
+      st.ok() ? Verdict(out.data(), out.size(), keys.size(), true) : 1;
+  ps::Finalize(0, false);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -346,6 +425,7 @@ int main(int argc, char** argv) {
                 ps::MyRank(), ps::DefaultNode()->port());
     std::fflush(stdout);
   }
+  if (mode == "fenced-worker") return RunFencedWorker();
   if (mode == "cut-member") {
     if (ps::IsServer()) return RunCutMemberServer();
     if (ps::IsWorker()) return RunCutMemberWorker();
