@@ -163,6 +163,8 @@ mnist::TrainOptions OptionsFromFlags() {
   CheckFlag(FLAGS_momentum >= 0 && FLAGS_momentum < 1, "momentum",
             "must be in [0, 1)");
   CheckFlag(FLAGS_weight_decay >= 0, "weight_decay", "must be >= 0");
+  CheckFlag(FLAGS_adam_beta2 >= 0 && FLAGS_adam_beta2 < 1, "adam_beta2",
+            "must be in [0, 1)");
   CheckFlag(FLAGS_lr_step > 0, "lr_step", "must be > 0");
   CheckFlag(FLAGS_lr_gamma > 0, "lr_gamma", "must be > 0");
   CheckFlag(FLAGS_lr_every_steps >= 0, "lr_every_steps", "must be >= 0");

@@ -337,6 +337,8 @@ TEST(MnistDist, BadFlagsFailInEveryRole) {
       {"--lr_gamma 0.5", "--lr_gamma, --lr_step and --lr_every_steps need"},
       {"--target_accuracy 101", "--target_accuracy must be in [0, 100], got"},
       {"--eval_every 0", "--eval_every must be in (0, 1], got 0"},
+      {"--adam_beta2 1", "--adam_beta2 must be in [0, 1), got 1"},
+      {"--die_point later", "--die_point must be update or push, got later"},
       {"--data_dir /nonexistent/mnist", "/nonexistent/mnist"},
   };
   for (const char* role : {"scheduler", "server", "worker"}) {
