@@ -52,6 +52,9 @@ struct TrainOptions {
   size_t train_size = 0;  // examples in the training split, as loaded
   int max_shift = 1;      // augmentation: random shifts of up to N pixels
   float label_smoothing = 0.0f;  // of the training loss (NllFromLogProbs)
+  // Label smoothing falls linearly from label_smoothing at step 0 to 0 at
+  // the last planned step (as the one-cycle rate does).
+  bool label_smoothing_decay = true;
   // Worker 0 evaluates an exponential moving average of the weights it
   // pulls, with this decay per step (0: the weights themselves).
   double ema_decay = 0.999;

@@ -434,6 +434,8 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     eval_s += Seconds(eval_start);
     return stop;
   };
+  const double planned = static_cast<double>(
+      ScheduleOf(options, num_workers).total_steps);
   bool stop = false;
   for (int epoch = at.epoch; epoch < options.epochs && !stop; ++epoch) {
     batcher.StartEpoch(epoch);
@@ -458,6 +460,11 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
         options.clock->MaybeAnnounce(sum.steps);
       }
       const int lr_period = LrPeriod(options, epoch, sum.steps);
+      if (options.label_smoothing_decay) {
+        const double left = 1.0 - static_cast<double>(sum.steps) / planned;
+        net->set_label_smoothing(
+            static_cast<float>(options.label_smoothing * std::max(0.0, left)));
+      }
       loss_sum += net->ForwardBackward(batch.images.data(), batch.labels.data(),
                                        batch.size, [&](size_t first_float) {
                                          exchange->StartEarly(

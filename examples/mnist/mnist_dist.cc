@@ -30,7 +30,7 @@ DEFINE_int32(epochs, 3,
              "them all)");
 DEFINE_int32(batch_size, 16, "examples per step and worker");
 DEFINE_string(optimizer, "adam", "sgd or adam");
-DEFINE_double(lr, 2e-3,
+DEFINE_double(lr, 3e-3,
               "learning rate (one-cycle: its peak) for a global batch of "
               "--lr_ref_batch");
 DEFINE_string(lr_schedule, "onecycle",
@@ -45,9 +45,12 @@ DEFINE_int32(lr_ref_batch, 32,
 DEFINE_int32(max_shift, 1,
              "augmentation: shift each training image by up to this many "
              "pixels in x and y, at random (0: none)");
-DEFINE_double(label_smoothing, 0.0,
+DEFINE_double(label_smoothing, 0.05,
               "the training loss's target is (1 - e) one-hot + e / 10, as "
               "torch.nn.CrossEntropyLoss(label_smoothing=e)");
+DEFINE_bool(label_smoothing_decay, true,
+            "e (--label_smoothing) falls linearly from its value at step 0 "
+            "to 0 at the last planned step (false: constant)");
 DEFINE_double(ema_decay, 0.999,
               "worker 0 evaluates an exponential moving average of the "
               "weights with this decay per step (0: the weights)");
@@ -226,6 +229,7 @@ mnist::TrainOptions OptionsFromFlags() {
   o.max_shift = FLAGS_max_shift;
   o.ema_decay = FLAGS_ema_decay;
   o.label_smoothing = static_cast<float>(FLAGS_label_smoothing);
+  o.label_smoothing_decay = FLAGS_label_smoothing_decay;
   o.target_accuracy = FLAGS_target_accuracy;
   o.eval_every = FLAGS_eval_every;
   o.lr_step = FLAGS_lr_step;

@@ -37,7 +37,7 @@ const char* kEnv =
 // and accuracy counts below are for (later flags override them).
 const char* kFormerDefaults =
     " --epochs 1 --batch_size 32 --lr_schedule step --ema_decay 0 "
-    "--max_shift 0 ";
+    "--max_shift 0 --label_smoothing 0 ";
 
 // A job of S servers and W workers; `flags` are mnist_dist's, after
 // `defaults`.

@@ -22,10 +22,12 @@ needs_mnist = pytest.mark.skipif(not os.path.exists(
 
 
 # The trainer before its recipe: one epoch of batch 32, SGD at a constant
-# lr 0.01 with momentum 0.9, no shifts, the final weights evaluated.
+# lr 0.01 with momentum 0.9, no shifts, no label smoothing, the final
+# weights evaluated.
 SGD = ["--epochs", "1", "--batch-size", "32", "--optimizer", "sgd", "--lr",
        "0.01", "--momentum", "0.9", "--lr-schedule", "step",
-       "--lr-ref-batch", "0", "--ema-decay", "0", "--max-shift", "0"]
+       "--lr-ref-batch", "0", "--ema-decay", "0", "--max-shift", "0",
+       "--label-smoothing", "0"]
 
 
 def summaries(r):
