@@ -434,8 +434,8 @@ Summary Train(const TrainOptions& options, const char* who, int rank,
     eval_s += Seconds(eval_start);
     return stop;
   };
-  const double planned = static_cast<double>(
-      ScheduleOf(options, num_workers).total_steps);
+  const double planned =
+      static_cast<double>(ScheduleOf(options, num_workers).total_steps);
   bool stop = false;
   for (int epoch = at.epoch; epoch < options.epochs && !stop; ++epoch) {
     batcher.StartEpoch(epoch);
