@@ -36,7 +36,8 @@ JOB_TIMEOUT = 180  # Seconds; each job below takes ~10 on an idle machine.
 # mnist_dist's defaults before the one-cycle recipe: the figures below
 # (steps, updates, exact weights) count on them. Each job names its batch.
 PINNED = ["--epochs", "1", "--lr", "1e-3", "--lr_schedule", "step",
-          "--ema_decay", "0", "--lr_ref_batch", "0", "--max_shift", "0"]
+          "--ema_decay", "0", "--lr_ref_batch", "0", "--max_shift", "0",
+          "--label_smoothing", "0"]
 COMMON = PINNED + ["--train_limit", "640", "--test_limit", "100", "--dropout=false",
           "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
           "--consistency", "bsp", "--threads", "1", "--data_dir", MNIST_DIR]

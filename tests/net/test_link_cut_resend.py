@@ -38,7 +38,8 @@ PLAN = [("scheduler", None, SCHEDULER), ("server", 0, SERVER),
 # 1920 images, 2 workers x 16 a step: 60 BSP steps.
 # mnist_dist's defaults before the one-cycle recipe (the counts below).
 ARGS = ["--epochs", "1", "--lr", "1e-3", "--lr_schedule", "step",
-        "--ema_decay", "0", "--lr_ref_batch", "0", "--max_shift", "0", "--train_limit", "1920", "--test_limit", "100", "--dropout=false",
+        "--ema_decay", "0", "--lr_ref_batch", "0", "--max_shift", "0",
+        "--label_smoothing", "0", "--train_limit", "1920", "--test_limit", "100", "--dropout=false",
         "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
         "--consistency", "bsp", "--threads", "1", "--batch_size", "16",
         "--log_every_s", "0.2", "--data_dir", MNIST_DIR]

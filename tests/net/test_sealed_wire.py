@@ -31,7 +31,7 @@ JOB_TIMEOUT = 180  # Seconds; each job takes a few on an idle machine.
 WINDOWS = 2000  # 16-byte pieces of the weights looked for in the capture.
 # Two steps of one worker: the weights cross the link in each pull.
 COMMON = ["--epochs", "1", "--lr_schedule", "step", "--ema_decay", "0",
-          "--max_shift", "0",
+          "--max_shift", "0", "--label_smoothing", "0",
           "--lr_ref_batch", "0", "--train_limit", "64", "--test_limit", "100", "--batch_size", "32",
           "--threads", "1", "--consistency", "bsp", "--data_dir", MNIST_DIR]
 

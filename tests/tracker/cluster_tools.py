@@ -33,7 +33,7 @@ KV_JOB = Path(os.environ.get("PS_KV_JOB", ROOT / "build/tests/core/kv_job"))
 # and accuracies count on them.
 MNIST_PINNED = ["--epochs", "1", "--batch_size", "32", "--lr", "1e-3",
                 "--lr_schedule", "step", "--ema_decay", "0", "--max_shift", "0",
-                "--lr_ref_batch", "0"]
+                "--lr_ref_batch", "0", "--label_smoothing", "0"]
 MNIST_DIST = Path(os.environ.get(
     "PS_MNIST_DIST", ROOT / "build/examples/mnist/mnist_dist"))
 MNIST_DATA = Path(os.environ.get("PS_MNIST_DATA", ROOT / "data/mnist"))
