@@ -19,8 +19,9 @@ to the peak over --warmup of the planned steps, then linear decay to 0 at
 epochs x steps per epoch), the peak --lr scaled by sqrt(workers x batch /
 --lr-ref-batch), random shifts of the images by up to --max-shift pixels,
 label smoothing that fades to 0 over the planned steps, and worker 0
-evaluating an exponential moving average of the weights (--ema-decay). With --target-accuracy P worker 0
-evaluates every --eval-every epochs and all workers stop at the same step
+evaluating an exponential moving average of the weights (--ema-decay).
+With --target-accuracy P worker 0 evaluates every --eval-every epochs and
+all workers stop at the same step
 once P% is reached (StopVotes; not with PS_REPLICAS or --max-restarts),
 printing `reached P% after N samples (E epochs) in T s of training`. One
 run at S = W = 2 reached 99% after 1 epoch (docs/python.md).
