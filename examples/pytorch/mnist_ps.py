@@ -21,10 +21,10 @@ epochs x steps per epoch), the peak --lr scaled by sqrt(workers x batch /
 label smoothing that fades to 0 over the planned steps, and worker 0
 evaluating an exponential moving average of the weights (--ema-decay).
 With --target-accuracy P worker 0 evaluates every --eval-every epochs and
-all workers stop at the same step
-once P% is reached (StopVotes; not with PS_REPLICAS or --max-restarts),
-printing `reached P% after N samples (E epochs) in T s of training`. One
-run at S = W = 2 reached 99% after 1 epoch (docs/python.md).
+all workers stop at the same step once P% is reached (StopVotes; not with
+PS_REPLICAS or --max-restarts), printing `reached P% after N samples (E
+epochs) in T s of training`. One run at S = W = 2 reached 99% after 1
+epoch (docs/python.md).
 
 Failures, as mnist_dist (docs/failures.md, docs/python.md): launched with
 `--env PS_REPLICAS=1` (2 servers or more) each server also holds the
