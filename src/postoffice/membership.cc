@@ -290,10 +290,22 @@ Membership::Clock::time_point Membership::since(int id) const {
   return it == nodes_.end() ? Clock::time_point() : it->second.since;
 }
 
-bool Membership::IsDown(int id) const {
-  const PeerState s = state(id);
+namespace {
+bool DownState(PeerState s) {
   return s == PeerState::kAwaited || s == PeerState::kDead ||
          s == PeerState::kCovered;
+}
+}  // namespace
+
+bool Membership::IsDown(int id) const { return DownState(state(id)); }
+
+std::vector<int> Membership::DownIds() const {
+  std::vector<int> ids;
+  MutexLock lock(&mu_);
+  for (const auto& [id, r] : nodes_) {
+    if (DownState(r.state)) ids.push_back(id);
+  }
+  return ids;
 }
 
 std::vector<int> Membership::InState(PeerState state) const {

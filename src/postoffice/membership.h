@@ -186,6 +186,8 @@ class Membership {
   Clock::time_point since(int id) const EXCLUDES(mu_);
   // Awaited, dead or covered: not in the job now.
   bool IsDown(int id) const EXCLUDES(mu_);
+  // The ids IsDown holds for, ascending.
+  std::vector<int> DownIds() const EXCLUDES(mu_);
   // The ids in `state`, ascending.
   std::vector<int> InState(PeerState state) const EXCLUDES(mu_);
   // How many nodes are in any of `states`.

@@ -376,11 +376,7 @@ void Postoffice::PublishRoutesLocked() {
   next.table = table_;
   next.my_id = my_id_.load();
   next.ready = true;
-  for (PeerState state :
-       {PeerState::kAwaited, PeerState::kDead, PeerState::kCovered}) {
-    for (int id : membership_.InState(state)) next.down.push_back(id);
-  }
-  std::sort(next.down.begin(), next.down.end());
+  next.down = membership_.DownIds();
   routes_.Update([&](Routes& routes) { routes = std::move(next); });
 }
 
