@@ -51,7 +51,7 @@ DEFINE_string(sizes, "1000,100000,1199882,10000000",
 DEFINE_int32(chunk, 65536, "floats per key in the chunk layout");
 DEFINE_string(layouts, "tensor,chunk",
               "key layouts timed for each of --sizes: tensor, chunk or both");
-DEFINE_int32(rtt_rounds, 2000, "one-float Push+Wait round trips measured");
+DEFINE_int32(rtt_rounds, 2000, "one-float Push+Wait round trips measured (0: none)");
 DEFINE_bool(server_add, false,
             "servers add pushed values into their shard (kAdd) instead of "
             "only answering");
@@ -465,6 +465,7 @@ void RunSharedCell(const Cell& cell, ps::KVWorker<float>* kv) {
 }
 
 void RunRoundTrip(const Cell& cell, ps::KVWorker<float>* kv) {
+  if (FLAGS_rtt_rounds == 0) return;  // asked for none
   ps::SArray<ps::Key> keys = UsePlacement(cell, kv, false);
   ps::SArray<float> one(1, 1.0f);
   auto push = [&] { CheckOk(kv->Wait(kv->ZPush(keys, one)), "push"); };
@@ -485,6 +486,8 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   if (FLAGS_chunk < 1)
     LOG(FATAL) << "--chunk must be >= 1, got " << FLAGS_chunk;
+  if (FLAGS_rtt_rounds < 0)
+    LOG(FATAL) << "--rtt_rounds must be >= 0, got " << FLAGS_rtt_rounds;
   std::vector<Cell> cells = MakeCells();
 
   // The handle is registered before the barrier that lets workers send, so

@@ -1,6 +1,6 @@
 // The crypto's own rate on this machine: seals and opens one frame of each
-// size (src/van/seal.h, AES-256-GCM in 256 KiB chunks, two threads from
-// 1 MiB), best of --reps, and prints GB/s of plaintext with the same frame
+// size (src/van/seal.h, AES-256-GCM in 128 KiB chunks, on one thread),
+// best of --reps, and prints GB/s of plaintext with the same frame
 // copied by memcpy beside it (what a plain send's copy costs). run.py's
 // encryption section prints it; no sockets, no job.
 #include <gflags/gflags.h>
