@@ -51,7 +51,8 @@ DEFINE_string(sizes, "1000,100000,1199882,10000000",
 DEFINE_int32(chunk, 65536, "floats per key in the chunk layout");
 DEFINE_string(layouts, "tensor,chunk",
               "key layouts timed for each of --sizes: tensor, chunk or both");
-DEFINE_int32(rtt_rounds, 2000, "one-float Push+Wait round trips measured (0: none)");
+DEFINE_int32(rtt_rounds, 2000,
+             "one-float Push+Wait round trips measured (0: none)");
 DEFINE_bool(server_add, false,
             "servers add pushed values into their shard (kAdd) instead of "
             "only answering");
