@@ -217,6 +217,15 @@ def steps_per_epoch(args, world):
     return (n // world) // args.batch_size
 
 
+def planned_steps(args, world):
+    """The steps one worker plans to run: the span of the one-cycle lr and
+    of the fading label smoothing, as mnist_dist's ScheduleOf."""
+    total = max(1, args.epochs * steps_per_epoch(args, world))
+    if args.max_steps:
+        total = min(total, args.max_steps)  # the schedule ends with the run
+    return total
+
+
 def schedule(args, world):
     """(lr, serve_dense's schedule arguments), as mnist_dist's ScheduleOf:
     the peak lr scaled to the global batch, one-cycle over the planned
@@ -226,9 +235,7 @@ def schedule(args, world):
         lr *= math.sqrt(world * args.batch_size / args.lr_ref_batch)
     if args.lr_schedule == "step":
         return lr, {}
-    total = max(1, args.epochs * steps_per_epoch(args, world))
-    if args.max_steps:
-        total = min(total, args.max_steps)  # the schedule ends with the run
+    total = planned_steps(args, world)
     warmup = min(total - 1, math.floor(args.warmup * total + 0.5))
     return lr, dict(lr_schedule="onecycle", total_steps=total,
                     warmup_steps=warmup)
@@ -381,10 +388,7 @@ def run_worker(args, model, total, ckpt, restore_step, votes):
             done == per_epoch or
             math.floor(done / interval) != math.floor((done - 1) / interval))
 
-    # --label-smoothing-decay: over the planned steps, as the one-cycle lr.
-    planned = max(1, args.epochs * steps_per_epoch(args, world))
-    if args.max_steps:
-        planned = min(planned, args.max_steps)
+    planned = planned_steps(args, world)  # for --label-smoothing-decay
     first_step, start, loss_sum, loss_n = step, time.time(), 0.0, 0
     eval_s, stop = 0.0, False  # eval_s: in evaluations and votes
     for epoch in range(first_epoch, args.epochs):
