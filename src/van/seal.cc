@@ -107,11 +107,15 @@ bool RunChunk(EVP_CIPHER_CTX* ctx, bool encrypt, uint64_t seq,
     CHECK_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag), 1);
     return true;
   }
-  return EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
-         EVP_DecryptUpdate(ctx, nullptr, &len, aad, 16) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) == 1 &&
-         (bytes == 0 || EVP_DecryptUpdate(ctx, out, &len, in, bytes) == 1) &&
-         EVP_DecryptFinal_ex(ctx, out + bytes, &len) == 1;
+  const bool ok =
+      EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1 &&
+      EVP_DecryptUpdate(ctx, nullptr, &len, aad, 16) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) == 1 &&
+      (bytes == 0 || EVP_DecryptUpdate(ctx, out, &len, in, bytes) == 1) &&
+      EVP_DecryptFinal_ex(ctx, out + bytes, &len) == 1;
+  // GCM decrypts before the tag is known: what failed leaves no plaintext.
+  if (!ok && bytes > 0) sodium_memzero(out, n);
+  return ok;
 }
 
 // Seals or opens every chunk of a frame laid out as a sealed frame holds
@@ -186,6 +190,63 @@ StatusOr<std::string> JobKey::AcceptHello(const KeyPair& own,
   return Mac(auth_, {"ps-seal-1 key", *dh, e_pub, own.pub});
 }
 
+StatusOr<JobKey::Offer> JobKey::MakeOffer(const std::string& peer_pub) const {
+  if (peer_pub.size() != kKeyBytes) {
+    return Status::InvalidArgument("an X25519 key of " +
+                                   std::to_string(peer_pub.size()) + " bytes");
+  }
+  Offer offer{NewKeyPair(), kHelloMagic};
+  offer.hello += offer.e.pub;
+  offer.hello += Mac(auth_, {"ps-seal-2 offer", offer.e.pub, peer_pub});
+  return offer;
+}
+
+JobKey::SessionKeys JobKey::Derive(const std::string& es, const std::string& ee,
+                                   const std::string& offered,
+                                   const std::string& e_pub,
+                                   const std::string& peer_pub) const {
+  // Both ephemeral keys, the receiver's static one and the job's secret
+  // (auth), as Noise's NKpsk0 mixes them; each direction its own key.
+  const std::string chain =
+      Mac(auth_, {"ps-seal-2 session", es, ee, offered, e_pub, peer_pub});
+  return {Mac(chain, {"forward"}), Mac(chain, {"reverse"})};
+}
+
+StatusOr<JobKey::Accepted> JobKey::AcceptOffer(const KeyPair& own,
+                                               const std::string& hello) const {
+  if (hello.size() != kHelloBytes || hello.compare(0, 8, kHelloMagic, 8) != 0) {
+    return Status::InvalidArgument("a HELLO of " +
+                                   std::to_string(hello.size()) + " bytes");
+  }
+  Accepted accepted;
+  accepted.offered = hello.substr(8, kKeyBytes);
+  const std::string mac =
+      Mac(auth_, {"ps-seal-2 offer", accepted.offered, own.pub});
+  if (sodium_memcmp(mac.data(), hello.data() + 8 + kKeyBytes, kKeyBytes) != 0) {
+    return Status::Corruption(
+        "its HELLO does not prove this job's key for this process");
+  }
+  KeyPair e = NewKeyPair();
+  StatusOr<std::string> es = SharedSecret(own.secret, accepted.offered);
+  StatusOr<std::string> ee = SharedSecret(e.secret, accepted.offered);
+  sodium_memzero(&e.secret[0], e.secret.size());
+  if (!es.ok()) return es.status();
+  if (!ee.ok()) return ee.status();
+  accepted.e_pub = e.pub;
+  accepted.keys = Derive(*es, *ee, accepted.offered, e.pub, own.pub);
+  return accepted;
+}
+
+StatusOr<JobKey::SessionKeys> JobKey::FinishOffer(
+    const Offer& offer, const std::string& peer_pub,
+    const std::string& e_pub) const {
+  StatusOr<std::string> es = SharedSecret(offer.e.secret, peer_pub);
+  if (!es.ok()) return es.status();
+  StatusOr<std::string> ee = SharedSecret(offer.e.secret, e_pub);
+  if (!ee.ok()) return ee.status();
+  return Derive(*es, *ee, offer.e.pub, e_pub, peer_pub);
+}
+
 struct Sealer::Cipher {
   CipherPtr ctx;
 };
@@ -221,8 +282,15 @@ struct Opener::Cipher {
   CipherPtr ctx;
 };
 
-Opener::Opener(const std::string& key)
-    : cipher_(new Cipher{CipherPtr(NewCipher(key, false))}) {}
+Opener::Opener(const std::string& key, bool contiguous)
+    : cipher_(new Cipher{CipherPtr(NewCipher(key, false))}),
+      contiguous_(contiguous) {}
+
+uint64_t Opener::SeqOf(const char* frame, size_t bytes) {
+  uint64_t seq = 0;
+  if (bytes >= kSeqBytes) std::memcpy(&seq, frame, kSeqBytes);
+  return seq;
+}
 Opener::~Opener() = default;
 
 Status Opener::Open(Frame* frames, size_t count) {
@@ -246,10 +314,12 @@ Status Opener::Open(Frame* frames, size_t count) {
     std::memcpy(&seq, frames[i].data, kSeqBytes);
     if (i == 0) {
       first = seq;
-      if (first <= last_) {
-        return Status::Corruption("replayed or out of order: sequence number " +
-                                  std::to_string(first) + ", already took " +
-                                  std::to_string(last_));
+      if (contiguous_ ? first != last_ + 1 : first <= last_) {
+        return Status::Corruption(std::string(first <= last_
+                                                  ? "repeated or out of order"
+                                                  : "a gap before it") +
+                                  ": sequence number " + std::to_string(first) +
+                                  ", expected " + std::to_string(last_ + 1));
       }
     } else if (seq != next) {
       return Status::Corruption("frame " + std::to_string(i) +
@@ -285,9 +355,9 @@ bool Opener::IsNext(const char* record, size_t record_bytes) const {
   return seq == last_ + 1;
 }
 
-Status Opener::OpenChunk(const char* record, size_t record_bytes,
-                         uint32_t index, uint32_t frames, uint32_t chunk,
-                         uint32_t chunks, char* out, size_t bytes) {
+Status Opener::OpenChunk(char* record, size_t record_bytes, uint32_t index,
+                         uint32_t frames, uint32_t chunk, uint32_t chunks,
+                         size_t bytes) {
   if (record_bytes != kSeqBytes + bytes + kTagBytes) {
     return Status::InvalidArgument(
         "a record of " + std::to_string(record_bytes) + " bytes for chunk " +
@@ -302,10 +372,9 @@ Status Opener::OpenChunk(const char* record, size_t record_bytes,
   const uint64_t seq = last_ + 1;
   unsigned char aad[16];
   Aad(index, frames, chunk, chunks, aad);
-  const auto* in = reinterpret_cast<const unsigned char*>(record) + kSeqBytes;
-  auto* tag = const_cast<unsigned char*>(in + bytes);
-  if (!RunChunk(cipher_->ctx.get(), false, seq, aad, in, bytes,
-                reinterpret_cast<unsigned char*>(out), tag)) {
+  auto* in = reinterpret_cast<unsigned char*>(record) + kSeqBytes;
+  if (!RunChunk(cipher_->ctx.get(), false, seq, aad, in, bytes, in,
+                in + bytes)) {
     return Status::Corruption("chunk " + std::to_string(chunk) + " of frame " +
                               std::to_string(index) +
                               " fails authentication (tampered, or sealed "

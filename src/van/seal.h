@@ -47,6 +47,8 @@
 #ifndef PS_SRC_VAN_SEAL_H_
 #define PS_SRC_VAN_SEAL_H_
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +67,10 @@ constexpr size_t kChunkBytes = size_t{128} << 10;
 constexpr size_t kStreamBytes = 2 * kChunkBytes;
 // The PLAIN user name a sealing sender presents.
 constexpr char kUserName[] = "ps-seal-1";
+// The first bytes of a HELLO message, where a sealed frame has its
+// sequence number: numbers never come near their value (Sealer::Begin).
+constexpr char kHelloMagic[] = "ps-hello";
+constexpr size_t kHelloBytes = 8 + 2 * kKeyBytes;
 
 // The chunks, hence sequence numbers, of a frame of `bytes` plaintext bytes
 // (one for an empty frame), and the size of the frame sealed.
@@ -108,7 +114,42 @@ class JobKey {
   StatusOr<std::string> AcceptHello(const KeyPair& own,
                                     const std::string& token) const;
 
+  // The session on an admitted connection (docs/security.md, "Sessions"):
+  // the sender offers a fresh ephemeral key in a HELLO message, the
+  // receiver answers with one of its own, and both derive the session's
+  // keys from both, so that nothing recorded from an earlier session, an
+  // earlier process or an earlier job with the same key opens in this one.
+  struct SessionKeys {
+    std::string forward;  // the sender's frames to the receiver
+    std::string reverse;  // the receiver's answers (WELCOME, ACK, RESET)
+  };
+  // The sender's offer to the holder of `peer_pub`: `hello` is the HELLO
+  // message's one frame (kHelloMagic || e.pub || MAC), `e` its pair.
+  struct Offer {
+    KeyPair e;
+    std::string hello;
+  };
+  StatusOr<Offer> MakeOffer(const std::string& peer_pub) const;
+  // The receiver's side: whether `hello` is an offer of this job for
+  // `own.pub`; if so, a fresh ephemeral key of its own (`e_pub`, to send
+  // back), the sender's (`offered`) and the session's keys.
+  struct Accepted {
+    std::string offered;  // the sender's e.pub: names the session
+    std::string e_pub;
+    SessionKeys keys;
+  };
+  StatusOr<Accepted> AcceptOffer(const KeyPair& own,
+                                 const std::string& hello) const;
+  // The sender's side again: the keys, from the receiver's `e_pub`.
+  StatusOr<SessionKeys> FinishOffer(const Offer& offer,
+                                    const std::string& peer_pub,
+                                    const std::string& e_pub) const;
+
  private:
+  SessionKeys Derive(const std::string& es, const std::string& ee,
+                     const std::string& offered, const std::string& e_pub,
+                     const std::string& peer_pub) const;
+
   std::string auth_;  // 32 bytes
 };
 
@@ -123,6 +164,7 @@ class Sealer {
   // Reserves `chunks` sequence numbers (the Chunks() of every frame of a
   // message); returns the first.
   uint64_t Begin(size_t chunks) {
+    CHECK_LT(next_, uint64_t{1} << 62) << "sequence numbers exhausted";
     uint64_t first = next_;
     next_ += chunks;
     return first;
@@ -147,7 +189,10 @@ class Sealer {
 // Opens the messages of one sender's key.
 class Opener {
  public:
-  explicit Opener(const std::string& key);
+  // `contiguous`: a message is taken only if its first sequence number is
+  // the one after the last taken (a stream: nothing missing, repeated or
+  // reordered); else any higher number is (answers, which may be lost).
+  explicit Opener(const std::string& key, bool contiguous = true);
   ~Opener();
   Opener(const Opener&) = delete;
   Opener& operator=(const Opener&) = delete;
@@ -162,20 +207,25 @@ class Opener {
   // why (a size no sealed frame has, replayed or out of order, tampered).
   // Nothing is changed by a refused message but the bytes of its frames.
   Status Open(Frame* frames, size_t count);
-  // Opens the record of `record_bytes` bytes at `record` as chunk `chunk` of
-  // `chunks` of frame `index` of `frames`, into the `bytes` bytes at `out`;
-  // it must carry the sequence number after the last one taken. Refused:
-  // nothing is changed but the bytes at `out`.
-  Status OpenChunk(const char* record, size_t record_bytes, uint32_t index,
-                   uint32_t frames, uint32_t chunk, uint32_t chunks, char* out,
+  // Opens the record of `record_bytes` bytes at `record`, in place, as chunk
+  // `chunk` of `chunks` of frame `index` of `frames`, which holds `bytes`
+  // bytes: on success they are at record + kSeqBytes. It must carry the
+  // sequence number after the last one taken. Refused: nothing is changed
+  // but the record's bytes, and no plaintext is left in them.
+  Status OpenChunk(char* record, size_t record_bytes, uint32_t index,
+                   uint32_t frames, uint32_t chunk, uint32_t chunks,
                    size_t bytes);
   // Whether the record at `record` carries the next sequence number.
   bool IsNext(const char* record, size_t record_bytes) const;
   uint64_t last() const { return last_; }
+  // The sequence number of the message whose first frame is `frame`
+  // (0 when it is too short to hold one): for naming a refusal.
+  static uint64_t SeqOf(const char* frame, size_t bytes);
 
  private:
   struct Cipher;
   std::unique_ptr<Cipher> cipher_;
+  const bool contiguous_;
   uint64_t last_ = 0;  // the highest sequence number taken
 };
 

@@ -145,6 +145,12 @@ Van::Van(const VanOptions& options)
     job_key_ = std::make_unique<seal::JobKey>(secret);
     static_key_ = options_.scheduler ? job_key_->SchedulerKeyPair()
                                      : seal::JobKey::NewKeyPair();
+    // Sessions run on every sealed DEALER, whether or not this van
+    // receives.
+    session_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ps-van-session");
+      SessionLoop();
+    });
   }
 }
 
@@ -256,6 +262,8 @@ void Van::Start(Handler handler) {
 void Van::Stop(int linger_ms) {
   if (stopped_) return;
   stopped_ = true;
+  stop_session_.store(true);
+  if (session_.joinable()) session_.join();
   routes_.Update([linger_ms](Routes& routes) {
     for (auto& [id, peer] : routes.peers) {
       MutexLock peer_lock(&peer->mu);
@@ -310,6 +318,8 @@ Status Van::Connect(int id, const std::string& host, int port,
   }
   auto peer = std::make_shared<Peer>();
   peer->address = "tcp://" + host + ":" + std::to_string(port);
+  peer->sealed = hello.has_value();
+  peer->peer_key = wire_key;
   // Not shared yet; the lock only tells the analysis who owns `socket`.
   MutexLock peer_lock(&peer->mu);
   peer->socket = zmq_socket(context_, ZMQ_DEALER);
@@ -321,10 +331,11 @@ Status Van::Connect(int id, const std::string& host, int port,
   SetHeartbeats(socket);
   if (hello) {
     // The token proves the job's key to the peer's ZAP handler before any
-    // message is read; every frame is then sealed with the key it agrees.
+    // message is read; the session's HELLO then agrees the keys.
     SetStringOption(socket, ZMQ_PLAIN_USERNAME, seal::kUserName);
     SetStringOption(socket, ZMQ_PLAIN_PASSWORD, seal::ToHex(hello->token));
-    peer->sealer = std::make_unique<seal::Sealer>(hello->key);
+    size_t len = sizeof(peer->fd);
+    CHECK_EQ(zmq_getsockopt(socket, ZMQ_FD, &peer->fd, &len), 0) << ZmqError();
   }
   if (!identity_.empty()) {
     zmq_setsockopt(socket, ZMQ_ROUTING_ID, identity_.data(), identity_.size());
@@ -333,6 +344,7 @@ Status Van::Connect(int id, const std::string& host, int port,
     return Status::Unavailable("cannot connect to " + peer->address + ": " +
                                ZmqError());
   }
+  if (hello) PS_RETURN_IF_ERROR(OfferLocked(peer.get(), /*again=*/false));
   if (watch && watch_grace_ms_ > 0 &&
       (watch_only_id_ < 0 || id == watch_only_id_)) {
     Watch(peer, socket);
@@ -445,9 +457,28 @@ Status Van::Send(Message* msg) {
         "): raise it on every node, or send less per request");
   }
   MutexLock lock(&peer->mu);
-  if (peer->sealer != nullptr) {
-    return SendSealed(peer->sealer.get(), peer->socket, peer->address, header,
-                      *msg, by_ref);
+  if (peer->sealed) {
+    // Kept until the receiver took it; sent now if the session is open,
+    // else when it opens.
+    OutStream::Item kept{std::move(header), {}, std::move(by_ref), {}};
+    kept.msg.data = msg->data;  // shared, not copied
+    OutStream::Item* item = peer->out.Add(std::move(kept));
+    if (peer->out.state() == OutStream::State::kOpen) {
+      Status st = TransmitLocked(peer.get(), item);
+      if (!st.ok()) peer->out.Unadd();
+      return st;
+    }
+    int events = 0;
+    size_t len = sizeof(events);
+    zmq_getsockopt(peer->socket, ZMQ_EVENTS, &events, &len);
+    if ((events & ZMQ_POLLOUT) == 0) {
+      // No connection at all: the peer refused our handshake for good.
+      peer->out.Unadd();
+      errno = EAGAIN;
+      return Status::Unavailable(SendError(peer->address));
+    }
+    if ((events & ZMQ_POLLIN) != 0) DrainLocked(peer.get());
+    return Status::OK();
   }
   OutParts parts(n);
   for (size_t i = 0; i < n; ++i) {
@@ -474,7 +505,8 @@ Status Van::Send(Message* msg) {
 
 Status Van::SendSealed(seal::Sealer* sealer, void* socket,
                        const std::string& address, const std::string& header,
-                       const Message& msg, const std::vector<bool>& by_ref) {
+                       const Message& msg, const std::vector<bool>& by_ref,
+                       uint64_t* last) {
   const size_t n = msg.data.size();
   const auto frames = static_cast<uint32_t>(n + 1);
   auto size_of = [&](uint32_t i) -> size_t {
@@ -496,6 +528,7 @@ Status Van::SendSealed(seal::Sealer* sealer, void* socket,
   // numbers (hence under the peer's lock). A streamed message's header is
   // sealed as a message of one frame.
   uint64_t seq = sealer->Begin(chunks);
+  *last = seq + chunks - 1;
   std::string sealed(seal::SealedBytes(header.size()), '\0');
   sealer->Seal(seq, 0, streamed ? 1 : frames, header.data(), header.size(),
                &sealed[0]);
@@ -679,73 +712,112 @@ void Van::Deliver(StatusOr<Message> msg, std::string from,
 
 void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
                         const std::string& from, const std::string& address) {
-  // The User-Id is the token the ZAP handler admitted (lower-case hex); its
-  // first half, the sender's ephemeral key, names the connection's key,
-  // however a replay of the token connects again.
+  // The User-Id is the token the ZAP handler admitted (lower-case hex); with
+  // the routing id it names the connection, however ZeroMQ connects again.
   const char* user_id = zmq_msg_gets(&parts[1]->msg, "User-Id");
-  const std::string token = user_id == nullptr ? "" : user_id;
-  const std::string e_pub = token.substr(0, 2 * seal::kKeyBytes);
-  auto it = inbound_.find(e_pub);
-  Inbound* in = it == inbound_.end() ? nullptr : &it->second;
+  const std::string key = from + '\0' + (user_id == nullptr ? "" : user_id);
   auto drop = [&](const std::string& why) {
     CountDropped(DescribeConnection(from, address), why);
   };
-  // Only what opens changes a streamed message's state: a replayed token
-  // puts a stranger's connection on the same key, and what it sends must
-  // not end or spoil a member's message.
-  zmq_msg_t* record = &parts[1]->msg;
-  if (in != nullptr && in->stream && parts.size() == 2 &&
-      in->opener->IsNext(static_cast<const char*>(zmq_msg_data(record)),
-                         zmq_msg_size(record))) {
+  zmq_msg_t* first = &parts[1]->msg;
+  char* data = static_cast<char*>(zmq_msg_data(first));
+  const size_t size = zmq_msg_size(first);
+  if (parts.size() == 2 && size == seal::kHelloBytes &&
+      std::memcmp(data, seal::kHelloMagic, 8) == 0) {
+    OnHello(key, std::string(data, size), from, address);
+    return;
+  }
+  auto it = inbound_.find(key);
+  Inbound* in = it == inbound_.end() ? nullptr : &it->second;
+  const uint64_t seq = seal::Opener::SeqOf(data, size);
+  if (in != nullptr && in->pending && seq == 1) {
+    // The first message of the session offered last: if it opens, that
+    // session is confirmed, and the one before it is let go.
+    std::vector<seal::Opener::Frame> frames;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      frames.push_back({static_cast<char*>(zmq_msg_data(&parts[i]->msg)),
+                        zmq_msg_size(&parts[i]->msg)});
+    }
+    Status opened = in->pending->opener->Open(frames.data(), frames.size());
+    if (!opened.ok()) {
+      drop("sealed frames refused: " + opened.message());
+      return;
+    }
+    in->open = std::move(in->pending);
+    in->pending.reset();
+    in->frozen = false;
+    in->stream.reset();
+    DeliverOpened(in, parts, frames, from, address);
+    return;
+  }
+  if (in == nullptr || !in->open) {
+    drop("sealed frames on a connection without a session (no HELLO)");
+    Answer(from, "?");
+    return;
+  }
+  Inbound::Session& session = *in->open;
+  if (in->frozen) {
+    drop("sealed frames of a session replaced by a new HELLO");
+    AnswerSession(from, &session, 'R');
+    return;
+  }
+  if (in->stream && parts.size() == 2 && session.opener->IsNext(data, size)) {
     // The next record of the streamed message this connection is sending;
     // one that does not open is dropped alone, and the stream waits on.
-    Status took = TakeRecord(in, static_cast<const char*>(zmq_msg_data(record)),
-                             zmq_msg_size(record));
+    Status took = TakeRecord(in, data, size);
     if (!took.ok()) {
       drop("a record refused: " + took.message());
     } else if (in->stream->frame == in->stream->bytes.size()) {
       Inbound::Stream done = std::move(*in->stream);
       in->stream.reset();
+      uint64_t bytes = 0;
+      for (size_t b : done.bytes) bytes += b;
+      Took(from, &session, bytes);
       Deliver(
           Decode(std::move(done.meta), std::move(done.frames), SharedPid(from)),
           from, address);
     }
     return;
   }
-  // A message whole, or the header of a streamed one: opened in place.
+  if (seq != session.opener->last() + 1) {
+    // A message missing (a gap), or one taken already (a repeat or a
+    // reorder): refused, and the sender told to start a new session, in
+    // which it sends again what this one did not take.
+    drop(std::string(seq <= session.opener->last() ? "a repeat or reorder"
+                                                   : "a gap") +
+         " in the sealed stream: message numbered " + std::to_string(seq) +
+         ", expected " + std::to_string(session.opener->last() + 1) +
+         " (the last taken whole: " + std::to_string(session.taken) +
+         "); the sender is told to reset");
+    AnswerSession(from, &session, 'R');
+    return;
+  }
   std::vector<seal::Opener::Frame> frames;
   for (size_t i = 1; i < parts.size(); ++i) {
     frames.push_back({static_cast<char*>(zmq_msg_data(&parts[i]->msg)),
                       zmq_msg_size(&parts[i]->msg)});
   }
-  std::unique_ptr<seal::Opener> first;  // kept only if its message opens
-  if (in == nullptr) {
-    StatusOr<std::string> key = seal::FromHex(token);
-    if (key.ok()) key = job_key_->AcceptHello(static_key_, *key);
-    if (!key.ok()) {
-      drop("sealed frames refused: " + key.status().message());
-      return;
-    }
-    first = std::make_unique<seal::Opener>(*key);
-  }
-  seal::Opener* opener = first != nullptr ? first.get() : in->opener.get();
-  Status opened = opener->Open(frames.data(), frames.size());
+  Status opened = session.opener->Open(frames.data(), frames.size());
   if (!opened.ok()) {
     drop("sealed frames refused: " + opened.message());
     return;
   }
-  if (first != nullptr) {
-    in = &inbound_[e_pub];
-    in->opener = std::move(first);
-  }
-  if (in->stream) {
-    // A message of its own in the middle of a streamed one, which it ends:
-    // that one was cut short (a connection lost mid-way; the resend layer
-    // sends it whole again).
-    drop("a streamed message cut short after " +
-         std::to_string(in->stream->frame) + " of " +
-         std::to_string(in->stream->bytes.size()) + " data frames");
-    in->stream.reset();
+  DeliverOpened(in, parts, frames, from, address);
+}
+
+void Van::DeliverOpened(Inbound* in,
+                        const std::vector<std::shared_ptr<RecvFrame>>& parts,
+                        const std::vector<seal::Opener::Frame>& frames,
+                        const std::string& from, const std::string& address) {
+  Inbound::Session& session = *in->open;
+  auto drop = [&](const std::string& why) {
+    CountDropped(DescribeConnection(from, address), why);
+  };
+  if (parts.size() == 2 && frames[0].bytes == 0) {
+    // A probe: the sender asks what was taken.
+    session.taken = session.opener->last();
+    AnswerSession(from, &session, 'A');
+    return;
   }
   if (parts.size() == 2) {
     // The header alone: a message without data frames, or a streamed one.
@@ -753,23 +825,29 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
     if (frames[0].bytes > static_cast<size_t>(INT32_MAX) ||
         !meta.ParseFromArray(frames[0].data,
                              static_cast<int>(frames[0].bytes))) {
+      Took(from, &session, frames[0].bytes);
       drop("header of " + std::to_string(frames[0].bytes) +
            " bytes does not parse");
       return;
     }
     StatusOr<bool> streamed = StartStream(in, &meta);
     if (!streamed.ok()) {
+      Took(from, &session, frames[0].bytes);
       drop(streamed.status().message());
       return;
     }
     if (*streamed) return;
+    Took(from, &session, frames[0].bytes);
     Deliver(Decode(std::move(meta), {}, SharedPid(from)), from, address);
     return;
   }
   std::vector<SArray<char>> data;
+  uint64_t bytes = frames[0].bytes;
   for (size_t i = 2; i < parts.size(); ++i) {
     data.push_back(Adopt(parts[i], frames[i - 1].data, frames[i - 1].bytes));
+    bytes += frames[i - 1].bytes;
   }
+  Took(from, &session, bytes);
   Deliver(
       Decode(frames[0].data, frames[0].bytes, std::move(data), SharedPid(from)),
       from, address);
@@ -799,12 +877,20 @@ StatusOr<bool> Van::StartStream(Inbound* in, pb::Meta* meta) {
   return true;
 }
 
-Status Van::TakeRecord(Inbound* in, const char* record, size_t bytes) {
+Status Van::TakeRecord(Inbound* in, char* record, size_t bytes) {
   Inbound::Stream& stream = *in->stream;
+  const size_t size = stream.bytes[stream.frame];
+  const auto chunks = static_cast<uint32_t>(seal::Chunks(size));
+  const size_t chunk_bytes = seal::ChunkBytes(size, stream.chunk);
+  // Opened in place, in the record's own buffer: no plaintext reaches the
+  // frame before its tag is checked.
+  PS_RETURN_IF_ERROR(in->open->opener->OpenChunk(
+      record, bytes, stream.frame + 1,
+      static_cast<uint32_t>(stream.bytes.size() + 1), stream.chunk, chunks,
+      chunk_bytes));
   if (stream.frames.size() == stream.frame) {
-    // Its first record: the frame's buffer, aligned for any element type,
-    // made only now, so a header alone holds no memory.
-    const size_t size = stream.bytes[stream.frame];
+    // Its first record opened: the frame's buffer, aligned for any element
+    // type, made only now, so a header alone holds no memory.
     std::shared_ptr<uint64_t[]> buffer(new (std::nothrow)
                                            uint64_t[(size + 7) / 8]);
     if (buffer == nullptr) {
@@ -815,12 +901,8 @@ Status Van::TakeRecord(Inbound* in, const char* record, size_t bytes) {
                                [buffer](char*) {});
   }
   SArray<char>& frame = stream.frames[stream.frame];
-  const auto chunks = static_cast<uint32_t>(seal::Chunks(frame.size()));
-  PS_RETURN_IF_ERROR(in->opener->OpenChunk(
-      record, bytes, stream.frame + 1,
-      static_cast<uint32_t>(stream.bytes.size() + 1), stream.chunk, chunks,
-      frame.data() + stream.chunk * seal::kChunkBytes,
-      seal::ChunkBytes(frame.size(), stream.chunk)));
+  std::memcpy(frame.data() + stream.chunk * seal::kChunkBytes,
+              record + seal::kSeqBytes, chunk_bytes);
   if (++stream.chunk == chunks) {
     stream.chunk = 0;
     ++stream.frame;

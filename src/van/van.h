@@ -74,6 +74,7 @@
 #include "van/message.h"
 #include "van/seal.h"
 #include "van/snapshot.h"
+#include "van/stream.h"
 #include "van/sync.h"
 
 namespace ps {
@@ -199,10 +200,23 @@ class Van {
   struct Peer;
   struct RecvFrame;
   // With a job key, what the receive thread keeps of one admitted
-  // connection: its key, and the streamed message whose records are still
-  // arriving (seal.h).
+  // connection (docs/security.md, "Sessions"): the session it confirmed
+  // last, one offered and not yet confirmed, and the streamed message whose
+  // records are still arriving (seal.h).
   struct Inbound {
-    std::unique_ptr<seal::Opener> opener;
+    struct Session {
+      std::string offered;                   // the sender's e.pub: its name
+      std::unique_ptr<seal::Opener> opener;  // its frames, in order only
+      std::unique_ptr<seal::Sealer> sealer;  // our answers (ACK, RESET)
+      std::string welcome;                   // sent again for a repeated HELLO
+      uint64_t taken = 0;    // the last number of the last message taken whole
+      uint64_t unacked = 0;  // messages taken since the last ACK
+      uint64_t unacked_bytes = 0;                        // and their bytes
+      std::chrono::steady_clock::time_point reset_sent;  // the last RESET
+    };
+    std::optional<Session> open;
+    std::optional<Session> pending;
+    bool frozen = false;  // `open` takes nothing more: a new one was offered
     struct Stream {
       pb::Meta meta;                     // the opened header
       std::vector<size_t> bytes;         // each data frame's, on the wire
@@ -218,9 +232,32 @@ class Van {
   // references, no bytes) with `sealer` and sends them on `socket` (to
   // `address`), both of one peer, under its lock; its data frames streamed
   // as records when they hold seal::kStreamBytes or more.
+  // `last`: the sequence number of its last chunk.
   Status SendSealed(seal::Sealer* sealer, void* socket,
                     const std::string& address, const std::string& header,
-                    const Message& msg, const std::vector<bool>& by_ref);
+                    const Message& msg, const std::vector<bool>& by_ref,
+                    uint64_t* last);
+  // The sending side of a session (van_session.cc), under the peer's lock:
+  // offers a session (`again`: the same HELLO once more), sends an item in
+  // the open one, reads the receiver's answers, and acts on the timer.
+  Status OfferLocked(Peer* peer, bool again);
+  Status TransmitLocked(Peer* peer, OutStream::Item* item);
+  void DrainLocked(Peer* peer);
+  void OnAnswerLocked(Peer* peer, std::string frame);
+  void TickLocked(Peer* peer, std::chrono::steady_clock::time_point now);
+  // The thread "ps-van-session": reads the answers on every DEALER and
+  // runs their timers.
+  void SessionLoop();
+  // The receiving side (receive thread): a HELLO on connection `key`;
+  // an answer to the sender on connection `from`; an ACK or RESET of
+  // `session`.
+  void OnHello(const std::string& key, const std::string& hello,
+               const std::string& from, const std::string& address);
+  void Answer(const std::string& from, const std::string& frame);
+  void AnswerSession(const std::string& from, Inbound::Session* session,
+                     char type);
+  // Counts a message taken whole in `session`, ACKing when enough are.
+  void Took(const std::string& from, Inbound::Session* session, uint64_t bytes);
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
@@ -228,13 +265,19 @@ class Van {
   // record's frames) with its connection's key and delivers what completes.
   void ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
                      const std::string& from, const std::string& address);
+  // Hands up (or takes, for a probe) the message of `parts`, opened as
+  // `frames` in `in`'s open session.
+  void DeliverOpened(Inbound* in,
+                     const std::vector<std::shared_ptr<RecvFrame>>& parts,
+                     const std::vector<seal::Opener::Frame>& frames,
+                     const std::string& from, const std::string& address);
   // With a job key, for a header that came alone: whether it starts a
   // streamed message (then `in` waits for its records), or an error that
   // names what it announces beyond the limits.
   StatusOr<bool> StartStream(Inbound* in, pb::Meta* meta);
-  // Opens the record of `bytes` bytes at `record` into the next chunk of
-  // `in`'s streamed message.
-  Status TakeRecord(Inbound* in, const char* record, size_t bytes);
+  // Opens the record of `bytes` bytes at `record` (in place) into the next
+  // chunk of `in`'s streamed message.
+  Status TakeRecord(Inbound* in, char* record, size_t bytes);
   // An SArray of the `bytes` bytes at `data` within `part`, keeping it alive.
   static SArray<char> Adopt(const std::shared_ptr<RecvFrame>& part, char* data,
                             size_t bytes);
@@ -273,12 +316,13 @@ class Van {
   SharedMemory* const shared_memory_;      // the process's; outlives every Van
   std::unique_ptr<seal::JobKey> job_key_;  // with a key only
   seal::KeyPair static_key_;               // with a key only
-  // Each admitted connection, by its sender's ephemeral key in hex (the
-  // first half of the PLAIN token, which ZeroMQ gives its messages as their
-  // User-Id); the receive thread's alone. An entry is made by the first
-  // message that opens with it, so only holders of the job key add to it,
-  // one entry per connection they make.
+  // Each admitted connection, by its routing id and its PLAIN token (which
+  // ZeroMQ gives its messages as their User-Id); the receive thread's
+  // alone. An entry is made by a HELLO that proves the job's key, so only
+  // holders of the key add to it (and replays of their connections).
   std::unordered_map<std::string, Inbound> inbound_;
+  std::thread session_;  // "ps-van-session", with a key only
+  std::atomic<bool> stop_session_{false};
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth", with a key only

@@ -8,9 +8,11 @@
 #include <zmq.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "van/seal.h"
+#include "van/stream.h"
 #include "van/sync.h"
 #include "van/van.h"
 
@@ -45,8 +47,17 @@ inline std::string FrameString(zmq_msg_t* msg) {
 struct Van::Peer {
   Mutex mu;  // serialises use of `socket` across threads
   void* socket GUARDED_BY(mu) = nullptr;
-  // With a job key: seals every frame sent on `socket` (van/seal.h).
+  // With a job key (docs/security.md, "Sessions"): the peer's static key,
+  // the session offered (its HELLO), the open session's keys (frames sealed
+  // with `sealer`, answers opened with `answers`), and every message not yet
+  // known to be taken.
+  bool sealed = false;  // set before the peer is shared
+  std::string peer_key;
+  int fd = -1;  // the socket's ZMQ_FD, polled by the session thread
+  std::optional<seal::JobKey::Offer> offer GUARDED_BY(mu);
   std::unique_ptr<seal::Sealer> sealer GUARDED_BY(mu);
+  std::unique_ptr<seal::Opener> answers GUARDED_BY(mu);
+  OutStream out GUARDED_BY(mu);
   std::string address;  // "tcp://host:port"; set before the peer is shared
   ~Peer() {
     if (socket != nullptr) zmq_close(socket);

@@ -298,148 +298,268 @@ std::string JobSecret(const char* z85) {
   return secret;
 }
 
-// A van with a fresh job key, started, filling `inbox`; and a sealing
-// hello for it made with that key, as a member makes one.
+// A van with a fresh job key (of a scheduler, whose static key the job key
+// fixes, with `scheduler`), started, filling `inbox`; and a sealing token
+// for it made with that key, as a member makes one.
 struct KeyedReceiver {
-  static VanOptions Keyed() {
+  static VanOptions Keyed(bool scheduler, const std::string& key) {
     char pub[41], secret[41];
     CHECK_EQ(zmq_curve_keypair(pub, secret), 0);
     VanOptions options;
-    options.secret_key = secret;
+    options.secret_key = key.empty() ? secret : key;
+    options.scheduler = scheduler;
     return options;
   }
-  KeyedReceiver() {
+  explicit KeyedReceiver(bool scheduler = false, const std::string& key = "")
+      : options(Keyed(scheduler, key)) {
     CHECK(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
     receiver.Start([this](Message&& msg) { inbox.Take(std::move(msg)); });
-    hello = seal::JobKey(JobSecret(options.secret_key.c_str()))
-                .MakeHello(receiver.wire_key())
-                .value();
+    hello = job_key.MakeHello(receiver.wire_key()).value();
   }
-  const VanOptions options = Keyed();
+  const VanOptions options;
   Inbox inbox;  // outlives the van that fills it
   Van receiver{options};
+  seal::JobKey job_key{JobSecret(options.secret_key.c_str())};
   seal::JobKey::Hello hello;
 };
 
-// An eavesdropper who recorded a member's handshake token and sealed
-// message (made here with the job key, as the member made them) presents
-// them again, as recorded and with the token's hex in upper case: the
-// connection with the token as recorded is admitted, but its message is
-// refused as a replay; the other spelling is refused at connect. The
-// message opens exactly once.
-TEST(Van, ReplayedTokenAndFramesOpenNothingTwice) {
-  KeyedReceiver keyed;
-  Inbox& inbox = keyed.inbox;
-  Van& receiver = keyed.receiver;
-  const seal::JobKey::Hello& hello = keyed.hello;
-  // The recorded message, whole.
-  Message msg = TestMessage(7, 7);
-  seal::Sealer sealer(hello.key);
-  const std::vector<std::string> sealed =
-      SealLikeAVan(&sealer, &msg, /*streamed=*/false).at(0);
+// A member's side of a session, driven by hand as a proxy or a recording
+// would see it: the HELLO it offers, the answers it reads, the frames it
+// seals.
+struct HandSession {
+  HandSession(void* context, const KeyedReceiver& keyed, const std::string& id)
+      : keyed(keyed),
+        socket(ConnectAs(context, keyed.receiver.port(),
+                         seal::ToHex(keyed.hello.token), id)) {}
+  ~HandSession() {
+    int zero = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(socket);
+  }
+  // The next answer's frame, or empty after 10 s.
+  std::string Next() {
+    for (int i = 0; i < 1000; ++i) {
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      if (zmq_msg_recv(&part, socket, ZMQ_DONTWAIT) >= 0) {
+        std::string frame(static_cast<const char*>(zmq_msg_data(&part)),
+                          zmq_msg_size(&part));
+        zmq_msg_close(&part);
+        return frame;
+      }
+      zmq_msg_close(&part);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "";
+  }
+  // Offers a new session and reads its WELCOME: the number it quotes as
+  // taken of the session before (-1: none quoted), or -2 if none came.
+  int64_t Offer() {
+    offer = keyed.job_key.MakeOffer(keyed.receiver.wire_key()).value();
+    SendParts(socket, {offer.hello});
+    std::string w = Next();
+    while (!w.empty() && w[0] != 'W')
+      w = Next();  // answers of the session before
+    const size_t k = seal::kKeyBytes;
+    if (w.size() < 1 + k || w[0] != 'W') return -2;
+    seal::JobKey::SessionKeys keys =
+        keyed.job_key
+            .FinishOffer(offer, keyed.receiver.wire_key(), w.substr(1, k))
+            .value();
+    sealer = std::make_unique<seal::Sealer>(keys.forward);
+    answers = std::make_unique<seal::Opener>(keys.reverse, false);
+    std::string text = Open(w.substr(1 + k));
+    if (text.size() != 2 + 2 * k + 8) return -2;
+    uint64_t taken;
+    std::memcpy(&taken, text.data() + 2 + 2 * k, 8);
+    return text[1 + 2 * k] ? static_cast<int64_t>(taken) : -1;
+  }
+  // The next answer of `type` ('A', 'R'): the number it says was taken,
+  // or -1 if none came.
+  int64_t Await(char type) {
+    for (std::string a = Next(); !a.empty(); a = Next()) {
+      if (a[0] != type) continue;
+      std::string text = Open(a.substr(1));
+      uint64_t taken;
+      if (text.size() != 1 + seal::kKeyBytes + 8) continue;
+      std::memcpy(&taken, text.data() + 1 + seal::kKeyBytes, 8);
+      return static_cast<int64_t>(taken);
+    }
+    return -1;
+  }
+  std::string Open(std::string sealed) {
+    seal::Opener::Frame f{&sealed[0], sealed.size()};
+    if (!answers->Open(&f, 1).ok()) return "";
+    return std::string(f.data, f.bytes);
+  }
+  std::vector<std::vector<std::string>> Seal(Message* msg, bool streamed) {
+    return SealLikeAVan(sealer.get(), msg, streamed);
+  }
+  void Send(const std::vector<std::vector<std::string>>& parts) {
+    for (const std::vector<std::string>& p : parts) SendParts(socket, p);
+  }
+  // A probe: the receiver answers ACK, or RESET after a gap.
+  void Probe() {
+    std::string sealed(seal::SealedBytes(0), '\0');
+    sealer->Seal(sealer->Begin(1), 0, 1, "", 0, &sealed[0]);
+    SendParts(socket, {sealed});
+  }
 
+  const KeyedReceiver& keyed;
+  void* socket;
+  seal::JobKey::Offer offer;
+  std::unique_ptr<seal::Sealer> sealer;
+  std::unique_ptr<seal::Opener> answers;
+};
+
+bool Arrived(Inbox* inbox, int n) {
+  return WaitFor([&] {
+    std::lock_guard<std::mutex> lock(inbox->mu);
+    return inbox->total == n;
+  });
+}
+
+// An eavesdropper who recorded a member's connection (its token, its HELLO
+// and a sealed message) presents it again: over another connection, as
+// recorded and with the token's hex in upper case, and to a restarted
+// receiver of the same static key (a scheduler restarted, or the scheduler
+// of a later job with the same key file). The receiver answers each HELLO
+// with a fresh key of its own, so the recorded frames open in no session:
+// the message is handed up exactly once, every replay dropped and counted,
+// the other spelling refused at connect.
+TEST(Van, ReplayedConnectionOpensNothingTwiceNorInARestartedReceiver) {
+  char pub[41], secret[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);
+  auto keyed = std::make_unique<KeyedReceiver>(/*scheduler=*/true, secret);
   void* context = zmq_ctx_new();
-  auto send_as = [&](const std::string& token_hex, const std::string& id) {
-    void* s = ConnectAs(context, receiver.port(), token_hex, id);
-    SendParts(s, sealed);
+  std::vector<std::string> hello;
+  std::vector<std::vector<std::string>> recorded;
+  {
+    HandSession member(context, *keyed, "member:1");
+    ASSERT_EQ(member.Offer(), -1);  // a new connection: nothing quoted
+    hello = {member.offer.hello};
+    Message msg = TestMessage(7, 7);
+    recorded = member.Seal(&msg, /*streamed=*/false);
+    member.Send(recorded);
+    ASSERT_TRUE(Arrived(&keyed->inbox, 1));
+    member.Probe();
+    EXPECT_EQ(member.Await('A'), 4);  // the message (1 to 3), the probe (4)
+  }
+  auto replay = [&](KeyedReceiver* to, const std::string& token_hex,
+                    const std::string& id) {
+    void* s = ConnectAs(context, to->receiver.port(), token_hex, id);
+    SendParts(s, hello);
+    for (const std::vector<std::string>& p : recorded) SendParts(s, p);
     return s;
   };
-  auto wait_for = WaitFor;
-  const std::string token = seal::ToHex(hello.token);
-  void* member = send_as(token, "member:1");
-  ASSERT_TRUE(wait_for([&] {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    return inbox.total == 1;
-  }));
-  void* replay = send_as(token, "eavesdropper:1");
-  EXPECT_TRUE(wait_for([&] { return receiver.num_dropped() == 1; }))
-      << receiver.num_dropped();
+  const std::string token = seal::ToHex(keyed->hello.token);
+  std::vector<void*> sockets = {replay(keyed.get(), token, "eavesdropper:1")};
+  EXPECT_TRUE(WaitFor([&] { return keyed->receiver.num_dropped() == 1; }))
+      << keyed->receiver.num_dropped();
   std::string upper = token;
   for (char& c : upper) c = static_cast<char>(std::toupper(c));
   ASSERT_NE(upper, token);
-  void* respelled = send_as(upper, "eavesdropper:2");
-  EXPECT_TRUE(wait_for([&] { return receiver.num_refused() >= 1; }));
+  sockets.push_back(replay(keyed.get(), upper, "eavesdropper:2"));
+  EXPECT_TRUE(WaitFor([&] { return keyed->receiver.num_refused() >= 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    EXPECT_EQ(inbox.total, 1);
-    EXPECT_TRUE(inbox.errors.empty());
+    std::lock_guard<std::mutex> lock(keyed->inbox.mu);
+    EXPECT_EQ(keyed->inbox.total, 1);
+    EXPECT_TRUE(keyed->inbox.errors.empty());
   }
-  EXPECT_EQ(receiver.num_dropped(), 1u);
+  EXPECT_EQ(keyed->receiver.num_dropped(), 1u);
+
+  // The restarted receiver: the same job key, hence the same static key,
+  // which the recorded token names.
+  auto restarted = std::make_unique<KeyedReceiver>(/*scheduler=*/true, secret);
+  ASSERT_EQ(restarted->receiver.wire_key(), keyed->receiver.wire_key());
+  sockets.push_back(replay(restarted.get(), token, "member:1"));
+  EXPECT_TRUE(WaitFor([&] { return restarted->receiver.num_dropped() == 1; }))
+      << restarted->receiver.num_dropped();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    std::lock_guard<std::mutex> lock(restarted->inbox.mu);
+    EXPECT_EQ(restarted->inbox.total, 0);
+  }
+  EXPECT_EQ(restarted->receiver.num_dropped(), 1u);
   int zero = 0;
-  for (void* s : {member, replay, respelled}) {
+  for (void* s : sockets) {
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_close(s);
   }
-  receiver.Stop(0);
+  keyed->receiver.Stop(0);
+  restarted->receiver.Stop(0);
   zmq_ctx_term(context);
 }
 
-// A member's streamed messages on one connection: one cut short (its
-// header and two of its five records), one with a record tampered, one with
-// two records swapped, then one whole and a small one. Only the last two
-// arrive, with their bytes; the receiver drops the rest and keeps serving.
-// Then an eavesdropper who replays the member's token (so its connection
-// shares the member's key) sends junk in the middle of a streamed message:
-// a byte, two parts, and the next record with a byte changed. Each is
-// dropped alone, and the member's message still arrives whole.
-TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
+// A member's streamed messages on one connection, each fault in a session
+// of its own: one cut short (its header and two of its four records), one
+// with a record tampered, one with two records swapped, a whole message
+// deleted, one repeated. The receiver takes nothing out of order: each
+// fault is refused and answered with RESET, and the WELCOME of the next
+// session quotes exactly what was taken whole, so the sender knows what to
+// send again. Then an eavesdropper who replays the member's token sends
+// junk on its own connection, which changes nothing of the member's
+// stream. Each message arrives exactly once, with its bytes.
+TEST(Van, StreamGapsRepeatsAndReordersAreRefusedAndQuoted) {
   KeyedReceiver keyed;
   Inbox& inbox = keyed.inbox;
-  Van& receiver = keyed.receiver;
-  const seal::JobKey::Hello& hello = keyed.hello;
-  seal::Sealer sealer(hello.key);
   void* context = zmq_ctx_new();
-  void* member =
-      ConnectAs(context, receiver.port(), seal::ToHex(hello.token), "member:1");
-
+  auto session = std::make_unique<HandSession>(context, keyed, "member:1");
+  HandSession& member = *session;
   auto streamed = [&](int i) {
     Message msg = TestMessage(0, i);
     EXPECT_GE(msg.data[1].size(), seal::kStreamBytes);
-    std::vector<std::vector<std::string>> parts =
-        SealLikeAVan(&sealer, &msg, /*streamed=*/true);
+    std::vector<std::vector<std::string>> parts = member.Seal(&msg, true);
     EXPECT_EQ(parts.size(), 1u + 1u + 4u);  // header; tag; body of 4 chunks
     return parts;
   };
+  Message small = TestMessage(1, 1);
+
+  ASSERT_EQ(member.Offer(), -1);
   std::vector<std::vector<std::string>> cut = streamed(11);
   cut.resize(3);
+  member.Send(cut);
+  member.Probe();  // numbered after the whole message: a gap
+  EXPECT_EQ(member.Await('R'), 0);
+  EXPECT_EQ(member.Offer(), 0);  // nothing of session 1 taken whole
+
   std::vector<std::vector<std::string>> tampered = streamed(36);
   tampered[3][0][seal::kSeqBytes + 5] ^= 1;
+  member.Send(tampered);  // the record fails alone; the next is a gap
+  EXPECT_EQ(member.Await('R'), 0);
+  EXPECT_EQ(member.Offer(), 0);
+
   std::vector<std::vector<std::string>> swapped = streamed(61);
   std::swap(swapped[3], swapped[4]);
-  std::vector<std::vector<std::string>> whole = streamed(86);
-  Message small = TestMessage(1, 1);
-  for (const auto* m : {&cut, &tampered, &swapped, &whole}) {
-    for (const std::vector<std::string>& parts : *m) SendParts(member, parts);
-  }
-  SendParts(member, SealLikeAVan(&sealer, &small, false).at(0));
+  member.Send(swapped);
+  EXPECT_EQ(member.Await('R'), 0);
+  EXPECT_EQ(member.Offer(), 0);
 
-  auto arrived = [&](int n) {
-    return WaitFor([&] {
-      std::lock_guard<std::mutex> lock(inbox.mu);
-      return inbox.total == n;
-    });
-  };
-  EXPECT_TRUE(arrived(2));
-  // Dropped: the cut message (when the next header comes); the tampered
-  // record, the two after it (each out of place, failing alone) and its
-  // message (when the next header comes); the record out of place, the one
-  // after it that is then out of place too, and its message.
-  EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 8; }))
-      << receiver.num_dropped();
-  {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    EXPECT_TRUE(inbox.errors.empty()) << inbox.errors.front();
-    EXPECT_EQ(inbox.total, 2);
-    EXPECT_EQ((inbox.count[{0, 86}]), 1);
-    EXPECT_EQ((inbox.count[{1, 1}]), 1);
-  }
+  // Whole messages: the first taken, the second deleted, the third refused.
+  std::vector<std::vector<std::string>> first = streamed(86);
+  member.Send(first);  // numbered 1 to 6
+  ASSERT_TRUE(Arrived(&inbox, 1));
+  member.Seal(&small, false);  // numbered 7: deleted on the way
+  std::vector<std::vector<std::string>> after = member.Seal(&small, false);
+  member.Send(after);
+  EXPECT_EQ(member.Await('R'), 6);
+  EXPECT_EQ(member.Offer(), 6);  // sent again in the new session: both
+  member.Send(member.Seal(&small, false));
+  ASSERT_TRUE(Arrived(&inbox, 2));
+  // A repeat of a message taken.
+  std::vector<std::vector<std::string>> twice = member.Seal(&small, false);
+  member.Send(twice);
+  ASSERT_TRUE(Arrived(&inbox, 3));
+  member.Send(twice);
+  EXPECT_EQ(member.Await('R'), 6);  // two messages of three frames
+  EXPECT_EQ(member.Offer(), 6);
 
   std::vector<std::vector<std::string>> spoiled = streamed(111);
-  void* eavesdropper = ConnectAs(context, receiver.port(),
-                                 seal::ToHex(hello.token), "eavesdropper:1");
-  for (size_t i = 0; i < 3; ++i) SendParts(member, spoiled[i]);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  void* eavesdropper =
+      ConnectAs(context, keyed.receiver.port(), seal::ToHex(keyed.hello.token),
+                "eavesdropper:1");
+  for (size_t i = 0; i < 3; ++i) SendParts(member.socket, spoiled[i]);
   std::string forged = spoiled[3][0];
   forged[seal::kSeqBytes + 1] ^= 1;
   for (const std::vector<std::string>& junk :
@@ -447,21 +567,25 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
     SendParts(eavesdropper, junk);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (size_t i = 3; i < spoiled.size(); ++i) SendParts(member, spoiled[i]);
-  EXPECT_TRUE(arrived(3));
-  EXPECT_TRUE(WaitFor([&] { return receiver.num_dropped() == 11; }))
-      << receiver.num_dropped();
+  for (size_t i = 3; i < spoiled.size(); ++i) {
+    SendParts(member.socket, spoiled[i]);
+  }
+  EXPECT_TRUE(Arrived(&inbox, 4));
+  member.Probe();
+  EXPECT_EQ(member.Await('A'), 7);  // 6 of the message, 1 of the probe
   {
     std::lock_guard<std::mutex> lock(inbox.mu);
     EXPECT_TRUE(inbox.errors.empty()) << inbox.errors.front();
+    EXPECT_EQ(inbox.total, 4);
+    EXPECT_EQ((inbox.count[{0, 86}]), 1);
+    EXPECT_EQ((inbox.count[{1, 1}]), 2);
     EXPECT_EQ((inbox.count[{0, 111}]), 1);
   }
   int zero = 0;
-  for (void* s : {member, eavesdropper}) {
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_close(s);
-  }
-  receiver.Stop(0);
+  zmq_setsockopt(eavesdropper, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_close(eavesdropper);
+  session.reset();  // its socket, before the context ends
+  keyed.receiver.Stop(0);
   zmq_ctx_term(context);
 }
 
@@ -473,7 +597,7 @@ TEST(Van, StreamedMessageCutShortTamperedOrReorderedIsDropped) {
 // every send is taken and none arrives. Either way, no send waits.)
 TEST(Van, SendAfterTheHandshakeWasRefusedFailsNamingIt) {
   KeyedReceiver keyed;
-  Van stranger(KeyedReceiver::Keyed());  // another job's key
+  Van stranger(KeyedReceiver::Keyed(false, ""));  // another job's key
   stranger.set_identity("stranger:1");
   ASSERT_TRUE(stranger
                   .Connect(1, "127.0.0.1", keyed.receiver.port(),

@@ -40,14 +40,14 @@ void OpenStreamed(ps::fuzz::FuzzMessage* in) {
     const auto chunks = static_cast<uint32_t>(ps::seal::Chunks(frame.size()));
     for (uint32_t c = 0; c < chunks; ++c, ++record) {
       if (record >= in->frames.size()) return;
-      const ps::SArray<char>& r = in->frames[record];
-      if (!opener
-               .OpenChunk(r.data(), r.size(), i + 1, frames, c, chunks,
-                          frame.data() + c * ps::seal::kChunkBytes,
-                          ps::seal::ChunkBytes(frame.size(), c))
+      ps::SArray<char>& r = in->frames[record];
+      const size_t bytes = ps::seal::ChunkBytes(frame.size(), c);
+      if (!opener.OpenChunk(r.data(), r.size(), i + 1, frames, c, chunks, bytes)
                .ok()) {
         return;
       }
+      std::memcpy(frame.data() + c * ps::seal::kChunkBytes,
+                  r.data() + ps::seal::kSeqBytes, bytes);
     }
     opened.push_back(frame);
   }
