@@ -124,7 +124,7 @@ class OutStream {
     }
     wait_ = kFirstWait;
     probes_ = 0;
-    last_probe_ = Clock::time_point::min();
+    last_probe_ = Clock::time_point();  // none since the ACK
     oldest_unacked_ = items_.empty() ? Clock::time_point::max() : now;
   }
 
@@ -155,7 +155,7 @@ class OutStream {
   std::string confirmed_;  // the last session welcomed
   bool resumed_ = false;
   Clock::time_point offered_;
-  Clock::time_point last_probe_ = Clock::time_point::min();
+  Clock::time_point last_probe_;  // the epoch: none since the last ACK
   Clock::time_point oldest_unacked_ = Clock::time_point::max();
   Clock::duration wait_ = kFirstWait;
   int probes_ = 0;

@@ -91,7 +91,9 @@ TEST(Seal, FramesOpenToTheirBytesAndHideThem) {
   EXPECT_EQ(opened, std::vector<std::string>{"second"});
   Status replay = OpenMessage(&opener, sealed, &opened);
   EXPECT_FALSE(replay.ok());
-  EXPECT_NE(replay.message().find("replayed"), std::string::npos) << replay;
+  EXPECT_NE(replay.message().find("repeated or out of order"),
+            std::string::npos)
+      << replay;
 }
 
 TEST(Seal, EveryTamperedByteIsRefusedAndLeavesTheOpenerAsItWas) {
@@ -129,10 +131,58 @@ TEST(Seal, FramesCannotBeDroppedMovedOrSwappedBetweenMessages) {
   // Another connection's key opens nothing of this one.
   Opener other(p.job.MakeHello(p.receiver.pub).value().key);
   EXPECT_FALSE(OpenMessage(&other, a, &opened).ok());
-  // Reordered whole messages: the later one first, then the earlier one is
-  // refused as out of order.
+  // Reordered whole messages: the later one first is a gap, refused; the
+  // earlier then opens, the later after it, and the earlier again is a
+  // repeat. A stream takes exactly the next number.
+  Status gap = OpenMessage(&opener, b, &opened);
+  EXPECT_NE(gap.message().find("a gap before it"), std::string::npos) << gap;
+  ASSERT_TRUE(OpenMessage(&opener, a, &opened).ok());
   ASSERT_TRUE(OpenMessage(&opener, b, &opened).ok());
   EXPECT_FALSE(OpenMessage(&opener, a, &opened).ok());
+  // Answers (not contiguous) take any higher number: one may be lost.
+  Sealer answers_sealer(p.hello.key);
+  Opener answers(p.key, /*contiguous=*/false);
+  std::vector<std::string> first = SealMessage(&answers_sealer, {"1"});
+  std::vector<std::string> third = SealMessage(&answers_sealer, {"3"});
+  (void)first;
+  EXPECT_TRUE(OpenMessage(&answers, third, &opened).ok());
+}
+
+// The session's handshake: both sides derive the same keys, which differ
+// in each direction and in every session, even for one sender's HELLO
+// answered twice (a replay gets a fresh receiver key); a HELLO for another
+// process, or changed in any byte, is refused.
+TEST(Seal, SessionKeysComeFromBothSidesRandomness) {
+  Pair p;
+  JobKey::Offer offer = p.job.MakeOffer(p.receiver.pub).value();
+  ASSERT_EQ(offer.hello.size(), kHelloBytes);
+  JobKey::Accepted one = p.job.AcceptOffer(p.receiver, offer.hello).value();
+  JobKey::Accepted two = p.job.AcceptOffer(p.receiver, offer.hello).value();
+  EXPECT_EQ(one.offered, offer.e.pub);
+  JobKey::SessionKeys mine =
+      p.job.FinishOffer(offer, p.receiver.pub, one.e_pub).value();
+  EXPECT_EQ(mine.forward, one.keys.forward);
+  EXPECT_EQ(mine.reverse, one.keys.reverse);
+  EXPECT_NE(one.keys.forward, one.keys.reverse);
+  EXPECT_NE(one.keys.forward, two.keys.forward);  // the replay's session
+  EXPECT_NE(one.e_pub, two.e_pub);
+  // Frames of one session open in no other.
+  Sealer sealer(one.keys.forward);
+  Opener replayed(two.keys.forward);
+  std::vector<std::string> opened;
+  EXPECT_FALSE(
+      OpenMessage(&replayed, SealMessage(&sealer, {"x"}), &opened).ok());
+  KeyPair other = JobKey::NewKeyPair();
+  EXPECT_FALSE(p.job.AcceptOffer(other, offer.hello).ok());
+  for (size_t i = 0; i < offer.hello.size(); ++i) {
+    std::string bad = offer.hello;
+    bad[i] ^= 1;
+    EXPECT_FALSE(p.job.AcceptOffer(p.receiver, bad).ok()) << "byte " << i;
+  }
+  EXPECT_FALSE(p.job.AcceptOffer(p.receiver, offer.hello + "x").ok());
+  // Another job's key: refused.
+  std::string secret(kKeyBytes, '\x5a');
+  EXPECT_FALSE(JobKey(secret).AcceptOffer(p.receiver, offer.hello).ok());
 }
 
 TEST(Seal, LargeFramesGoInChunksThatCannotBeChangedOrMoved) {
