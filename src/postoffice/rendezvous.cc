@@ -212,6 +212,7 @@ Status Postoffice::StartMember() {
         return shm_pending_.empty();
       },
       [&](int64_t waited) {
+        mu_.AssertHeld();
         return table_.Describe(my_id_) + " has waited " + Seconds(waited) +
                " for the shared-memory answer of" + pending();
       });
