@@ -1,6 +1,7 @@
 // BarrierCoordinator: the scheduler's barriers (barrier_coordinator.h).
 #include "postoffice/barrier_coordinator.h"
 
+#include "postoffice/logging.h"
 #include "postoffice/node_table.h"
 
 namespace ps {
@@ -16,7 +17,7 @@ int64_t MsSince(BarrierCoordinator::Clock::time_point t,
 std::vector<BarrierCoordinator::Release> BarrierCoordinator::Arrive(
     int group, int sender, Clock::time_point now) {
   Barrier& b = barriers_[group];
-  if (b.arrived.empty()) b.started = now;
+  if (b.arrived.empty()) b.started = b.reported = now;
   b.arrived.insert(sender);
   for (int id : members_.ids(group)) {
     // A worker that may yet rejoin is waited for (it comes back under its
@@ -63,12 +64,7 @@ std::vector<BarrierCoordinator::Release> BarrierCoordinator::Tick(
   }
   std::vector<Release> releases;
   for (int group : expired) {
-    std::string missing;
-    for (int id : members_.ids(group)) {
-      if (barriers_[group].arrived.count(id) == 0) {
-        missing += (missing.empty() ? "" : ", ") + members_.describe(id);
-      }
-    }
+    const std::string missing = Missing(group);
     releases.push_back(Take(
         group,
         Status::Timeout("barrier of " + GroupName(group) + " timed out after " +
@@ -76,6 +72,40 @@ std::vector<BarrierCoordinator::Release> BarrierCoordinator::Tick(
                         " ms (PS_BARRIER_TIMEOUT_MS); missing: " + missing)));
   }
   return releases;
+}
+
+std::vector<BarrierCoordinator::Report> BarrierCoordinator::Reports(
+    Clock::time_point now) {
+  std::vector<Report> reports;
+  for (auto& [group, b] : barriers_) {
+    if (MsSince(b.reported, now) < report_ms_) continue;
+    b.reported = now;
+    const int64_t waited = MsSince(b.started, now);
+    const size_t members = members_.ids(group).size();
+    reports.push_back({group, waited,
+                       "barrier of " + GroupName(group) + ": waiting " +
+                           Seconds(waited) + " for " + Missing(group) + " (" +
+                           std::to_string(b.arrived.size()) + " of " +
+                           std::to_string(members) +
+                           " arrived; PS_BARRIER_TIMEOUT_MS=" +
+                           std::to_string(timeout_ms_) + ")"});
+  }
+  return reports;
+}
+
+std::string BarrierCoordinator::Missing(int group) const {
+  const std::set<int>& arrived = barriers_.at(group).arrived;
+  std::string missing;
+  for (int id : members_.ids(group)) {
+    const PeerState state = members_.state(id);
+    if (arrived.count(id) > 0 || state == PeerState::kCovered) continue;
+    missing += (missing.empty() ? "" : ", ") + members_.describe(id);
+    if (state == PeerState::kSuspected || state == PeerState::kAwaited ||
+        state == PeerState::kRejoining || state == PeerState::kDead) {
+      missing += std::string(" (") + PeerStateName(state) + ")";
+    }
+  }
+  return missing;
 }
 
 bool BarrierCoordinator::Complete(int group) const {

@@ -1,5 +1,7 @@
-// Postoffice, continued: barriers (member and scheduler side), the monitor
-// thread (heartbeats, liveness, barrier deadlines) and peer failures.
+// Postoffice, continued: barriers (member and scheduler side), the control
+// waits that report themselves (WaitReportingLocked; the scheduler's last
+// wait, for the goodbyes), the monitor thread (heartbeats, liveness,
+// barrier deadlines and reports) and peer failures.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
 
 namespace ps {
@@ -43,16 +46,23 @@ Status Postoffice::Barrier(int group) {
   lock.Unlock();
   SendAll(&outbox);
   lock.Lock();
-  // The scheduler enforces barrier_timeout_ms and names who is missing; the
-  // extra connect timeout covers its answer travelling back.
-  // In 64 bits: both may be INT_MAX.
+  // The scheduler enforces barrier_timeout_ms and names who is missing
+  // (each report interval, and at the timeout); the extra connect timeout
+  // covers its answer travelling back. In 64 bits: both may be INT_MAX.
   const int64_t wait_ms =
       int64_t{config_.barrier_timeout_ms} + config_.connect_timeout_ms;
   auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
   // A scheduler awaited back (restarts) is waited for, within the deadline.
-  while (!barrier_waits_.Released(ticket) && !SchedulerGoneLocked() &&
-         cv_.WaitUntil(deadline)) {
-  }
+  WaitReportingLocked(
+      deadline,
+      [&] {
+        mu_.AssertHeld();  // called by WaitReportingLocked, under mu_
+        return barrier_waits_.Released(ticket) || SchedulerGoneLocked();
+      },
+      [&](int64_t waited) {
+        mu_.AssertHeld();
+        return BarrierWaitLineLocked(group, waited);
+      });
   barrier_waits_.Leave(ticket);
   if (barrier_waits_.Released(ticket)) return barrier_waits_.StatusOf(ticket);
   if (!SchedulerGoneLocked()) {
@@ -62,6 +72,85 @@ Status Postoffice::Barrier(int group) {
                            std::to_string(wait_ms) + " ms");
   }
   return peer_failure_;
+}
+
+std::string Postoffice::BarrierWaitLineLocked(int group, int64_t waited) const {
+  // The scheduler's coordinator names who has not arrived.
+  if (IsScheduler()) return "";
+  const std::string line = "barrier of " + GroupName(group) + ": " +
+                           table_.Describe(my_id_) + " has waited " +
+                           Seconds(waited);
+  if (membership_.state(kSchedulerId) == PeerState::kAwaited) {
+    return line + " for the scheduler at " + config_.SchedulerAddress() +
+           " to come back (restarted; PS_REJOIN_TIMEOUT_MS=" +
+           std::to_string(config_.rejoin_timeout_ms) + ")";
+  }
+  return line + " for the scheduler's release (the scheduler's log names " +
+         "who has not arrived; PS_BARRIER_TIMEOUT_MS=" +
+         std::to_string(config_.barrier_timeout_ms) + ")";
+}
+
+bool Postoffice::WaitReportingLocked(
+    Clock::time_point deadline, const std::function<bool()>& done,
+    const std::function<std::string(int64_t)>& report) {
+  const Clock::time_point start = Clock::now();
+  const auto every = std::chrono::milliseconds(ReportEveryMs());
+  Clock::time_point next = start + every;
+  // Bounded by the deadline: each round waits until it or the next report.
+  while (!done()) {
+    const Clock::time_point until = std::min(deadline, next);
+    if (cv_.WaitUntil(until)) continue;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    if (now < next) continue;
+    const std::string line = report(MsSince(start, now));
+    if (!line.empty()) LOG(WARNING) << line;
+    next += every;
+  }
+  return done();
+}
+
+void Postoffice::AwaitGoodbyes() {
+  MutexLock lock(&mu_);
+  auto deadline =
+      Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
+  const auto staying = [&] {
+    mu_.AssertHeld();  // called by WaitReportingLocked too, under mu_
+    std::string who;
+    for (const auto& [id, node] : table_.nodes()) {
+      const PeerState state = membership_.state(id);
+      if (id == my_id_ || state == PeerState::kDeparted ||
+          state == PeerState::kDead || state == PeerState::kAwaited ||
+          state == PeerState::kCovered) {
+        continue;
+      }
+      who += (who.empty() ? "" : ", ") + table_.Describe(id);
+    }
+    return who;
+  };
+  const bool all_left = WaitReportingLocked(
+      deadline,
+      [&] {
+        mu_.AssertHeld();
+        return staying().empty();
+      },
+      [&](int64_t waited) {
+        mu_.AssertHeld();
+        return "the scheduler has waited " + Seconds(waited) +
+               " for the goodbyes of " + staying();
+      });
+  if (!all_left) {
+    LOG(WARNING) << "the scheduler stops without the goodbyes of " << staying()
+                 << " (PS_CONNECT_TIMEOUT_MS=" << config_.connect_timeout_ms
+                 << ")";
+  }
+}
+
+bool Postoffice::ReportDue(Clock::time_point since, Clock::time_point prev,
+                           Clock::time_point now) const {
+  const int64_t every = ReportEveryMs();
+  return MsSince(since, now) / every >
+         std::max<int64_t>(0, MsSince(since, prev)) / every;
 }
 
 void Postoffice::OnBarrier(const Message& msg) {
@@ -157,6 +246,7 @@ void Postoffice::MonitorLoop() {
       // past the tick is this node's silence too, not its peers'.
       membership_.ExcuseStall(std::chrono::milliseconds(gap - tick), now);
     }
+    const Clock::time_point prev_tick = last_tick;
     last_tick = now;
     std::vector<Message> outbox;
     std::vector<PeerEvent> events;
@@ -168,7 +258,7 @@ void Postoffice::MonitorLoop() {
       newly_dead = membership_.Tick(now, timeout / 2, timeout);
     }
     if (IsScheduler()) {
-      outbox = SchedulerCheckLocked(now, &not_back, &events);
+      outbox = SchedulerCheckLocked(prev_tick, now, &not_back, &events);
     } else if (interval > 0) {
       // While the scheduler is awaited back (restarts), this node reports
       // itself instead of a heartbeat, until a restarted one answers.
@@ -179,9 +269,15 @@ void Postoffice::MonitorLoop() {
                  : ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
         last_heartbeat = now;
       }
-      if (away && MsSince(membership_.since(kSchedulerId), now) >
-                      config_.rejoin_timeout_ms) {
+      const Clock::time_point gone = membership_.since(kSchedulerId);
+      if (away && MsSince(gone, now) > config_.rejoin_timeout_ms) {
         not_back.push_back(kSchedulerId);
+      } else if (away && ReportDue(gone, prev_tick, now)) {
+        LOG(WARNING) << table_.Describe(my_id_) << " has waited "
+                     << Seconds(MsSince(gone, now)) << " for the scheduler at "
+                     << config_.SchedulerAddress()
+                     << " to come back (restarted; PS_REJOIN_TIMEOUT_MS="
+                     << config_.rejoin_timeout_ms << ")";
       }
     }
     lock.Unlock();
@@ -205,13 +301,19 @@ void Postoffice::MonitorLoop() {
 }
 
 std::vector<Message> Postoffice::SchedulerCheckLocked(
-    Clock::time_point now, std::vector<int>* not_back,
+    Clock::time_point prev, Clock::time_point now, std::vector<int>* not_back,
     std::vector<PeerEvent>* events) {
   std::vector<Message> outbox;
   for (int id : membership_.InState(PeerState::kAwaited)) {
     // (A worker whose successor's rejoin started is awaited no more.)
-    if (MsSince(membership_.since(id), now) > config_.rejoin_timeout_ms) {
+    const Clock::time_point since = membership_.since(id);
+    if (MsSince(since, now) > config_.rejoin_timeout_ms) {
       not_back->push_back(id);
+    } else if (ReportDue(since, prev, now)) {
+      LOG(WARNING) << "the job has waited " << Seconds(MsSince(since, now))
+                   << " for " << table_.Describe(id)
+                   << " to be restarted (PS_REJOIN_TIMEOUT_MS="
+                   << config_.rejoin_timeout_ms << ")";
     }
   }
   // A rejoin whose members did not all answer within the connect timeout
@@ -244,6 +346,9 @@ std::vector<Message> Postoffice::SchedulerCheckLocked(
   }
   for (Message& m : AnswerBarriersLocked(barriers_.Tick(now))) {
     outbox.push_back(std::move(m));
+  }
+  for (const BarrierCoordinator::Report& r : barriers_.Reports(now)) {
+    LOG(WARNING) << r.line;
   }
   return outbox;
 }

@@ -34,4 +34,10 @@ void Tell(google::LogSeverity severity, const std::string& line) {
   std::fprintf(stderr, "ps: %s\n", line.c_str());
 }
 
+std::string Seconds(int64_t ms) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.1f s", static_cast<double>(ms) / 1000);
+  return s;
+}
+
 }  // namespace ps

@@ -7,6 +7,7 @@
 
 #include <glog/logging.h>
 
+#include <cstdint>
 #include <string>
 
 namespace ps {
@@ -20,6 +21,9 @@ void DefaultLogsToStderr();
 // Tells the person running the job `line`: on stderr as "ps: LINE", and
 // in glog's log files at `severity` when it writes any.
 void Tell(google::LogSeverity severity, const std::string& line);
+
+// `ms` milliseconds as the lines about long waits say them: "10.0 s".
+std::string Seconds(int64_t ms);
 
 }  // namespace ps
 

@@ -58,7 +58,7 @@ Postoffice::Postoffice(const Config& config)
                    mu_.AssertHeld();
                    return table_.Describe(id);
                  }},
-                config.barrier_timeout_ms) {
+                config.barrier_timeout_ms, ReportEveryMs()) {
   // In this order: the protocols' messages go out before the KV layer and
   // the user (whose handler may end the process) are told.
   membership_.Subscribe(
@@ -578,18 +578,8 @@ Status Postoffice::Finalize(bool do_barrier) {
     MutexLock lock(&mu_);
     finalized_ = true;
   }
-  if (IsScheduler() && st.ok()) {
-    // Stay until every member said it leaves, so none sends into the void.
-    MutexLock lock(&mu_);
-    size_t members = table_.nodes().size() - 1;
-    auto deadline =
-        Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-    while (static_cast<size_t>(membership_.Count(
-               {PeerState::kDeparted, PeerState::kDead, PeerState::kAwaited,
-                PeerState::kCovered})) < members &&
-           cv_.WaitUntil(deadline)) {
-    }
-  }
+  // Stay until every member said it leaves, so none sends into the void.
+  if (IsScheduler() && st.ok()) AwaitGoodbyes();
   Stop();
   return st;
 }

@@ -20,6 +20,7 @@
 #ifndef PS_SRC_POSTOFFICE_POSTOFFICE_H_
 #define PS_SRC_POSTOFFICE_POSTOFFICE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -262,6 +264,9 @@ class Postoffice {
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
   Status StartMember();
+  // Scheduler: the line of a rendezvous (or a restarted scheduler's wait
+  // for the members' reports) `waited` ms long, naming who is missing.
+  std::string RendezvousWaitLineLocked(int64_t waited) const REQUIRES(mu_);
   // SharedMemory::Domain() when PS_SHM allows shared memory, else "".
   std::string MyShmDomain() const;
   // Maps the probe page of `peer` (of our domain); if that works, we accept
@@ -316,9 +321,37 @@ class Postoffice {
   std::vector<Message> AnswerBarriersLocked(
       const std::vector<BarrierCoordinator::Release>& releases) REQUIRES(mu_);
   void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
+  // Member: the line of a wait in `group`'s barrier `waited` ms long (the
+  // scheduler's is its coordinator's: "").
+  std::string BarrierWaitLineLocked(int group, int64_t waited) const
+      REQUIRES(mu_);
   // The id of the server that holds server `id`'s keys once `id` is dead
   // (Config::replicas; the rule is src/kv/replica_chain.h's), or -1.
   int CoveringServerLocked(int id) const REQUIRES(mu_);
+
+  // A control wait (rendezvous, a barrier, a restarted scheduler or
+  // worker, the last goodbyes) says what it waits for once per this
+  // interval: kReportHeartbeatTimeouts heartbeat timeouts, at least 100 ms.
+  static constexpr int kReportHeartbeatTimeouts = 4;
+  int64_t ReportEveryMs() const {
+    return std::max<int64_t>(
+        100, int64_t{kReportHeartbeatTimeouts} * config_.heartbeat_timeout_ms);
+  }
+  // Waits on cv_ until done() or `deadline`; each ReportEveryMs() meanwhile
+  // logs report(ms waited) as a warning (nothing if it is ""). Returns
+  // done().
+  bool WaitReportingLocked(Clock::time_point deadline,
+                           const std::function<bool()>& done,
+                           const std::function<std::string(int64_t)>& report)
+      REQUIRES(mu_);
+  // Whether a report of a wait since `since` falls due in (prev, now]: a
+  // multiple of ReportEveryMs() past `since` lies in it.
+  bool ReportDue(Clock::time_point since, Clock::time_point prev,
+                 Clock::time_point now) const;
+
+  // Scheduler, finalizing: waits within the connect timeout for every
+  // member's goodbye (TERMINATE) or death, then names those still there.
+  void AwaitGoodbyes() EXCLUDES(mu_);
 
   // Monitor thread and failures.
   void MonitorLoop();
@@ -334,7 +367,10 @@ class Postoffice {
   void CollectPeerMetrics() const;
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
-  std::vector<Message> SchedulerCheckLocked(Clock::time_point now,
+  // Scheduler, each tick (the last at `prev`): restarts overdue, barriers
+  // timed out, and the reports of long waits.
+  std::vector<Message> SchedulerCheckLocked(Clock::time_point prev,
+                                            Clock::time_point now,
                                             std::vector<int>* not_back,
                                             std::vector<PeerEvent>* events)
       REQUIRES(mu_);

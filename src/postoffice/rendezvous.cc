@@ -17,6 +17,7 @@
 #include <set>
 #include <utility>
 
+#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
 #include "van/shm.h"
 
@@ -40,8 +41,16 @@ Status Postoffice::StartScheduler() {
   MutexLock lock(&mu_);
   auto deadline =
       Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
-  while (!ready_ && told_failure_ == 0 && cv_.WaitUntil(deadline)) {
-  }
+  WaitReportingLocked(
+      deadline,
+      [&] {
+        mu_.AssertHeld();  // called by WaitReportingLocked, under mu_
+        return ready_ || told_failure_ > 0;
+      },
+      [&](int64_t waited) {
+        mu_.AssertHeld();
+        return RendezvousWaitLineLocked(waited);
+      });
   if (ready_) return Status::OK();
   if (told_failure_ > 0) {
     // Nodes launched with this one are still arriving: each is told why
@@ -85,6 +94,20 @@ Status Postoffice::StartScheduler() {
   return st;
 }
 
+std::string Postoffice::RendezvousWaitLineLocked(int64_t waited) const {
+  const std::string line = "the scheduler at " + config_.SchedulerAddress() +
+                           " has waited " + Seconds(waited);
+  if (takeover_.reported() > 0) {
+    return line + " for the running job's members to report (restarted; " +
+           std::to_string(takeover_.reported()) + " of " +
+           std::to_string(config_.num_servers + config_.num_workers) +
+           " did); missing: " + takeover_.Missing();
+  }
+  return line + " for the rendezvous (PS_RENDEZVOUS_TIMEOUT_MS=" +
+         std::to_string(config_.rendezvous_timeout_ms) +
+         "): " + rendezvous_.Shortfall();
+}
+
 std::string Postoffice::MyShmDomain() const {
   return config_.shm ? SharedMemory::Domain() : std::string();
 }
@@ -122,8 +145,20 @@ Status Postoffice::StartMember() {
   MutexLock lock(&mu_);
   auto connect_deadline =
       Clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
-  while (sent.ok() && !acked_ && cv_.WaitUntil(connect_deadline)) {
-  }
+  const std::string me_line = RoleName(config_.role) + std::string(" at ") +
+                              me.Address() + " has waited ";
+  WaitReportingLocked(
+      connect_deadline,
+      [&] {
+        mu_.AssertHeld();  // called by WaitReportingLocked, under mu_
+        return !sent.ok() || acked_;
+      },
+      [&](int64_t waited) {
+        return me_line + Seconds(waited) + " for the scheduler at " +
+               config_.SchedulerAddress() +
+               " to take its registration (PS_CONNECT_TIMEOUT_MS=" +
+               std::to_string(config_.connect_timeout_ms) + ")";
+      });
   if (!acked_) {
     return Status::Unavailable(
         "scheduler at " + config_.SchedulerAddress() +
@@ -139,8 +174,19 @@ Status Postoffice::StartMember() {
   auto deadline = Clock::now() + std::chrono::milliseconds(
                                      int64_t{config_.rendezvous_timeout_ms} +
                                      config_.connect_timeout_ms);
-  while (!ready_ && start_error_.ok() && cv_.WaitUntil(deadline)) {
-  }
+  WaitReportingLocked(
+      deadline,
+      [&] {
+        mu_.AssertHeld();
+        return ready_ || !start_error_.ok();
+      },
+      [&](int64_t waited) {
+        return me_line + Seconds(waited) + " for the node table from the " +
+               "scheduler at " + config_.SchedulerAddress() +
+               " (the scheduler's log names who has not registered; "
+               "PS_RENDEZVOUS_TIMEOUT_MS=" +
+               std::to_string(config_.rendezvous_timeout_ms) + ")";
+      });
   if (!ready_ && start_error_.ok()) {
     return Status::Timeout("no node table from the scheduler at " +
                            config_.SchedulerAddress() + " within " +
@@ -153,11 +199,25 @@ Status Postoffice::StartMember() {
   // an answer we only lose the shortcut: everything still goes by socket.
   deadline =
       Clock::now() + std::chrono::milliseconds(config_.rendezvous_timeout_ms);
-  while (!shm_pending_.empty() && cv_.WaitUntil(deadline)) {
-  }
-  if (!shm_pending_.empty()) {
+  const auto pending = [&] {
+    mu_.AssertHeld();
     std::string missing;
     for (int id : shm_pending_) missing += " " + table_.Describe(id);
+    return missing;
+  };
+  WaitReportingLocked(
+      deadline,
+      [&] {
+        mu_.AssertHeld();
+        return shm_pending_.empty();
+      },
+      [&](int64_t waited) {
+        mu_.AssertHeld();
+        return table_.Describe(my_id_) + " has waited " + Seconds(waited) +
+               " for the shared-memory answer of" + pending();
+      });
+  if (!shm_pending_.empty()) {
+    const std::string missing = pending();
     LOG(WARNING) << "no shared-memory answer from" << missing
                  << "; sending to them through the socket";
     shm_pending_.clear();

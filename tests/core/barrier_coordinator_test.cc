@@ -18,6 +18,7 @@ using Clock = BarrierCoordinator::Clock;
 using Release = BarrierCoordinator::Release;
 
 // Scheduler, servers 0 and 1, workers 0 and 1; states kept by the test.
+// The timeout is 1000 ms, the report interval 300 ms.
 class BarrierCoordinatorTest : public ::testing::Test {
  protected:
   BarrierCoordinatorTest()
@@ -28,7 +29,7 @@ class BarrierCoordinatorTest : public ::testing::Test {
                                                    : it->second;
                       },
                       [](int id) { return DescribeId(id); }},
-                     1000) {}
+                     1000, 300) {}
 
   static std::vector<int> Ids(int group) {
     std::vector<int> ids;
@@ -125,6 +126,44 @@ TEST_F(BarrierCoordinatorTest, TimeoutNamesWhoIsMissing) {
       << r[0].status;
   EXPECT_EQ(r[0].arrived, (std::vector<int>{kServer0, kWorker0}));
   EXPECT_FALSE(coordinator_.waiting(kAllGroups));
+}
+
+// While a barrier waits, each report interval names who has not arrived
+// (a member whose BARRIER never came is named at the first), with the state
+// of one not live; one taken over is not waited for, so not named.
+TEST_F(BarrierCoordinatorTest, ReportsWhoIsMissingOncePerInterval) {
+  using std::chrono::milliseconds;
+  coordinator_.Arrive(kAllGroups, kWorker0, t0_);
+  coordinator_.Arrive(kAllGroups, kSchedulerId, t0_ + milliseconds(100));
+  states_[kServer1] = PeerState::kSuspected;
+  EXPECT_TRUE(coordinator_.Reports(t0_ + milliseconds(299)).empty());
+  std::vector<BarrierCoordinator::Report> r =
+      coordinator_.Reports(t0_ + milliseconds(300));
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].group, kAllGroups);
+  EXPECT_EQ(r[0].waited_ms, 300);
+  EXPECT_EQ(r[0].line,
+            "barrier of workers+servers+scheduler: waiting 0.3 s for server "
+            "0, server 1 (suspected), worker 1 (2 of 5 arrived; "
+            "PS_BARRIER_TIMEOUT_MS=1000)");
+  EXPECT_TRUE(coordinator_.Reports(t0_ + milliseconds(599)).empty());
+  coordinator_.Arrive(kAllGroups, kServer0, t0_ + milliseconds(550));
+  EXPECT_TRUE(coordinator_
+                  .OnPeerEvent(Event(PeerEvent::kPeerCovered, kServer1,
+                                     PeerState::kCovered))
+                  .empty());
+  r = coordinator_.Reports(t0_ + milliseconds(700));
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].line,
+            "barrier of workers+servers+scheduler: waiting 0.7 s for worker 1 "
+            "(3 of 5 arrived; PS_BARRIER_TIMEOUT_MS=1000)");
+  EXPECT_EQ(coordinator_.Missing(kAllGroups), "worker 1");
+  // The late one arrives: released, and reported no more.
+  std::vector<Release> done =
+      coordinator_.Arrive(kAllGroups, kWorker1, t0_ + milliseconds(800));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok()) << done[0].status;
+  EXPECT_TRUE(coordinator_.Reports(t0_ + milliseconds(2000)).empty());
 }
 
 // A member's waits: a release counts for those who entered before it; a

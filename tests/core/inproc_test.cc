@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster.h"
+#include "log_capture.h"
 #include "postoffice/postoffice.h"
 #include "ps/dense_server.h"
 #include "ps/kv_app.h"
@@ -95,6 +96,36 @@ TEST(InProc, BarrierOfEveryGroup) {
     });
     for (const Status& s : st) EXPECT_TRUE(s.ok()) << GroupName(group) << s;
   }
+  EXPECT_TRUE(c.Finalize());
+}
+
+// A worker that enters a barrier late (busy, say, evaluating) is named by
+// the scheduler at each report interval (4 heartbeat timeouts: 2 s here)
+// while the others say they wait for the scheduler's release; then the
+// barrier completes as ever.
+TEST(InProc, ALateBarrierMemberIsNamedWhileTheOthersWait) {
+  LogCapture log;
+  Cluster c(1, 2, [](Config* cfg) { cfg->heartbeat_timeout_ms = 500; });
+  ASSERT_TRUE(c.Start());
+  Node* late = c.workers[1].get();
+  const std::string who = "worker " + std::to_string(late->rank());
+  std::string named, waiting;
+  std::vector<Status> st = c.RunAll([&](Node* n) {
+    if (n != late) return n->Barrier(kAllGroups);
+    // Enters once the scheduler named it alone, 3 of the 4 in.
+    named = log.WaitFor({"barrier of workers+servers+scheduler: waiting",
+                         "s for " + who + " (tcp://", ") (3 of 4 arrived"},
+                        std::chrono::seconds(20));
+    waiting =
+        log.WaitFor({"barrier of workers+servers+scheduler: ", " has waited ",
+                     "s for the scheduler's release"},
+                    std::chrono::seconds(20));
+    return n->Barrier(kAllGroups);
+  });
+  EXPECT_NE(named, "") << "the scheduler never named " << who;
+  EXPECT_NE(waiting, "") << "no member said it waits for the scheduler";
+  EXPECT_EQ(waiting.find(who), std::string::npos) << waiting;
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(c.Finalize());
 }
 
