@@ -52,6 +52,14 @@ struct Config {
   Key max_key = kMaxKey;
   int verbose = 0;
   int metrics_port = -1;  // -1: no /metrics; 0: an ephemeral port
+  // The IPv4 address /metrics listens on; empty: node_host's (resolved
+  // when a name); "0.0.0.0": every interface.
+  std::string metrics_host;
+  // PS_METRICS_TOKEN_FILE and the token read from it, which a scrape must
+  // present as a bearer token (empty: none needed). The token is never
+  // logged.
+  std::string metrics_token_file;
+  std::string metrics_token;
   bool shm = true;
   // The job's secret key in Z85 (40 characters) as read from
   // key_file (a path, or "fd:N" for PS_KEY_FD=N); empty: no encryption or

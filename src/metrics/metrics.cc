@@ -2,6 +2,7 @@
 // added at scrape time.
 #include "metrics/metrics.h"
 
+#include <glog/logging.h>
 #include <prometheus/check_names.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -222,8 +223,22 @@ Metrics::~Metrics() {
   endpoint_.Stop();
 }
 
-Status Metrics::Serve(const std::string& host, int port) {
-  Status st = endpoint_.Start(host, port, [this] { return Text(); });
+Status Metrics::Serve(const std::string& host, int port,
+                      const std::string& token) {
+  StatusOr<std::string> address = ResolveIPv4(host);
+  if (!address.ok()) {
+    return Status::InvalidArgument(
+        "cannot serve /metrics on " + host + ": " + address.status().message() +
+        " (PS_METRICS_HOST, or DMLC_NODE_HOST while that is unset)");
+  }
+  if (*address != host && host != "localhost" &&
+      address->rfind("127.", 0) == 0) {
+    // Debian's /etc/hosts names the host itself 127.0.1.1, say.
+    LOG(WARNING) << "/metrics listens on " << *address << ", which " << host
+                 << " resolves to here: only this host reaches it (set "
+                    "PS_METRICS_HOST to the address a scraper reaches)";
+  }
+  Status st = endpoint_.Start(*address, port, token, [this] { return Text(); });
   if (!st.ok() && port != 0) {
     return Status::Unavailable(st.message() +
                                " (PS_METRICS_PORT; is the port in use?)");

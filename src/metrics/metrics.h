@@ -67,14 +67,20 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Serves /metrics on host:port (port 0: an ephemeral one). Error names
-  // the address and why (e.g. the port is in use).
-  Status Serve(const std::string& host, int port);
+  // Serves /metrics on host:port: host an IPv4 address (0.0.0.0: every
+  // interface) or a name, which listens on the first IPv4 address it
+  // resolves to; port 0: an ephemeral one. A non-empty `token` must come
+  // with every scrape as "Authorization: Bearer <token>" (else 401). Error
+  // names the address and why (e.g. the port is in use).
+  Status Serve(const std::string& host, int port,
+               const std::string& token = "");
   // Stops serving (joins the endpoint's thread). Idempotent; the
   // destructor stops too.
   void StopServing();
   // The port /metrics is served on; 0 when not serving.
   int port() const { return endpoint_.port(); }
+  // The IPv4 address it listens on ("" when not serving).
+  const std::string& address() const { return endpoint_.address(); }
   // The rank label (-1 until known: rank="").
   void set_rank(int rank) { rank_.store(rank); }
 

@@ -3,6 +3,7 @@
 // options.def.
 #include "ps/config.h"
 
+#include <arpa/inet.h>
 #include <gflags/gflags.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "metrics/token_file.h"
 #include "postoffice/key_file.h"
 #include "postoffice/options.h"
 
@@ -263,6 +265,27 @@ Status ReadJobToken(const Value& v, Config* c) {
   return Status::OK();
 }
 
+// A numeric IPv4 address (no name: what /metrics listens on is explicit).
+Status ReadMetricsHost(const Value& v, Config* c) {
+  in_addr addr{};
+  if (inet_pton(AF_INET, v.setting.value.c_str(), &addr) != 1) {
+    return v.Invalid();
+  }
+  c->metrics_host = v.setting.value;
+  return Status::OK();
+}
+
+// The token is checked and kept; errors name the file, never the token.
+Status ReadMetricsTokenFile(const Value& v, Config* c) {
+  if (v.setting.value.empty()) return Status::OK();
+  StatusOr<std::string> token = ReadBearerToken(
+      v.setting.source + "='" + v.setting.value + "'", v.setting.value);
+  if (!token.ok()) return token.status();
+  c->metrics_token_file = v.setting.value;
+  c->metrics_token = *token;
+  return Status::OK();
+}
+
 // How a row's value goes into the Config: an int field as it is, or a
 // reader above.
 struct Store {
@@ -417,7 +440,10 @@ std::string Config::ToString() const {
      << " drop_percent=" << drop_percent << " replicas=" << replicas
      << " max_restarts=" << max_restarts
      << " rejoin_timeout_ms=" << rejoin_timeout_ms
-     << " metrics_port=" << metrics_port;
+     << " metrics_port=" << metrics_port
+     << " metrics_host=" << (metrics_host.empty() ? "-" : metrics_host)
+     << " metrics_token_file="
+     << (metrics_token_file.empty() ? "-" : metrics_token_file);
   return os.str();
 }
 

@@ -94,7 +94,8 @@ const char kMarkdownOutro[] = R"(
   `DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`, `DMLC_NUM_SERVER`,
   `DMLC_NUM_WORKER`, `DMLC_NODE_HOST`, `PS_RANK`, `PS_KEY_FD` (or
   `PS_KEY_FILE`) and `PS_MAX_RESTARTS` (above) for each process it
-  starts, `PS_METRICS_PORT=0` (above) with `--metrics DIR`,
+  starts, `PS_METRICS_PORT=0` (above) with `--metrics DIR` (and
+  `PS_METRICS_TOKEN_FILE` with `--metrics-token-file FILE`),
   and `PS_RESTART_COUNT=k` in a process's k-th restart: the
   library does not read that one; a program may. `PS_LAUNCH_SCHEDULER_NODE`,
   `PS_LAUNCH_NODE_ADDRS` and `PS_LAUNCH_WORKER_PROCESSES` pass between

@@ -92,11 +92,17 @@ Status Postoffice::Bind() {
                                config_.port_range_lo, config_.port_range_hi));
   van_.set_identity(config_.node_host + ":" + std::to_string(van_.port()));
   if (config_.metrics_port >= 0) {
-    PS_RETURN_IF_ERROR(metrics_.Serve(config_.node_host, config_.metrics_port));
+    // The node's own host unless told otherwise: never every interface
+    // by default (docs/security.md).
+    const std::string& host =
+        config_.metrics_host.empty() ? config_.node_host : config_.metrics_host;
+    PS_RETURN_IF_ERROR(
+        metrics_.Serve(host, config_.metrics_port, config_.metrics_token));
     metrics_.SetCollectHook([this] { CollectPeerMetrics(); });
     // For the launcher (tracker/launch.py --metrics writes its targets).
     PrintEvent("{\"event\":\"metrics\",\"role\":" +
                JsonString(RoleName(config_.role)) +
+               ",\"host\":" + JsonString(metrics_.address()) +
                ",\"port\":" + std::to_string(metrics_.port()) + "}");
   }
   bound_ = true;

@@ -89,5 +89,60 @@ TEST(MetricsInProc, ABusyMetricsPortFailsTheNodeNamingIt) {
   EXPECT_NE(st.message().find("PS_METRICS_PORT"), std::string::npos) << st;
 }
 
+// Loopback is a /8: a node whose host is 127.0.0.2 is not scraped at
+// 127.0.0.1, which shows /metrics did not listen on every interface.
+TEST(MetricsInProc, ByDefaultItListensOnTheNodeHostOnly) {
+  Config c = TestConfig(Role::kScheduler, 1, 1);
+  c.node_host = "127.0.0.2";
+  c.metrics_port = 0;
+  Node node(c);
+  ASSERT_TRUE(node.Bind().ok());
+  const int port = node.metrics_port();
+  EXPECT_NE(HttpGetFrom("127.0.0.2", port).find("ps_resent_total"),
+            std::string::npos);
+  EXPECT_FALSE(Connects("127.0.0.1", port));
+  EXPECT_FALSE(Connects("127.0.0.3", port));
+}
+
+TEST(MetricsInProc, PsMetricsHostChoosesTheAddress) {
+  Config c = TestConfig(Role::kScheduler, 1, 1);
+  c.node_host = "127.0.0.2";
+  c.metrics_host = "127.0.0.3";
+  c.metrics_port = 0;
+  Node node(c);
+  ASSERT_TRUE(node.Bind().ok());
+  EXPECT_TRUE(Connects("127.0.0.3", node.metrics_port()));
+  EXPECT_FALSE(Connects("127.0.0.2", node.metrics_port()));
+  c.metrics_host = "0.0.0.0";  // every interface, on purpose
+  Node every(c);
+  ASSERT_TRUE(every.Bind().ok());
+  EXPECT_TRUE(Connects("127.0.0.1", every.metrics_port()));
+  EXPECT_TRUE(Connects("127.0.0.2", every.metrics_port()));
+}
+
+TEST(MetricsInProc, TheConfigsTokenGuardsTheNodesMetrics) {
+  Config c = TestConfig(Role::kScheduler, 1, 1);
+  c.metrics_port = 0;
+  c.metrics_token = "a-token-of-the-job-0123456789";
+  Node node(c);
+  ASSERT_TRUE(node.Bind().ok());
+  const int port = node.metrics_port();
+  for (const std::string& headers :
+       {std::string(""),
+        std::string(
+            "Authorization: Bearer a-token-of-the-job-012345678\r\n")}) {
+    const std::string reply =
+        HttpGetFrom("127.0.0.1", port, "/metrics", headers);
+    EXPECT_EQ(reply.rfind("HTTP/1.0 401 Unauthorized", 0), 0u) << reply;
+    EXPECT_EQ(reply.find("ps_"), std::string::npos) << reply;
+  }
+  const std::string reply =
+      HttpGetFrom("127.0.0.1", port, "/metrics",
+                  "Authorization: Bearer a-token-of-the-job-0123456789\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK", 0), 0u) << reply;
+  EXPECT_NE(reply.find("ps_resent_total{role=\"scheduler\""), std::string::npos)
+      << reply;
+}
+
 }  // namespace
 }  // namespace ps

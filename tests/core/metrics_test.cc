@@ -1,5 +1,7 @@
 // Metrics (src/metrics): what the registry counts, how it names peers and
-// refusals, and that /metrics is served over HTTP on the port it says.
+// refusals, that /metrics is served over HTTP on the port and only the
+// address it says, that a token keeps it from whoever lacks it, and the
+// options that choose both (PS_METRICS_HOST, PS_METRICS_TOKEN_FILE).
 #include "metrics/metrics.h"
 
 #include <arpa/inet.h>
@@ -10,10 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "http_get.h"
+#include "ps/config.h"
 
 namespace ps {
 namespace {
@@ -224,6 +230,179 @@ TEST(Metrics, ABusyPortIsAnErrorNamingIt) {
   EXPECT_TRUE(Has(st.message(), "127.0.0.1:" + std::to_string(first.port())))
       << st;
   EXPECT_TRUE(Has(st.message(), "PS_METRICS_PORT")) << st;
+}
+
+constexpr char kToken[] = "s3cret-metrics-token-0123456789";
+
+std::string Bearer(const std::string& token) {
+  return "Authorization: Bearer " + token + "\r\n";
+}
+
+TEST(Metrics, WithATokenAScrapeWithoutItGets401AndNoMetrics) {
+  Metrics m(Role::kServer);
+  m.Sent(WorkerRankToId(0), 42);
+  ASSERT_TRUE(m.Serve("127.0.0.1", 0, kToken).ok());
+  const std::string wrong_ones[] = {
+      "",                                         // no header
+      Bearer("s3cret-metrics-token-0123456788"),  // one character off
+      Bearer("s3cret-metrics-token-012345678"),   // a prefix
+      Bearer(std::string(kToken) + "9"),          // longer
+      "Authorization: Basic " + std::string(kToken) + "\r\n",
+      "Authorization: Bearer\r\n",
+      "X-Authorization: Bearer " + std::string(kToken) + "\r\n",
+  };
+  for (const std::string& headers : wrong_ones) {
+    SCOPED_TRACE(headers);
+    const std::string reply =
+        HttpGetFrom("127.0.0.1", m.port(), "/metrics", headers);
+    EXPECT_EQ(reply.rfind("HTTP/1.0 401 Unauthorized\r\n", 0), 0u) << reply;
+    EXPECT_TRUE(Has(reply, "WWW-Authenticate: Bearer")) << reply;
+    EXPECT_FALSE(Has(reply, "ps_")) << reply;
+  }
+  // Other paths too: nothing but 401 without the token.
+  EXPECT_TRUE(Has(HttpGetFrom("127.0.0.1", m.port(), "/"), "401"));
+  const std::string right =
+      HttpGetFrom("127.0.0.1", m.port(), "/metrics", Bearer(kToken));
+  EXPECT_EQ(right.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << right;
+  EXPECT_TRUE(Has(right,
+                  "ps_bytes_sent_total{role=\"server\",rank=\"\","
+                  "peer=\"worker0\"} 42"))
+      << right;
+  // Header name and scheme in any case (RFC 9110), spaces around.
+  EXPECT_TRUE(Has(
+      HttpGetFrom("127.0.0.1", m.port(), "/metrics",
+                  "authorization:  bearer  " + std::string(kToken) + " \r\n"),
+      "200 OK"));
+}
+
+// Loopback is a /8: a socket bound to 127.0.0.1 is not reached at
+// 127.0.0.2, so a refused connect there shows the bind is not INADDR_ANY.
+TEST(Metrics, ListensOnlyOnTheAddressItIsGiven) {
+  Metrics one(Role::kServer);
+  ASSERT_TRUE(one.Serve("127.0.0.1", 0).ok());
+  EXPECT_EQ(one.address(), "127.0.0.1");
+  EXPECT_TRUE(Connects("127.0.0.1", one.port()));
+  EXPECT_FALSE(Connects("127.0.0.2", one.port()));
+  Metrics two(Role::kServer);
+  ASSERT_TRUE(two.Serve("127.0.0.2", 0).ok());
+  EXPECT_TRUE(Has(HttpGetFrom("127.0.0.2", two.port()), "200 OK"));
+  EXPECT_FALSE(Connects("127.0.0.1", two.port()));
+  Metrics every(Role::kServer);
+  ASSERT_TRUE(every.Serve("0.0.0.0", 0).ok());
+  EXPECT_EQ(every.address(), "0.0.0.0");
+  EXPECT_TRUE(Connects("127.0.0.1", every.port()));
+  EXPECT_TRUE(Connects("127.0.0.3", every.port()));
+}
+
+TEST(Metrics, ANameListensOnTheAddressItResolvesTo) {
+  Metrics m(Role::kWorker);
+  ASSERT_TRUE(m.Serve("localhost", 0).ok());
+  EXPECT_EQ(m.address(), "127.0.0.1");
+  EXPECT_FALSE(Connects("127.0.0.2", m.port()));
+  Metrics none(Role::kWorker);
+  Status st = none.Serve("", 0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "PS_METRICS_HOST")) << st;
+  EXPECT_EQ(none.port(), 0);
+}
+
+// The options, as tests/core/options_test.cc reads them.
+using Env = std::map<std::string, std::string>;
+
+Env BaseEnv() {
+  return {{"DMLC_ROLE", "worker"},
+          {"DMLC_PS_ROOT_PORT", "9000"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_NUM_WORKER", "1"}};
+}
+
+std::string ErrorOf(const Env& extra) {
+  Env env = BaseEnv();
+  env.insert(extra.begin(), extra.end());
+  StatusOr<Config> c = Config::FromEnv(env);
+  return c.ok() ? "" : c.status().message();
+}
+
+TEST(MetricsOptions, TheHostIsANumericIPv4Address) {
+  StatusOr<Config> c = Config::FromEnv(BaseEnv());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_host, "");  // the node's host
+  Env env = BaseEnv();
+  env["PS_METRICS_HOST"] = "0.0.0.0";
+  c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_host, "0.0.0.0");
+  for (const char* bad :
+       {"localhost", "10.0.0", "10.0.0.256", " 10.0.0.1", "::1", "*"}) {
+    EXPECT_EQ(ErrorOf({{"PS_METRICS_HOST", bad}}),
+              std::string("PS_METRICS_HOST='") + bad +
+                  "' is not an IPv4 address (0.0.0.0: every interface)");
+  }
+  EXPECT_EQ(ErrorOf({{"PS_METRICS_HOST", ""}}),
+            "PS_METRICS_HOST='' is not an IPv4 address (0.0.0.0: every "
+            "interface)");
+}
+
+class TokenFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(testing::TempDir()) /
+           ("metrics-token-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TokenFileTest, TheFirstLineIsTheTokenAndIsNeverLogged) {
+  Env env = BaseEnv();
+  env["PS_METRICS_TOKEN_FILE"] = Write("token", std::string(kToken) + " \r\n");
+  StatusOr<Config> c = Config::FromEnv(env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_token, kToken);
+  EXPECT_EQ(c->metrics_token_file, env["PS_METRICS_TOKEN_FILE"]);
+  EXPECT_FALSE(Has(c->ToString(), kToken)) << c->ToString();
+  EXPECT_TRUE(
+      Has(c->ToString(), "metrics_token_file=" + c->metrics_token_file));
+}
+
+TEST_F(TokenFileTest, ABadFileIsRefusedNamingIt) {
+  const std::string missing = (dir_ / "missing").string();
+  EXPECT_EQ(ErrorOf({{"PS_METRICS_TOKEN_FILE", missing}}),
+            "PS_METRICS_TOKEN_FILE='" + missing +
+                "': cannot read the token file: No such file or directory");
+  const std::string dir = dir_.string();
+  EXPECT_EQ(ErrorOf({{"PS_METRICS_TOKEN_FILE", dir}}),
+            "PS_METRICS_TOKEN_FILE='" + dir +
+                "' is not a regular file (a token file's first line is 16 "
+                "to 256 printable characters without spaces)");
+  EXPECT_EQ(ErrorOf({{"PS_METRICS_TOKEN_FILE", "/dev/zero"}}),
+            "PS_METRICS_TOKEN_FILE='/dev/zero' is not a regular file (a "
+            "token file's first line is 16 to 256 printable characters "
+            "without spaces)");
+  const std::string big = Write("big", std::string(5000, 'a'));
+  EXPECT_EQ(ErrorOf({{"PS_METRICS_TOKEN_FILE", big}}),
+            "PS_METRICS_TOKEN_FILE='" + big +
+                "' is 5000 bytes, more than a token file's 4096");
+  const std::string cases[][2] = {{"short", "zq7\n"},
+                                  {"spaced", "zq a token with spaces\n"},
+                                  {"empty", ""},
+                                  {"long", std::string(257, 'z') + "\n"}};
+  for (const auto& [name, text] : cases) {
+    const std::string path = Write(name, text);
+    const std::string error = ErrorOf({{"PS_METRICS_TOKEN_FILE", path}});
+    EXPECT_EQ(error.rfind("PS_METRICS_TOKEN_FILE='" + path +
+                              "' does not hold a token (a token file's",
+                          0),
+              0u)
+        << error;
+    EXPECT_FALSE(Has(error, "zq") || Has(error, "zzz")) << error;  // unshown
+  }
 }
 
 }  // namespace

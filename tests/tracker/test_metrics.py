@@ -5,11 +5,14 @@ PrometheusTest starts Debian's real prometheus (/usr/bin/prometheus) with
 a file_sd configuration on DIR/targets.json, against a live -s 2 -w 2 job
 (tests/core/kv_job until-go: the workers push until the test drops a file),
 and asks Prometheus's HTTP API that all five nodes are up and that the byte
-counters rise. Without prometheus (or kv_job) the test fails, unless
-PS_ALLOW_MISSING_PROMETHEUS=1 lets it skip. TargetsTest checks the file_sd
-file with tiny child programs: one target per node, labels role and rank,
-and a restarted node's new port in place of its old one. Every wait is
-bounded in time; no test asserts a duration.
+counters rise; once as is, once with --metrics-token-file, Prometheus
+sending the token from the same file (credentials_file) and a scrape
+without it getting 401. Without prometheus (or kv_job) the test fails,
+unless PS_ALLOW_MISSING_PROMETHEUS=1 lets it skip. TargetsTest checks the
+file_sd file with tiny child programs: one target per node at the address
+it says it listens on, labels role and rank, a restarted node's new port
+in place of its old one, and the token file given to every node. Every
+wait is bounded in time; no test asserts a duration.
 """
 
 import json
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -128,13 +132,42 @@ class PrometheusTest(unittest.TestCase):
         return float(result[0]["value"][1]) if result else 0.0
 
     def test_prometheus_scrapes_every_node_of_a_live_job(self):
+        self.scrape_a_live_job()
+
+    def test_prometheus_scrapes_with_the_token_and_others_get_401(self):
+        token = self.tmp / "token"
+        token.write_text("job-token-" + os.urandom(12).hex() + "\n")
+        token.chmod(0o600)
+        self.scrape_a_live_job(token)
+
+    def check_token(self, target, token_file):
+        """A scrape of `target` without the token, or with another, gets
+        401 and no metrics; with it, the metrics."""
+        token = token_file.read_text().strip()
+        for sent in (None, token[:-1] + "x"):
+            request = urllib.request.Request(f"http://{target}/metrics")
+            if sent is not None:
+                request.add_header("Authorization", f"Bearer {sent}")
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            self.assertEqual(refused.exception.code, 401)
+            self.assertNotIn(b"ps_", refused.exception.read())
+        request = urllib.request.Request(
+            f"http://{target}/metrics",
+            headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            self.assertIn(b"ps_bytes_sent_total", reply.read())
+
+    def scrape_a_live_job(self, token_file=None):
         metrics_dir = self.tmp / "metrics"
         go = self.tmp / "go"
         log = open(self.tmp / "job.log", "wb")
         self.addCleanup(log.close)
+        token_args = ([] if token_file is None
+                      else ["--metrics-token-file", str(token_file)])
         self.job = subprocess.Popen(
             [sys.executable, str(LAUNCH), "-s", "2", "-w", "2",
-             "--metrics", str(metrics_dir), "--timeout", "280",
+             "--metrics", str(metrics_dir), *token_args, "--timeout", "280",
              "--env", f"KV_JOB_GO={go}", "--", str(KV_JOB), "until-go"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent())  # and its job with it
@@ -152,6 +185,9 @@ class PrometheusTest(unittest.TestCase):
         for t in targets:
             self.assertEqual(len(t["targets"]), 1)
             self.assertTrue(t["targets"][0].startswith("127.0.0.1:"), t)
+        if token_file is not None:
+            for t in targets:
+                self.check_token(t["targets"][0], token_file)
 
         self.prom_port = free_port()
         config = self.tmp / "prometheus.yml"
@@ -162,7 +198,10 @@ class PrometheusTest(unittest.TestCase):
             "scrape_configs:\n"
             "  - job_name: ps\n"
             "    honor_labels: true\n"
-            "    file_sd_configs:\n"
+            + ("" if token_file is None else
+               "    authorization:\n"
+               f"      credentials_file: '{token_file}'\n")
+            + "    file_sd_configs:\n"
             f"      - files: ['{targets_path}']\n"
             "        refresh_interval: 1s\n")
         prom_log = open(self.tmp / "prometheus.log", "wb")
@@ -216,15 +255,22 @@ class PrometheusTest(unittest.TestCase):
 
 
 # A tiny node: says a metrics port (20000 + 10 * rank + its restart count)
-# as a node does, then exits 0, or 1 when it is worker 0's first run.
+# as a node does, then exits 0, or 1 when it is worker 0's first run. The
+# address it says: none (the scheduler), every interface (the server),
+# 127.0.0.1 (worker 0), 127.0.0.5 (worker 1).
 CHILD = r'''
 import json, os, sys, time
 role, rank = os.environ["DMLC_ROLE"], int(os.environ.get("PS_RANK", "0"))
 restarts = int(os.environ.get("PS_RESTART_COUNT", "0"))
 assert os.environ["PS_METRICS_PORT"] == "0"
+assert os.environ.get("PS_METRICS_TOKEN_FILE") == os.environ.get(
+    "WANT_TOKEN_FILE"), os.environ.get("PS_METRICS_TOKEN_FILE")
 port = 20000 + 10 * rank + restarts + (100 if role == "server" else 0)
-print("ps-event: " + json.dumps({"event": "metrics", "role": role,
-                                 "port": port}), file=sys.stderr, flush=True)
+event = {"event": "metrics", "role": role, "port": port}
+if role != "scheduler":
+    event["host"] = ("0.0.0.0" if role == "server" else
+                     "127.0.0.1" if rank == 0 else "127.0.0.5")
+print("ps-event: " + json.dumps(event), file=sys.stderr, flush=True)
 time.sleep(1)
 sys.exit(1 if role == "worker" and rank == 0 and restarts == 0 else 0)
 '''
@@ -250,9 +296,48 @@ class TargetsTest(unittest.TestCase):
                 ("scheduler", "0"): ["127.0.0.1:20000"],
                 ("server", "0"): ["127.0.0.1:20100"],
                 ("worker", "0"): ["127.0.0.1:20001"],  # its second run's
-                ("worker", "1"): ["127.0.0.1:20010"],
+                ("worker", "1"): ["127.0.0.5:20010"],
             })
             self.assertEqual(sorted(os.listdir(out)), ["targets.json"])
+
+    def test_the_token_file_goes_to_every_node_by_its_absolute_path(self):
+        with tempfile.TemporaryDirectory(prefix="ps-targets-") as tmp:
+            child = Path(tmp) / "child.py"
+            child.write_text(CHILD)
+            token = Path(tmp) / "token"
+            token.write_text("a-token-of-twenty-characters\n")
+            token.chmod(0o600)
+            env = dict(os.environ, WANT_TOKEN_FILE=str(token))
+            run = subprocess.run(
+                [sys.executable, str(LAUNCH), "-s", "1", "-w", "2",
+                 "--insecure", "--metrics", "metrics",
+                 "--metrics-token-file", "token", "--max-restarts", "1",
+                 "--", sys.executable, str(child)],
+                capture_output=True, timeout=60, cwd=tmp, env=env)
+            self.assertEqual(run.returncode, 0, run.stderr.decode())
+            self.assertNotIn(b"warning", run.stderr)
+
+    def test_a_token_file_needs_metrics_and_a_small_regular_file(self):
+        with tempfile.TemporaryDirectory(prefix="ps-targets-") as tmp:
+            big = Path(tmp) / "big"
+            big.write_text("x" * 5000)
+            cases = (
+                (["--metrics-token-file", str(big)], b"needs --metrics DIR"),
+                (["--metrics", tmp, "--metrics-token-file",
+                  f"{tmp}/missing"], f"'{tmp}/missing'".encode()),
+                (["--metrics", tmp, "--metrics-token-file", tmp],
+                 b"is not a regular file"),
+                (["--metrics", tmp, "--metrics-token-file", str(big)],
+                 b"5000 bytes"),
+            )
+            for flags, said in cases:
+                run = subprocess.run(
+                    [sys.executable, str(LAUNCH), "-s", "1", "-w", "1",
+                     *flags, "--", "true"],
+                    capture_output=True, timeout=60)
+                self.assertEqual(run.returncode, 2, (flags, run.stderr))
+                self.assertIn(said, run.stderr, flags)
+                self.assertIn(b"--metrics-token-file", run.stderr, flags)
 
     def test_metrics_needs_a_local_or_ssh_launcher(self):
         run = subprocess.run(

@@ -3,6 +3,8 @@
 import argparse
 import os
 import shutil
+import stat
+import sys
 
 from .common import LAUNCHERS, usage_error
 from .env import RESERVED_ENV
@@ -32,7 +34,10 @@ is the launcher's own plus:
   PS_RESTART_COUNT   k in a process's k-th restart (below); not set in its
                      first run
   PS_METRICS_PORT    0 with --metrics DIR: each node serves Prometheus
-                     metrics on a free port, which DIR/targets.json names
+                     metrics on a free port of its DMLC_NODE_HOST, which
+                     DIR/targets.json names
+  PS_METRICS_TOKEN_FILE  with --metrics-token-file FILE: FILE's absolute
+                     path (a scrape must send its token)
   OMP_WAIT_POLICY    PASSIVE, unless already set: all processes share this
                      machine's cores, and OpenMP threads that spin while
                      idle (the default) take them from the other processes
@@ -257,6 +262,12 @@ def parse_args(argv):
                         "DIR/targets.json lists them for Prometheus's "
                         "file_sd_configs, with labels role and rank, and is "
                         "rewritten when a node is restarted")
+    parser.add_argument("--metrics-token-file", metavar="FILE",
+                        help="with --metrics: every node answers a scrape "
+                        "only with the bearer token of FILE's first line "
+                        "(PS_METRICS_TOKEN_FILE=FILE's absolute path; over "
+                        "ssh the path must hold it on every host); give "
+                        "Prometheus the same file as credentials_file")
     parser.add_argument("--timeout", type=float, default=None,
                         metavar="SECONDS",
                         help="bound on the whole job; on expiry kill all and "
@@ -315,6 +326,11 @@ def parse_args(argv):
             usage_error("--metrics is not offered with --worker-customers: "
                         "a process's customers would share one target")
         args.metrics = os.path.abspath(args.metrics)
+    if args.metrics_token_file is not None:
+        if args.metrics is None:
+            usage_error("--metrics-token-file needs --metrics DIR")
+        check_token_file(args.metrics_token_file)
+        args.metrics_token_file = os.path.abspath(args.metrics_token_file)
     # The worker processes to launch; DMLC_NUM_WORKER stays W.
     args.worker_processes = args.num_workers // args.worker_customers
     if not 0 <= args.port <= 65535:
@@ -334,6 +350,9 @@ def parse_args(argv):
             usage_error(f"--env expects KEY=VALUE, got '{item}'")
         if key in RESERVED_ENV:
             usage_error(f"--env cannot set {key}; the launcher sets it")
+        if key == "PS_METRICS_TOKEN_FILE" and args.metrics_token_file:
+            usage_error("--env PS_METRICS_TOKEN_FILE and --metrics-token-file "
+                        "both name the token file; give one")
         args.extra_env[key] = value
     if args.key_file is not None:
         check_user_key_file(args.key_file)
@@ -342,6 +361,25 @@ def parse_args(argv):
     if args.launcher != "local":  # Other hosts run it from anywhere.
         args.command[0] = os.path.abspath(args.command[0])
     return args
+
+
+def check_token_file(path):
+    """Exits 2 unless path is a small regular file (the node checks its
+    token: src/metrics/token_file.h); warns if others may read it."""
+    flag = f"--metrics-token-file '{path}'"
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        usage_error(f"{flag}: {err.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        usage_error(f"{flag} is not a regular file")
+    if st.st_size > 4096:
+        usage_error(f"{flag} is {st.st_size} bytes, more than a token "
+                    "file's 4096")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        print(f"launch: warning: {flag} is open to group/others (mode "
+              f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 it",
+              file=sys.stderr)
 
 
 def check_launcher_args(args):

@@ -41,9 +41,16 @@ def token_env(args):
 
 def metrics_env(args):
     """PS_METRICS_PORT=0 with --metrics DIR (each node an ephemeral port,
-    which it says in a ps-event line). (getattr: a Job may be given args
-    without it.)"""
-    return {"PS_METRICS_PORT": "0"} if getattr(args, "metrics", None) else {}
+    which it says in a ps-event line), and PS_METRICS_TOKEN_FILE with
+    --metrics-token-file FILE. (getattr: a Job may be given args without
+    them.)"""
+    if not getattr(args, "metrics", None):
+        return {}
+    env = {"PS_METRICS_PORT": "0"}
+    token_file = getattr(args, "metrics_token_file", None)
+    if token_file:
+        env["PS_METRICS_TOKEN_FILE"] = token_file
+    return env
 
 
 def child_env(args, port, role, rank, key_path, restarts=0, key_fd=None):

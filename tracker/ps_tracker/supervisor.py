@@ -30,7 +30,8 @@ DECLARED_DEAD = re.compile(
 # when it starts; {"event":"dead","node":"server 1","covered_by":"server 2"}
 # (covered_by only when a replica took the keys over; "awaited":true for a
 # node the job waits to rejoin) for each node it declares dead. Every node,
-# with PS_METRICS_PORT: {"event":"metrics","role":"server","port":40123}.
+# with PS_METRICS_PORT:
+# {"event":"metrics","role":"server","host":"127.0.0.1","port":40123}.
 EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
 
 # A glog line ("I20261126 20:19:58.944772 24237 file.cc:12] ..."): the
@@ -239,7 +240,8 @@ class Job:
         if not isinstance(event, dict):
             return
         if event.get("event") == "metrics":
-            self._node_serves_metrics(reporter, event.get("port"))
+            self._node_serves_metrics(reporter, event.get("host"),
+                                      event.get("port"))
             return
         if reporter != "scheduler":
             return
@@ -255,15 +257,18 @@ class Job:
                 self.verdicts.setdefault(event["node"], event)
             self._declared.put(event["node"])
 
-    def _node_serves_metrics(self, reporter, port):
+    def _node_serves_metrics(self, reporter, host, port):
+        """The node's target: the address it says it listens on, or
+        (0.0.0.0, or none said) the host it was launched on."""
         child = next((c for c in self.children if c.name == reporter), None)
         if (self.metrics is None or child is None or not isinstance(port, int)
                 or not 0 < port < 65536):
             return
+        if not isinstance(host, str) or host in ("", "0.0.0.0"):
+            host = child.host or "127.0.0.1"
         rank = 0 if child.rank is None else child.rank
         try:
-            self.metrics.node_serves(reporter, child.role, rank,
-                                     child.host or "127.0.0.1", port)
+            self.metrics.node_serves(reporter, child.role, rank, host, port)
         except OSError as err:
             self.mux.say(f"cannot write {self.metrics.path}: {err}")
 
