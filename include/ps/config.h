@@ -72,6 +72,10 @@ struct Config {
   int64_t max_message_bytes = int64_t{1} << 30;
   int water_mark = 1000;
   int handshake_timeout_ms = 3000;  // a connection's handshake, at most
+  // Idle connections held at once from one source address, and in all
+  // (VanOptions); 0: derived from the soft RLIMIT_NOFILE.
+  int max_idle_connections_per_source = 0;
+  int max_idle_connections = 0;
   int resend_timeout_ms = 1000;     // 0: never resend
   // Resends follow each peer's measured round trip, resend_timeout_ms
   // being the first timeout (src/postoffice/resender.h); false (set

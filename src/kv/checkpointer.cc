@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "kv/spare_descriptors.h"
+
 namespace ps {
 
 namespace {
@@ -52,31 +54,42 @@ std::string Shape(int servers, int workers, uint64_t floats, uint64_t chunk) {
 
 // The steps of the checkpoint files in the folder (any role and rank), or
 // of (role, rank)'s files only when `rank` >= 0.
+// (The entries are read with getdents64 on a descriptor of the reserve's,
+// which opendir would not let it take back.)
 StatusOr<std::set<int>> ListSteps(const std::string& dir, CheckpointRole role,
                                   int rank) {
-  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), &closedir);
-  if (!d) return Status::IOError(Errno("cannot list", dir));
+  const int fd = SpareDescriptors::Get().Open(
+      dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(Errno("cannot list", dir));
+  std::unique_ptr<const int, SpareDescriptors::Closer> closer(new int(fd));
   std::set<int> steps;
-  while (dirent* e = readdir(d.get())) {
-    int step, r, end = 0;
-    char who[8] = {0};
-    if (std::sscanf(e->d_name, "step-%d.%6[a-z]-%d.ckpt%n", &step, who, &r,
-                    &end) != 3 ||
-        e->d_name[end] != '\0') {
-      continue;
-    }
-    if (rank < 0 || (std::string(who) == RoleName(role) && r == rank)) {
-      steps.insert(step);
+  alignas(dirent64) char buf[16384];
+  ssize_t n;
+  while ((n = getdents64(fd, buf, sizeof(buf))) > 0) {
+    for (ssize_t at = 0; at < n;) {
+      const auto* e = reinterpret_cast<const dirent64*>(buf + at);
+      at += e->d_reclen;
+      int step, r, end = 0;
+      char who[8] = {0};
+      if (std::sscanf(e->d_name, "step-%d.%6[a-z]-%d.ckpt%n", &step, who, &r,
+                      &end) != 3 ||
+          e->d_name[end] != '\0') {
+        continue;
+      }
+      if (rank < 0 || (std::string(who) == RoleName(role) && r == rank)) {
+        steps.insert(step);
+      }
     }
   }
+  if (n < 0) return Status::IOError(Errno("cannot list", dir));
   return steps;
 }
 
 Status FsyncPath(const std::string& path, int flags) {
-  int fd = open(path.c_str(), flags);
+  int fd = SpareDescriptors::Get().Open(path.c_str(), flags);
   if (fd < 0) return Status::IOError(Errno("cannot open", path));
   int rc = fsync(fd);
-  close(fd);
+  SpareDescriptors::Get().Close(fd);
   if (rc != 0) return Status::IOError(Errno("cannot fsync", path));
   return Status::OK();
 }
@@ -87,8 +100,8 @@ Status FsyncPath(const std::string& path, int flags) {
 // over max_bytes; IOError otherwise.
 StatusOr<std::string> ReadRegularFile(const std::string& path,
                                       uint64_t max_bytes) {
-  const int fd =
-      open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int fd = SpareDescriptors::Get().Open(
+      path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound("'" + path + "' is missing");
     if (errno == ELOOP) {
@@ -96,10 +109,7 @@ StatusOr<std::string> ReadRegularFile(const std::string& path,
     }
     return Status::IOError(Errno("cannot read", path));
   }
-  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
-    close(*f);
-    delete f;
-  });
+  std::unique_ptr<const int, SpareDescriptors::Closer> closer(new int(fd));
   struct stat st;
   if (fstat(fd, &st) != 0) return Status::IOError(Errno("cannot stat", path));
   if (!S_ISREG(st.st_mode)) {
@@ -129,15 +139,17 @@ StatusOr<std::string> ReadRegularFile(const std::string& path,
 // or planted, is removed first: unlink removes a link, never its target),
 // without following links, readable by its owner only: a model is as
 // private as the job's key.
-StatusOr<int> CreatePrivate(const std::string& path) {
-  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = open(path.c_str(), flags, 0600);
+// *at_limit: whether it failed for want of a descriptor.
+
+StatusOr<int> CreatePrivate(const std::string& path, bool* at_limit) {
+  int fd = open(path.c_str(), kCreateFlags, 0600);
   if (fd < 0 && errno == EEXIST) {
     if (unlink(path.c_str()) != 0) {
       return Status::IOError(Errno("cannot remove the stale", path));
     }
-    fd = open(path.c_str(), flags, 0600);
+    fd = open(path.c_str(), kCreateFlags, 0600);
   }
+  *at_limit = fd < 0 && errno == EMFILE;
   if (fd < 0) return Status::IOError(Errno("cannot create", path));
   return fd;
 }
@@ -160,7 +172,7 @@ Status WriteAndClose(int fd, const std::string& bytes,
   if (st.ok() && fsync(fd) != 0) {
     st = Status::IOError(Errno("cannot fsync", path));
   }
-  if (close(fd) != 0 && st.ok()) {
+  if (SpareDescriptors::Get().Close(fd) != 0 && st.ok()) {
     st = Status::IOError(Errno("cannot close", path));
   }
   if (!st.ok()) unlink(path.c_str());
@@ -241,6 +253,10 @@ StatusOr<int> NewestUsableStep(const std::set<int>& steps,
   return Status::NotFound(*skipped);
 }
 
+Checkpointer::Checkpointer(CheckpointJob job) : job_(std::move(job)) {
+  SpareDescriptors::Get();
+}
+
 std::string Checkpointer::Path(int step, CheckpointRole role, int rank) const {
   char name[64];
   std::snprintf(name, sizeof(name), "step-%08d.%s-%d.ckpt", step,
@@ -303,7 +319,13 @@ Status Checkpointer::Write(CheckpointRole role, int rank, int step,
 
   const std::string path = Path(step, role, rank);
   const std::string tmp = path + ".tmp";
-  auto fd = CreatePrivate(tmp);
+  bool at_limit = false;
+  auto fd = CreatePrivate(tmp, &at_limit);
+  const int spare = at_limit ? SpareDescriptors::Get().spare() : -1;
+  if (spare >= 0) {
+    PS_RETURN_IF_ERROR(WriteInChild(spare, tmp, path, job_.dir, bytes));
+    return Prune(role, rank);
+  }
   if (!fd.ok()) return fd.status();
   PS_RETURN_IF_ERROR(WriteAndClose(*fd, bytes, tmp));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -312,7 +334,10 @@ Status Checkpointer::Write(CheckpointRole role, int rank, int step,
     return st;
   }
   PS_RETURN_IF_ERROR(FsyncPath(job_.dir, O_RDONLY | O_DIRECTORY));
+  return Prune(role, rank);
+}
 
+Status Checkpointer::Prune(CheckpointRole role, int rank) const {
   // Keep ours from the kCheckpointSetsKept-th newest complete step on, so
   // that one bad file of the newest set leaves a whole one.
   auto all = ListSteps(job_.dir, role, -1);

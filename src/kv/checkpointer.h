@@ -31,6 +31,17 @@
 //
 // When a shard's state belongs to a set is CheckpointSchedule's (below).
 //
+// Descriptors: a checkpoint must not fail for want of one (a flood of
+// connections can bring the process to its RLIMIT_NOFILE). The first
+// Checkpointer made (at a job's start) sets a few descriptors of /dev/null
+// aside for the process. A write that finds the process at its limit is
+// done by a child (vfork: the same memory, its own copy of the descriptor
+// table) that closes its copy of one and so has a number no thread of
+// this process can take first (ZeroMQ retries a failed accept at once).
+// Any other open (a read, a listing, the folder's fsync) that fails with
+// EMFILE is retried in the number of a spare freed just before (another
+// thread may take it first: then the next of 4), taken back when done.
+//
 // Thread-safety: a Checkpointer is immutable; its methods may run on any
 // thread, but two processes (or threads) must not write the same (role,
 // rank)'s files. The processes of a job share the folder without locks:
@@ -81,7 +92,8 @@ StatusOr<int> NewestUsableStep(const std::set<int>& steps,
 
 class Checkpointer {
  public:
-  explicit Checkpointer(CheckpointJob job) : job_(std::move(job)) {}
+  // Sets the process's spare descriptors aside when none are yet.
+  explicit Checkpointer(CheckpointJob job);
 
   const CheckpointJob& job() const { return job_; }
 
@@ -118,6 +130,10 @@ class Checkpointer {
   void RemoveAfter(int step, CheckpointRole role, int rank) const;
 
  private:
+  // Removes (role, rank)'s files of steps older than the
+  // kCheckpointSetsKept-th newest complete set; OK (a failed listing keeps
+  // everything).
+  Status Prune(CheckpointRole role, int rank) const;
   // Whether every server's and worker's file of `step` exists.
   bool SetComplete(int step) const;
   // OK, or the first file of `step`'s set that is unusable and why.

@@ -30,6 +30,8 @@ VanOptions VanOptionsOf(const Config& c, Metrics* metrics) {
   o.max_message_bytes = c.max_message_bytes;
   o.water_mark = c.water_mark;
   o.handshake_timeout_ms = c.handshake_timeout_ms;
+  o.max_idle_connections_per_source = c.max_idle_connections_per_source;
+  o.max_idle_connections = c.max_idle_connections;
   o.heartbeat_interval_ms = c.heartbeat_interval_ms;
   o.heartbeat_timeout_ms = c.heartbeat_timeout_ms;
   return o;

@@ -210,9 +210,10 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   CHECK_EQ(
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes)), 0)
       << ZmqError();
+  // The ZAP handler and the guard of idle connections (van_auth.cc) must
+  // exist before the first connection.
+  if (!auth_.joinable()) StartAuth();
   if (!options_.secret_key.empty()) {
-    // The ZAP handler must exist before the first handshake.
-    if (!auth_.joinable()) StartAuth();
     SetIntOption(router_, ZMQ_PLAIN_SERVER, 1);
     SetStringOption(router_, ZMQ_ZAP_DOMAIN, kZapDomain);
   }

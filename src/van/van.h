@@ -101,6 +101,13 @@ struct VanOptions {
   // TCP connections to our port, and idle ones must not pile up until the
   // process runs out of descriptors.
   int handshake_timeout_ms = 3000;
+  // Idle connections held at once (accepted, nothing sent past a ZMTP
+  // greeting) from one source address and in all; past a cap the oldest
+  // is shut down (van/conn_guard.h), so that a flood of them within the
+  // handshake deadline cannot take the process's last descriptors. 0: a
+  // sixteenth and a quarter of the soft RLIMIT_NOFILE.
+  int max_idle_connections_per_source = 0;
+  int max_idle_connections = 0;
   // Where refusals are counted by reason (null: nowhere); outlives the van.
   Metrics* metrics = nullptr;
 };
@@ -286,8 +293,8 @@ class Van {
   // Hands a decoded message from `from` to the handler, or counts it
   // dropped, saying why.
   void Deliver(StatusOr<Message> msg, std::string from, std::string address);
-  // With a job key: binds the ZAP endpoint and the ROUTER's monitor, starts the
-  // auth thread.
+  // Binds the ROUTER's monitor and, with a job key, the ZAP endpoint; starts
+  // the auth thread.
   void StartAuth();
   void AuthLoop(void* zap, void* monitor);
   // Answers one ZAP request: admits the job's sealing tokens only.
@@ -325,7 +332,7 @@ class Van {
   std::atomic<bool> stop_session_{false};
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
-  std::thread auth_;        // "ps-van-auth", with a key only
+  std::thread auth_;        // "ps-van-auth"
   int port_ = 0;
   int64_t max_received_bytes_ = 0;  // a message's frames in all (Bind)
   std::string identity_;

@@ -1,17 +1,23 @@
 // Checkpoint sets (src/kv/checkpointer.h): which set a restore takes and
 // which sets a writer keeps, as pure functions fed steps and verdicts; the
 // schedule of a shard's snapshots; and the same rules on files, for a job
-// of two servers and one worker in a fresh temporary folder.
+// of two servers and one worker in a fresh temporary folder, also with
+// every descriptor of the process taken.
 #include "kv/checkpointer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace ps {
 namespace {
@@ -146,6 +152,42 @@ TEST_F(CheckpointerFiles, TwoWholeSetsAreKeptAndATornNewestOneIsSkipped) {
   EXPECT_FALSE(Exists(c, 20, CheckpointRole::kServer, 0));
   EXPECT_FALSE(Exists(c, 25, CheckpointRole::kServer, 0));
   EXPECT_TRUE(Exists(c, 20, CheckpointRole::kWorker, 0));
+}
+
+// At the process's descriptor limit (every number taken, as a flood of
+// connections leaves it), sets are still written, pruned and read back:
+// their opens borrow the spares the first Checkpointer set aside, and give
+// them back (the process is at its limit again after each).
+TEST_F(CheckpointerFiles, SetsAreWrittenAndReadAtTheDescriptorLimit) {
+  const Checkpointer c(job_);
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> taken;
+  for (int fd; taken.size() < 4096 &&
+               (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+    taken.push_back(fd);
+  }
+  const int full_errno = errno;
+  std::string skipped;
+  StatusOr<int> newest = Status::Internal("not run");
+  StatusOr<std::string> read = Status::Internal("not run");
+  bool full_after = false;
+  for (int step : {5, 10, 15}) WriteSet(c, step);
+  newest = c.FindNewest(&skipped);
+  read = c.Read(15, CheckpointRole::kWorker, 0);
+  full_after = open("/dev/null", O_RDONLY) < 0 && errno == EMFILE;
+  for (int fd : taken) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(full_errno, EMFILE);
+  ASSERT_TRUE(newest.ok()) << newest.status().message();
+  EXPECT_EQ(*newest, 15);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(*read, "w");
+  EXPECT_FALSE(Exists(c, 5, CheckpointRole::kWorker, 0)) << "not pruned";
+  EXPECT_TRUE(full_after) << "a spare was not taken back";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <iterator>
 #include <memory>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -442,6 +444,86 @@ TEST(Flood, IdleConnectionsStarveNoCheckpoint) {
       "flood: %d connections accepted, %d closed by a node, at most %d open "
       "at once\n",
       flood.accepted(), flood.closed_by_node(), flood.peak_open());
+  Shell("rm -rf " + dir);
+}
+
+// The sum of the connections each node's van reports it shut down.
+int ShutByTheVans(const std::string& out, int* reports) {
+  std::regex re(R"(van: shut down (\d+) idle connections)");
+  int sum = 0;
+  *reports = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    sum += std::stoi((*it)[1]);
+    ++*reports;
+  }
+  return sum;
+}
+
+// A flood past the descriptor limit: each process of a checkpointing job
+// may hold 1,024 descriptors (ulimit -n), the handshake deadline is past
+// the job's end (60 s), and a stranger opens 4,000 idle connections a
+// second to the ports of the servers and workers, keeping up to 1,500 open
+// to each (each one closed replaced): each node is offered more
+// connections than it has descriptors, and only the caps on idle
+// connections hold them off (PS_MAX_IDLE_CONNECTIONS_PER_SOURCE, a sixteenth of
+// the limit: 64, all come from 127.0.0.1; the oldest shut first). Every
+// checkpoint file of every step is completed (seen as it is renamed into the
+// folder), no open fails, the job ends with the bytes of the same job
+// never flooded, and the vans report the connections they shut.
+TEST(Flood, HeldIdleConnectionsPastTheDescriptorLimitCostNoCheckpoint) {
+  const std::string dir = TempDir("held"), bin = dir + "/weights.bin";
+  const int lo = 30000 + (getpid() + 10000) % 20000, hi = lo + 5;
+  const std::string launch = "--env PS_PORT_RANGE=" + std::to_string(lo) + "-" +
+                             std::to_string(hi) +
+                             " --env PS_HANDSHAKE_TIMEOUT_MS=60000";
+  const std::string flags =
+      " --epochs 4 --checkpoint_every_steps 5 --checkpoint_dir " + dir +
+      " --dump_weights " + bin;
+  Result quiet = Shell("ulimit -n 1024 && " + LaunchCommand(launch, flags));
+  ASSERT_EQ(quiet.rc, 0) << quiet.out;
+  const std::string quiet_bytes = ReadBytes(bin);
+  ASSERT_EQ(quiet_bytes.size(), 1199882u * 4);
+  Shell("rm -rf " + dir + " && mkdir -p " + dir);
+
+  mnist_test::RenameWatch renamed(dir);
+  ASSERT_TRUE(renamed.ok()) << "inotify on " << dir;
+  mnist_test::Flood flood(lo, hi, 4000, 600, 1500);
+  Result r = Shell("ulimit -n 1024 && " + LaunchCommand(launch, flags));
+  flood.Stop();
+  renamed.Stop();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(ReadBytes(bin) == quiet_bytes)
+      << "the flooded job ends with other weights";
+  EXPECT_EQ(r.out.find("not written"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Too many open files"), std::string::npos) << r.out;
+  const std::set<std::string> names = renamed.names();
+  for (int step = 5; step <= 80; step += 5) {
+    for (const char* who : {"server-0", "server-1", "worker-0", "worker-1"}) {
+      char file[64];
+      std::snprintf(file, sizeof(file), "step-%08d.%s.ckpt", step, who);
+      EXPECT_EQ(names.count(file), 1u) << file << " was never completed";
+    }
+  }
+  const Result kept =
+      Shell("ls " + dir + " | grep -cE '^step-000000(75|80)[.]'");
+  EXPECT_EQ(kept.out, "8\n") << "the sets of steps 75 and 80";
+  // More than its descriptor limit offered to each of the 4 nodes.
+  const std::vector<int> by_port = flood.accepted_by_port();
+  EXPECT_EQ(std::count_if(by_port.begin(), by_port.end(),
+                          [](int n) { return n > 1024; }),
+            4)
+      << "the flood did not reach every node past its limit";
+  EXPECT_GE(flood.peak_held(), 1500);
+  int reports = 0;
+  const int shut = ShutByTheVans(r.out, &reports);
+  EXPECT_EQ(reports, 4) << r.out;
+  // All but those each node held (64) when the job ended.
+  EXPECT_GE(shut, flood.accepted() - 4 * 64 - 64) << r.out;
+  std::printf(
+      "flood: %d connections accepted, %d shut down by the nodes, at most %d "
+      "open at once (%d held by the flood)\n",
+      flood.accepted(), shut, flood.peak_open(), flood.peak_held());
   Shell("rm -rf " + dir);
 }
 
