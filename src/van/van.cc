@@ -758,8 +758,11 @@ void Van::ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
   }
   Inbound::Session& session = *in->open;
   if (in->frozen) {
+    // The sender's next session lost its first message, or a replayed HELLO
+    // stopped this one: either way the sender offers a new session, which
+    // the WELCOME's quote decides.
     drop("sealed frames of a session replaced by a new HELLO");
-    AnswerSession(from, &session, 'R');
+    Answer(from, "?");
     return;
   }
   if (in->stream && parts.size() == 2 && session.opener->IsNext(data, size)) {
@@ -902,8 +905,10 @@ Status Van::TakeRecord(Inbound* in, char* record, size_t bytes) {
                                [buffer](char*) {});
   }
   SArray<char>& frame = stream.frames[stream.frame];
-  std::memcpy(frame.data() + stream.chunk * seal::kChunkBytes,
-              record + seal::kSeqBytes, chunk_bytes);
+  if (chunk_bytes > 0) {
+    std::memcpy(frame.data() + stream.chunk * seal::kChunkBytes,
+                record + seal::kSeqBytes, chunk_bytes);
+  }
   if (++stream.chunk == chunks) {
     stream.chunk = 0;
     ++stream.frame;

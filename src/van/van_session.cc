@@ -132,8 +132,10 @@ void Van::OnAnswerLocked(Peer* peer, std::string frame) {
   const Clock::time_point now = Clock::now();
   OutStream& out = peer->out;
   if (type == '?') {
-    // The receiver knows no session of this connection (it restarted, or
-    // never saw the HELLO): offer one, once its HELLO had time to arrive.
+    // The receiver takes nothing of this session: it knows none of this
+    // connection (it restarted), or it stopped this one for a newer HELLO
+    // (whose first message was lost, or which was a replay). Unsealed, so
+    // it only makes the sender offer a session; the WELCOME decides.
     if (out.state() == OutStream::State::kOpen) {
       OfferLocked(peer, false).IgnoreError();
     }

@@ -6,7 +6,9 @@
 // record (seal::Opener::OpenChunk) opened into the frames it plans, and
 // decoded. None may abort or read out of bounds; an opened frame lies within
 // its sealed bytes. The seeds (fuzz_seeds) are real messages sealed with
-// kFuzzSealKey, whole and streamed.
+// kFuzzSealKey, whole and streamed. The same bytes are also a session's
+// HELLO (seal::JobKey::AcceptOffer) and a script for the sender's stream
+// state (DriveStream), checked against a model of what it must keep.
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "fuzz_input.h"
 #include "van/codec.h"
 #include "van/seal.h"
+#include "van/stream.h"
 
 namespace {
 
@@ -46,12 +49,89 @@ void OpenStreamed(ps::fuzz::FuzzMessage* in) {
                .ok()) {
         return;
       }
-      std::memcpy(frame.data() + c * ps::seal::kChunkBytes,
-                  r.data() + ps::seal::kSeqBytes, bytes);
+      if (bytes > 0) {
+        std::memcpy(frame.data() + c * ps::seal::kChunkBytes,
+                    r.data() + ps::seal::kSeqBytes, bytes);
+      }
     }
     opened.push_back(frame);
   }
   (void)ps::Decode(std::move(meta), opened, nullptr);
+}
+
+// The sender's stream state (van/stream.h) driven by the input's bytes, as
+// a hostile receiver could answer: messages added and sent, ACKs, RESETs
+// and WELCOMEs quoting any session and number, ticks. Checked against a
+// model: a WELCOME leaves exactly the messages not sent at or below its
+// number in the session it quotes (all sent ones for no quote), in the
+// order they were added; nothing else is ever let go but by an ACK of the
+// current session.
+void DriveStream(const uint8_t* data, size_t size) {
+  using Clock = ps::OutStream::Clock;
+  struct Model {
+    int id;
+    std::vector<std::pair<std::string, uint64_t>> sent;
+  };
+  ps::OutStream out;
+  std::vector<Model> model;
+  Clock::time_point now{};
+  int next_id = 0, session = 0;
+  uint64_t seq = 1;
+  auto name = [](int s) { return "s" + std::to_string(s); };
+  out.Offer(name(session), now);
+  auto check = [&] {
+    if (out.size() != model.size()) std::abort();
+  };
+  for (size_t i = 0; i + 1 < size && i < 512; i += 2) {
+    const uint8_t op = data[i] % 6, arg = data[i + 1];
+    now += std::chrono::milliseconds(arg * 20);
+    if (op == 0) {  // a message added, sent now if the session is open
+      ps::OutStream::Item* item =
+          out.Add({std::to_string(next_id), ps::Message(), {}, {}});
+      model.push_back({next_id++, {}});
+      if (out.state() == ps::OutStream::State::kOpen) {
+        out.Sent(item, seq, now);
+        model.back().sent.emplace_back(name(session), seq++);
+      }
+    } else if (op == 1 && out.state() == ps::OutStream::State::kOpen) {
+      const uint64_t taken = arg % (seq + 1);
+      out.Ack(taken, now);
+      while (!model.empty() && !model.front().sent.empty() &&
+             model.front().sent.back().first == name(session) &&
+             model.front().sent.back().second <= taken) {
+        model.erase(model.begin());
+      }
+    } else if (op == 2) {  // a new session offered
+      out.Offer(name(++session), now);
+      seq = 1;
+    } else if (op == 3 && out.state() == ps::OutStream::State::kOffering) {
+      const std::string quoted = arg & 1 ? name(arg / 2 % (session + 1)) : "";
+      const uint64_t taken = arg / 4;
+      size_t lost = 0;
+      std::vector<ps::OutStream::Item*> again =
+          out.Welcome(quoted, taken, now, &lost);
+      std::vector<Model> kept;
+      for (const Model& m : model) {
+        bool settled = quoted.empty() ? !m.sent.empty() : false;
+        for (const auto& s : m.sent) {
+          if (!quoted.empty() && s.first == quoted && s.second <= taken) {
+            settled = true;
+          }
+        }
+        if (!settled) kept.push_back(m);
+      }
+      model = kept;
+      if (again.size() != model.size()) std::abort();
+      for (size_t k = 0; k < again.size(); ++k) {
+        if (again[k]->header != std::to_string(model[k].id)) std::abort();
+        out.Sent(again[k], seq, now);
+        model[k].sent.emplace_back(name(session), seq++);
+      }
+    } else if (op == 4) {
+      (void)out.Tick(now);
+    }
+    check();
+  }
 }
 
 }  // namespace
@@ -66,6 +146,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const ps::seal::KeyPair own = ps::seal::JobKey::NewKeyPair();
   ps::fuzz::FuzzMessage in = ps::fuzz::ParseFuzzInput(data, size);
   (void)job.AcceptHello(own, in.header.substr(0, 2 * ps::seal::kKeyBytes));
+  (void)job.AcceptOffer(own, in.header.substr(0, ps::seal::kHelloBytes));
+  DriveStream(data, size);
   ps::fuzz::FuzzMessage streamed = in;
   OpenStreamed(&streamed);
 
