@@ -83,7 +83,7 @@ std::string OpenAnswer(seal::Opener* opener, std::string sealed) {
 
 // ---- The sender's side (under the peer's lock) -----------------------------
 
-Status Van::OfferLocked(Peer* peer, bool again) {
+Status Van::OfferLocked(Peer* peer, bool again) REQUIRES(peer->mu) {
   if (!again || !peer->offer) {
     StatusOr<seal::JobKey::Offer> offer = job_key_->MakeOffer(peer->peer_key);
     if (!offer.ok()) return offer.status();
@@ -97,7 +97,8 @@ Status Van::OfferLocked(Peer* peer, bool again) {
   return Status::OK();
 }
 
-Status Van::TransmitLocked(Peer* peer, OutStream::Item* item) {
+Status Van::TransmitLocked(Peer* peer, OutStream::Item* item)
+    REQUIRES(peer->mu) {
   uint64_t last = 0;
   Status st = SendSealed(peer->sealer.get(), peer->socket, peer->address,
                          item->header, item->msg, item->by_ref, &last);
@@ -105,7 +106,7 @@ Status Van::TransmitLocked(Peer* peer, OutStream::Item* item) {
   return st;
 }
 
-void Van::DrainLocked(Peer* peer) {
+void Van::DrainLocked(Peer* peer) REQUIRES(peer->mu) {
   for (int i = 0; i < 1000; ++i) {  // bounded: the rest on the next tick
     int events = 0;
     size_t len = sizeof(events);
@@ -127,7 +128,7 @@ void Van::DrainLocked(Peer* peer) {
   }
 }
 
-void Van::OnAnswerLocked(Peer* peer, std::string frame) {
+void Van::OnAnswerLocked(Peer* peer, std::string frame) REQUIRES(peer->mu) {
   const char type = frame[0];
   const Clock::time_point now = Clock::now();
   OutStream& out = peer->out;
@@ -198,7 +199,7 @@ void Van::OnAnswerLocked(Peer* peer, std::string frame) {
   OfferLocked(peer, false).IgnoreError();
 }
 
-void Van::TickLocked(Peer* peer, Clock::time_point now) {
+void Van::TickLocked(Peer* peer, Clock::time_point now) REQUIRES(peer->mu) {
   switch (peer->out.Tick(now)) {
     case OutStream::Due::kNothing:
       return;
