@@ -98,7 +98,7 @@ def put_proxy_on_path(hosts):
                 # The worker's connections only: not its answers to the
                 # scheduler's and the server's connections to it.
                 (WORKER, ["ip", "rule", "add", "pref", "10", "to", a,
-                          "ipproto", "tcp", "dport", str(port), "lookup",
+                          "ipproto", "6", "dport", str(port), "lookup",
                           "100"]),
                 (WORKER, ["ip", "route", "add", a, "via", ADDR(PROXY),
                           "table", "100"]),
