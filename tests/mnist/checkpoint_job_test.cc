@@ -518,8 +518,10 @@ TEST(Flood, HeldIdleConnectionsPastTheDescriptorLimitCostNoCheckpoint) {
   int reports = 0;
   const int shut = ShutByTheVans(r.out, &reports);
   EXPECT_EQ(reports, 4) << r.out;
-  // All but those each node held (64) when the job ended.
-  EXPECT_GE(shut, flood.accepted() - 4 * 64 - 64) << r.out;
+  // All but those each node held (64) when the job ended and those still
+  // in each port's listen backlog (ZMQ_BACKLOG, 100) when it closed, which
+  // no node ever saw.
+  EXPECT_GE(shut, flood.accepted() - 4 * (64 + 100) - 64) << r.out;
   std::printf(
       "flood: %d connections accepted, %d shut down by the nodes, at most %d "
       "open at once (%d held by the flood)\n",
