@@ -471,10 +471,19 @@ void RunRoundTrip(const Cell& cell, ps::KVWorker<float>* kv) {
   ps::SArray<float> one(1, 1.0f);
   auto push = [&] { CheckOk(kv->Wait(kv->ZPush(keys, one)), "push"); };
   ps::Barrier(0, ps::kWorkerGroup);
+  const ps::Node* node = ps::DefaultNode();
+  const uint64_t before =
+      node->num_messages_sent() + node->num_messages_received();
   std::vector<double> s = TimeRounds(push, FLAGS_rtt_rounds, 0.0);
+  // This worker's messages of every kind (its heartbeats too), a round.
+  const double messages =
+      static_cast<double>(node->num_messages_sent() +
+                          node->num_messages_received() - before) /
+      static_cast<double>(s.size() + kWarmupRounds);
   size_t p99 = std::max<size_t>((s.size() * 99 + 99) / 100, 1) - 1;
-  std::printf("kv rtt rounds=%zu median_us=%.1f p99_us=%.1f\n", s.size(),
-              s[s.size() / 2] * 1e6, s[p99] * 1e6);
+  std::printf(
+      "kv rtt rounds=%zu median_us=%.1f p99_us=%.1f messages_per_round=%.2f\n",
+      s.size(), s[s.size() / 2] * 1e6, s[p99] * 1e6, messages);
   std::fflush(stdout);
 }
 

@@ -87,6 +87,10 @@ class Node {
   uint64_t num_resent_messages() const;
   uint64_t num_duplicate_messages() const;
   uint64_t num_test_drops() const;
+  // Wire messages this node sent (resends and acknowledgements included)
+  // and received, of every kind (heartbeats too).
+  uint64_t num_messages_sent() const;
+  uint64_t num_messages_received() const;
   // OK, or the first peer failure this node learned of (NODE_FAILED).
   Status peer_failure() const;
   // Whether this node is a restarted worker that rejoined a running job

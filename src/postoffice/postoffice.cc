@@ -76,11 +76,16 @@ Postoffice::Postoffice(const Config& config)
     // Resends skip Send: they are kept already.
     resender_ = std::make_unique<Resender>(
         config_.resend_timeout_ms, [this](Message* msg) {
-          CountResent();
-          if (config_.verbose >= 1)
-            LOG(INFO) << "resending " << DebugString(*msg);
+          // Owed acknowledgements are made there; resends were sent before.
+          if (msg->meta.ack()) {
+            msg->meta.set_sender(my_id_.load());
+          } else {
+            CountResent();
+            if (config_.verbose >= 1)
+              LOG(INFO) << "resending " << DebugString(*msg);
+          }
           Status st = van_.Send(msg);
-          if (st.ok()) metrics_.Sent(msg->meta.recver(), WireBytes(*msg));
+          if (st.ok()) CountSent(*msg);
           return st;
         });
   }
@@ -227,7 +232,7 @@ Status Postoffice::Send(Message* msg) {
   if (kept) resender_->Keep(msg, Clock::now());
   Status st = van_.Send(msg);
   if (!st.ok() && kept) resender_->Forget(msg->meta);
-  if (st.ok()) metrics_.Sent(msg->meta.recver(), WireBytes(*msg));
+  if (st.ok()) CountSent(*msg);
   return st;
 }
 
@@ -280,6 +285,7 @@ void Postoffice::OnMessage(Message&& msg) {
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
   // By the sender the header claims (ids past Metrics::kMaxPeerIds share
   // one series); one that is not proven is also counted refused below.
+  num_received_.fetch_add(1, std::memory_order_relaxed);
   metrics_.Received(msg.meta.sender(), WireBytes(msg));
   if (FastDispatch(&msg)) return;
   int sender = msg.meta.sender();
@@ -342,25 +348,32 @@ void Postoffice::OnMessage(Message&& msg) {
 
 bool Postoffice::TakeAck(const Message& msg) {
   const pb::Meta& m = msg.meta;
+  if (m.acks_size() > Resender::kMaxAcks ||
+      (m.ack() &&
+       (!msg.data.empty() || (m.attempt() <= 0 && m.acks_size() == 0)))) {
+    CountDropped(m.sender(),
+                 "a malformed acknowledgement: " + DebugString(msg));
+    return true;
+  }
+  const Clock::time_point now = Clock::now();
   if (m.attempt() > 0 && !m.ack()) {
-    Message ack = Resender::AckOf(m);
-    Status st = Send(&ack);
-    if (!st.ok() && config_.verbose >= 1) {
-      LOG(INFO) << "acknowledging " << DebugString(msg) << ": " << st;
+    if (resender_) {
+      resender_->Owe(m.sender(), m, now);
+    } else {
+      Message ack = Resender::AckOf(m);
+      Status st = Send(&ack);
+      if (!st.ok() && config_.verbose >= 1) {
+        LOG(INFO) << "acknowledging " << DebugString(msg) << ": " << st;
+      }
     }
   }
-  if (config_.role == Role::kWorker && resender_ && !m.request() && !m.ack() &&
+  if (!resender_) return m.ack();
+  if (m.ack() || m.acks_size() > 0) resender_->OnAck(m.sender(), m, now);
+  if (config_.role == Role::kWorker && !m.request() && !m.ack() &&
       !m.simple_app()) {
     resender_->OnAnswer(m.sender(), m);
   }
-  if (!m.ack()) return false;
-  if (!msg.data.empty() || m.attempt() <= 0) {
-    CountDropped(m.sender(),
-                 "a malformed acknowledgement: " + DebugString(msg));
-  } else if (resender_) {
-    resender_->OnAck(m.sender(), m, Clock::now());
-  }
-  return true;
+  return m.ack();
 }
 
 bool Postoffice::DropForTest(const Message& msg) {

@@ -152,6 +152,10 @@ class Postoffice {
   }
   uint64_t num_duplicates() const { return num_duplicates_.load(); }
   // Counts a request sent again for want of an answer.
+  void CountSent(const Message& msg) {
+    num_sent_.fetch_add(1, std::memory_order_relaxed);
+    metrics_.Sent(msg.meta.recver(), WireBytes(msg));
+  }
   void CountResent() {
     num_resent_.fetch_add(1);
     metrics_.Resent();
@@ -161,6 +165,10 @@ class Postoffice {
   const Resender* resender() const { return resender_.get(); }
   // Messages the test switch PS_DROP_MSG let go.
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
+  // Messages this node sent (resends and acknowledgements included) and
+  // received, of every kind.
+  uint64_t num_sent() const { return num_sent_.load(); }
+  uint64_t num_received() const { return num_received_.load(); }
   // This node's metrics (served on PS_METRICS_PORT when set); the KV layer
   // reports into them.
   Metrics& metrics() { return metrics_; }
@@ -466,6 +474,8 @@ class Postoffice {
   std::atomic<uint64_t> num_duplicates_{0};
   std::atomic<uint64_t> num_resent_{0};
   std::atomic<uint64_t> num_test_drops_{0};
+  std::atomic<uint64_t> num_sent_{0};
+  std::atomic<uint64_t> num_received_{0};
   uint64_t drop_state_ = 0;  // receive thread only: PS_DROP_MSG's generator
 
   std::vector<Message> early_;  // receive thread only: data before ready

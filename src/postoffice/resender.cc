@@ -48,6 +48,15 @@ Resender::Key Resender::KeyOf(int peer, const pb::Meta& m, bool request) {
              request};
 }
 
+Resender::Key Resender::KeyOf(int peer, const pb::Acked& a) {
+  return Key{peer,
+             a.app_id(),
+             a.customer_id(),
+             a.timestamp(),
+             a.has_shard() ? a.shard() : -1,
+             a.request()};
+}
+
 RttEstimator& Resender::PeerLocked(int peer, bool large) {
   auto it = peers_.find({peer, large});
   if (it == peers_.end()) {
@@ -68,6 +77,7 @@ Resender::Clock::time_point Resender::DueLocked(int peer, bool large,
 
 void Resender::Keep(Message* msg, Clock::time_point now) {
   const int peer = msg->meta.recver();
+  msg->meta.clear_acks();
   MutexLock lock(&mu_);
   Kept& k = kept_[KeyOf(peer, msg->meta, msg->meta.request())];
   k.sent.push_back(now);
@@ -78,7 +88,24 @@ void Resender::Keep(Message* msg, Clock::time_point now) {
   for (const SArray<char>& frame : msg->data) bytes += frame.size();
   k.large = bytes >= kLargeBytes;
   k.due = DueLocked(peer, k.large, now);
-  if (k.due < wake_) cv_.Signal();
+  if (wake_ == Clock::time_point::max()) cv_.Signal();
+  auto owed = owed_.find(peer);
+  if (owed != owed_.end()) {
+    for (pb::Acked& a : owed->second.acks) *msg->meta.add_acks() = std::move(a);
+    owed_.erase(owed);
+  }
+}
+
+void Resender::Owe(int peer, const pb::Meta& m, Clock::time_point now) {
+  MutexLock lock(&mu_);
+  Owed& o = owed_[peer];
+  if (o.acks.empty()) {
+    o.due = now +
+            std::chrono::microseconds(static_cast<int64_t>(kAckDelayMs * 1000));
+  }
+  o.acks.push_back(AckedOf(m));
+  if (o.acks.size() >= kMaxOwed) o.due = now;
+  if (wake_ == Clock::time_point::max() || o.due == now) cv_.Signal();
 }
 
 void Resender::Forget(const pb::Meta& m) {
@@ -88,19 +115,30 @@ void Resender::Forget(const pb::Meta& m) {
 
 void Resender::ForgetPeer(int peer) {
   MutexLock lock(&mu_);
+  owed_.erase(peer);
   for (auto it = kept_.begin(); it != kept_.end();) {
     it = std::get<0>(it->first) == peer ? kept_.erase(it) : std::next(it);
   }
 }
 
-void Resender::OnAck(int peer, const pb::Meta& ack, Clock::time_point now) {
+void Resender::OnAck(int peer, const pb::Meta& m, Clock::time_point now) {
   MutexLock lock(&mu_);
-  auto it = kept_.find(KeyOf(peer, ack, ack.request()));
+  if (m.ack() && m.attempt() > 0) {
+    SettleLocked(peer, KeyOf(peer, m, m.request()), m.attempt(), now);
+  }
+  for (const pb::Acked& a : m.acks()) {
+    SettleLocked(peer, KeyOf(peer, a), a.attempt(), now);
+  }
+}
+
+void Resender::SettleLocked(int peer, const Key& key, int attempt,
+                            Clock::time_point now) {
+  auto it = kept_.find(key);
   if (it == kept_.end()) return;  // settled already: a late or second ack
   const std::vector<Clock::time_point>& sent = it->second.sent;
-  const size_t attempt = static_cast<size_t>(ack.attempt());
-  if (attempt >= 1 && attempt <= sent.size() && now >= sent[attempt - 1]) {
-    std::chrono::duration<double, std::milli> rtt = now - sent[attempt - 1];
+  const size_t n = static_cast<size_t>(attempt);
+  if (n >= 1 && n <= sent.size() && now >= sent[n - 1]) {
+    std::chrono::duration<double, std::milli> rtt = now - sent[n - 1];
     std::chrono::duration<double, std::milli> at = now.time_since_epoch();
     PeerLocked(peer, it->second.large).OnSample(rtt.count(), at.count());
   }
@@ -126,8 +164,36 @@ Message Resender::AckOf(const pb::Meta& m) {
   return ack;
 }
 
+pb::Acked Resender::AckedOf(const pb::Meta& m) {
+  pb::Acked a;
+  a.set_app_id(m.app_id());
+  a.set_customer_id(m.customer_id());
+  a.set_timestamp(m.timestamp());
+  a.set_request(m.request());
+  if (m.has_shard()) a.set_shard(m.shard());
+  a.set_attempt(m.attempt());
+  return a;
+}
+
+void Resender::TakeOwedLocked(Clock::time_point now,
+                              std::vector<Message>* out) {
+  for (auto it = owed_.begin(); it != owed_.end();) {
+    if (it->second.due > now) {
+      ++it;
+      continue;
+    }
+    Message ack;
+    ack.meta.set_ack(true);
+    ack.meta.set_recver(it->first);
+    for (pb::Acked& a : it->second.acks) *ack.meta.add_acks() = std::move(a);
+    out->push_back(std::move(ack));
+    it = owed_.erase(it);
+  }
+}
+
 std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
   std::vector<Message> due;
+  TakeOwedLocked(now, &due);
   std::vector<std::pair<int, bool>> late;  // peer, large
   for (auto it = kept_.begin(); it != kept_.end();) {
     Kept& k = it->second;
@@ -158,8 +224,17 @@ std::vector<Message> Resender::TakeDueLocked(Clock::time_point now) {
 void Resender::Loop() {
   MutexLock lock(&mu_);
   while (!stop_) {
+    // While anything is kept or owed, a tick: what comes due sooner than
+    // the wake-up is at most kTickMs late, and a message sent or received
+    // wakes nobody (two wake-ups a round trip would cost more than it).
     wake_ = Clock::time_point::max();
     for (const auto& [key, k] : kept_) wake_ = std::min(wake_, k.due);
+    for (const auto& [peer, o] : owed_) wake_ = std::min(wake_, o.due);
+    if (wake_ != Clock::time_point::max()) {
+      wake_ = std::min(
+          wake_, Clock::now() + std::chrono::microseconds(
+                                    static_cast<int64_t>(kTickMs * 1000)));
+    }
     if (wake_ == Clock::time_point::max()) {
       cv_.Wait();
     } else {
@@ -171,7 +246,8 @@ void Resender::Loop() {
     lock.Unlock();
     for (Message& msg : due) {
       Status st = send_(&msg);
-      if (!st.ok()) Forget(msg.meta);  // no connection: nobody to resend to
+      // No connection: nobody to resend to (an acknowledgement is not kept).
+      if (!st.ok() && !msg.meta.ack()) Forget(msg.meta);
     }
     lock.Lock();
   }
@@ -180,6 +256,13 @@ void Resender::Loop() {
 size_t Resender::num_kept() const {
   MutexLock lock(&mu_);
   return kept_.size();
+}
+
+size_t Resender::num_owed() const {
+  MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [peer, o] : owed_) n += o.acks.size();
+  return n;
 }
 
 double Resender::RtoMs(int peer, bool large) const {

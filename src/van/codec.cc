@@ -193,6 +193,10 @@ std::string DebugString(const Message& msg) {
   s += " from id " + std::to_string(m.sender()) + " to id " +
        std::to_string(m.recver()) + ", " + std::to_string(msg.data.size()) +
        " frames";
+  if (m.ack()) s += ", an acknowledgement";
+  if (m.acks_size() > 0) {
+    s += ", acknowledging " + std::to_string(m.acks_size()) + " messages";
+  }
   return s;
 }
 

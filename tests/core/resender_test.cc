@@ -153,6 +153,101 @@ TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   EXPECT_EQ(r.num_kept(), 0u);
 }
 
+// Delayed acknowledgements: the server (id 8) owes the worker (id 9) the
+// acknowledgement of its request; the answer it sends within kAckDelayMs
+// carries it, and the worker's Resender takes it as an acknowledgement
+// with a sample (the answer alone would settle it without one).
+TEST(Resender, AnAnswerSentSoonCarriesItsRequestsAcknowledgement) {
+  Resender worker(1000, [](Message*) { return Status::OK(); });
+  Resender server(1000, [](Message*) { return Status::OK(); });
+  const auto t0 = Resender::Clock::now();
+  Message req = Request(1);
+  worker.Keep(&req, t0);
+  server.Owe(/*peer=*/9, req.meta, t0);
+  EXPECT_EQ(server.num_owed(), 1u);
+  Message answer;
+  answer.meta.set_timestamp(1);
+  answer.meta.set_sender(8);
+  answer.meta.set_recver(9);
+  server.Keep(&answer, t0);
+  EXPECT_EQ(server.num_owed(), 0u);
+  ASSERT_EQ(answer.meta.acks_size(), 1);
+  EXPECT_TRUE(answer.meta.acks(0).request());
+  EXPECT_EQ(answer.meta.acks(0).timestamp(), 1);
+  EXPECT_EQ(answer.meta.acks(0).attempt(), 1);
+  worker.OnAck(8, answer.meta, t0 + std::chrono::milliseconds(20));
+  EXPECT_EQ(worker.num_kept(), 0u);
+  EXPECT_DOUBLE_EQ(worker.RtoMs(8), 60);  // 20 + 4 x 10: a sample
+  // What the server keeps to send again carries none: acknowledgements
+  // lost with it are the worker's resend to recover.
+  server.OnAck(9, answer.meta, t0);  // the worker's own: not the server's
+  EXPECT_EQ(server.num_kept(), 1u);
+  // Another peer's messages carry nothing owed to 9.
+  server.Owe(9, req.meta, t0);
+  Message to_other = answer;
+  to_other.meta.set_recver(10);
+  server.Keep(&to_other, t0);
+  EXPECT_EQ(to_other.meta.acks_size(), 0);
+  EXPECT_EQ(server.num_owed(), 1u);
+}
+
+// With nothing to ride on, what is owed a peer goes in one message of its
+// own, kAckDelayMs after the first was owed; at kMaxOwed it goes at once.
+TEST(Resender, OwedAcknowledgementsGoAloneAfterTheDelay) {
+  Mutex mu;
+  CondVar cv(&mu);
+  std::vector<Message> sent;
+  Resender r(1000, [&](Message* msg) {
+    MutexLock lock(&mu);
+    sent.push_back(*msg);
+    cv.SignalAll();
+    return Status::OK();
+  });
+  r.Start();
+  const auto t0 = Resender::Clock::now();
+  r.Owe(9, Request(1).meta, t0);
+  r.Owe(9, Request(2).meta, t0);
+  r.Owe(10, Request(3).meta, t0);
+  {
+    MutexLock lock(&mu);
+    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
+    while (sent.size() < 2 && cv.WaitUntil(deadline)) {
+    }
+    ASSERT_EQ(sent.size(), 2u) << "not acknowledged within 30 s";
+    for (const Message& ack : sent) {
+      EXPECT_TRUE(ack.meta.ack());
+      EXPECT_TRUE(ack.data.empty());
+      EXPECT_EQ(ack.meta.acks_size(), ack.meta.recver() == 9 ? 2 : 1);
+    }
+    sent.clear();
+  }
+  EXPECT_EQ(r.num_owed(), 0u);
+  // A resender settling from such a message: both of its entries.
+  Resender w(1000, [](Message*) { return Status::OK(); });
+  Message a = Request(1), b = Request(2);
+  w.Keep(&a, t0);
+  w.Keep(&b, t0);
+  Message both;
+  both.meta.set_ack(true);
+  *both.meta.add_acks() = Resender::AckedOf(a.meta);
+  *both.meta.add_acks() = Resender::AckedOf(b.meta);
+  w.OnAck(8, both.meta, t0 + std::chrono::milliseconds(2));
+  EXPECT_EQ(w.num_kept(), 0u);
+  // kMaxOwed at once, however long the delay.
+  for (size_t i = 0; i < Resender::kMaxOwed; ++i) {
+    r.Owe(11, Request(static_cast<int>(i)).meta, Resender::Clock::now());
+  }
+  {
+    MutexLock lock(&mu);
+    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
+    while (sent.empty() && cv.WaitUntil(deadline)) {
+    }
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].meta.acks_size(), static_cast<int>(Resender::kMaxOwed));
+  }
+  r.Stop();
+}
+
 TEST(Resender, SendsAgainAfterTheRtoUntilAcknowledged) {
   Mutex mu;
   CondVar cv(&mu);
