@@ -56,8 +56,8 @@ echo "== libFuzzer targets (clang, ASan + UBSan): ${fuzz_seconds} s each"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_FUZZ=ON -DPS_WITH_CUDA=OFF \
   -DPS_BUILD_TESTS=OFF -DPS_BUILD_BENCH=OFF -DPS_BUILD_EXAMPLES=OFF
-cmake --build build-fuzz -j"$jobs" --target fuzz_decode fuzz_kv_pairs fuzz_open fuzz_compress
-for target in fuzz_decode fuzz_kv_pairs fuzz_open fuzz_compress; do
+cmake --build build-fuzz -j"$jobs" --target fuzz_decode fuzz_kv_pairs fuzz_open fuzz_compress fuzz_codecs
+for target in fuzz_decode fuzz_kv_pairs fuzz_open fuzz_compress fuzz_codecs; do
   # New inputs go to a scratch corpus; the committed seeds stay as they are.
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"

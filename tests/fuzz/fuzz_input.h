@@ -1,5 +1,6 @@
-// The byte layout the fuzz targets read and fuzz_seeds writes: one encoded
-// message (header + data frames) in a single buffer.
+// The byte layouts the fuzz targets read and fuzz_seeds writes: one encoded
+// message (header + data frames) in a single buffer, and (below) one codec
+// segment for fuzz_codecs.
 //
 //   byte 0        frame count n (taken modulo kMaxFrames + 1)
 //   2 bytes       header length, little endian
@@ -78,6 +79,51 @@ inline std::string SerializeFuzzInput(const std::string& header,
   out += header;
   for (const auto& f : frames) out.append(f.data(), f.size());
   return out;
+}
+
+// fuzz_codecs' layout: one key's segment under one codec (src/kv/codecs.h).
+//
+//   byte 0        mode: even, the rest decoded as a segment; odd, the rest's
+//                 floats encoded and decoded back
+//   byte 1        codec kind (decode: modulo 8, so 6 and 7 are unknown;
+//                 round trip: modulo 6)
+//   2 bytes       count of values, little endian, modulo kMaxCodecValues + 1
+//   byte 4        ratio of topk and randomk: (byte + 1) / 256
+//   byte 5        seed of randomk's draws
+//   then          the segment's bytes (decode), or the floats (round trip:
+//                 repeated up to the count; zeros under 4 bytes)
+//
+// A short input reads zeros for the bytes it lacks.
+constexpr size_t kMaxCodecValues = 8192;
+
+struct CodecInput {
+  uint8_t mode = 0, kind = 0;
+  size_t count = 0;
+  uint8_t ratio = 0, seed = 0;
+  std::string rest;
+};
+
+inline CodecInput ParseCodecInput(const uint8_t* data, size_t size) {
+  auto at = [&](size_t i) -> uint8_t { return i < size ? data[i] : 0; };
+  CodecInput in;
+  in.mode = at(0);
+  in.kind = at(1);
+  in.count = (at(2) | static_cast<size_t>(at(3)) << 8) % (kMaxCodecValues + 1);
+  in.ratio = at(4);
+  in.seed = at(5);
+  if (size > 6)
+    in.rest.assign(reinterpret_cast<const char*>(data + 6), size - 6);
+  return in;
+}
+
+// The inverse, for writing seeds; count must be at most kMaxCodecValues.
+inline std::string SerializeCodecInput(const CodecInput& in) {
+  std::string out;
+  for (size_t v : {size_t{in.mode}, size_t{in.kind}, in.count & 0xff,
+                   in.count >> 8, size_t{in.ratio}, size_t{in.seed}}) {
+    out.push_back(static_cast<char>(v));
+  }
+  return out + in.rest;
 }
 
 }  // namespace ps::fuzz

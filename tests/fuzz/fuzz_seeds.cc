@@ -3,14 +3,18 @@
 // responses through SliceKVPairs + AddKVFrames), encoded with EncodeHeader,
 // in the layout of fuzz_input.h. Run from the checkout:
 //   build-fuzz/tests/fuzz/fuzz_seeds tests/fuzz/corpus
-// writes corpus/fuzz_decode/* (every message) and corpus/fuzz_kv_pairs/*
-// (the data messages).
+// writes corpus/fuzz_decode/* (every message), corpus/fuzz_kv_pairs/* (the
+// data messages), corpus/fuzz_open/* (each sealed) and corpus/fuzz_codecs/*
+// (a segment of each codec as its encoder writes it, and values to round
+// trip).
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "fuzz_input.h"
+#include "kv/codecs.h"
 #include "kv/slicer.h"
 #include "van/codec.h"
 #include "van/seal.h"
@@ -222,6 +226,68 @@ void AddData(std::vector<Seed>* seeds) {
   seeds->push_back({"pull_reply_into", into, true});
 }
 
+bool WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (!out) std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+
+// fuzz_codecs: per codec, n values (signed, some equal, a zero, growing
+// magnitudes) encoded (decode-<codec>-<n>), and the same values to round
+// trip (trip-<codec>-<n>); 3000 values reach topk's sampled threshold.
+int WriteCodecSeeds(const std::string& dir) {
+  struct Case {
+    const char* name;
+    Codec::Kind kind;
+    uint8_t ratio;  // (ratio + 1) / 256
+  };
+  const Case cases[] = {
+      {"none", Codec::kNone, 0},        {"fp16", Codec::kFp16, 0},
+      {"bf16", Codec::kBf16, 0},        {"topk", Codec::kTopK, 2},
+      {"randomk", Codec::kRandomK, 63}, {"onebit", Codec::kOneBit, 0},
+  };
+  int written = 0;
+  for (const Case& c : cases) {
+    for (size_t n : {size_t{9}, size_t{3000}}) {
+      std::vector<float> v(n);
+      for (size_t j = 0; j < n; ++j) {
+        v[j] = static_cast<float>(j % 7 == 3 ? 0.0 : (j % 5) * 0.37 + j / 64.0);
+        if (j % 3 == 1) v[j] = -v[j];
+      }
+      fuzz::CodecInput in;
+      in.kind = c.kind;
+      in.count = n;
+      in.ratio = c.ratio;
+      in.seed = 7;
+      Codec codec;
+      codec.kind = c.kind;
+      codec.ratio = (c.ratio + 1) / 256.0;
+      std::string seg(SegmentBytes(codec, n), '\0');
+      std::vector<float> r = v;
+      std::mt19937_64 rng(in.seed);
+      SegmentScratch scratch;
+      char* p = &seg[0];
+      PutSegment(codec, v.data(), r.data(), n, &rng, &scratch, &p);
+      const std::string suffix = std::string(c.name) + "-" + std::to_string(n);
+      in.mode = 0;
+      in.rest = seg;
+      if (!WriteFile(dir + "/fuzz_codecs/decode-" + suffix,
+                     fuzz::SerializeCodecInput(in))) {
+        return -1;
+      }
+      in.mode = 1;
+      in.rest.assign(reinterpret_cast<const char*>(v.data()), 4 * n);
+      if (!WriteFile(dir + "/fuzz_codecs/trip-" + suffix,
+                     fuzz::SerializeCodecInput(in))) {
+        return -1;
+      }
+      written += 2;
+    }
+  }
+  return written;
+}
+
 int WriteSeeds(const std::string& dir) {
   std::vector<Seed> seeds;
   AddControls(&seeds);
@@ -238,13 +304,7 @@ int WriteSeeds(const std::string& dir) {
     std::string bytes = fuzz::SerializeFuzzInput(header, s.msg.data);
     for (const char* target : {"fuzz_decode", "fuzz_kv_pairs"}) {
       if (std::string(target) == "fuzz_kv_pairs" && !s.data) continue;
-      std::string path = dir + "/" + target + "/" + s.name;
-      std::ofstream out(path, std::ios::binary);
-      out << bytes;
-      if (!out) {
-        std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
-        return 1;
-      }
+      if (!WriteFile(dir + "/" + target + "/" + s.name, bytes)) return 1;
       ++written;
     }
     // fuzz_open: the same message sealed, as a job with a key sends it.
@@ -265,11 +325,8 @@ int WriteSeeds(const std::string& dir) {
     }
     std::string sealed_header(sealed[0].data(), sealed[0].size());
     sealed.erase(sealed.begin());
-    std::string path = dir + "/fuzz_open/" + s.name;
-    std::ofstream out(path, std::ios::binary);
-    out << fuzz::SerializeFuzzInput(sealed_header, sealed);
-    if (!out) {
-      std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+    const std::string path = dir + "/fuzz_open/" + s.name;
+    if (!WriteFile(path, fuzz::SerializeFuzzInput(sealed_header, sealed))) {
       return 1;
     }
     ++written;
@@ -293,15 +350,15 @@ int WriteSeeds(const std::string& dir) {
         records.push_back(record);
       }
     }
-    path += "_streamed";
-    std::ofstream streamed_out(path, std::ios::binary);
-    streamed_out << fuzz::SerializeFuzzInput(streamed_header, records);
-    if (!streamed_out) {
-      std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+    if (!WriteFile(path + "_streamed",
+                   fuzz::SerializeFuzzInput(streamed_header, records))) {
       return 1;
     }
     ++written;
   }
+  const int codec_seeds = WriteCodecSeeds(dir);
+  if (codec_seeds < 0) return 1;
+  written += codec_seeds;
   std::printf("fuzz_seeds: wrote %d files under %s\n", written, dir.c_str());
   return 0;
 }
