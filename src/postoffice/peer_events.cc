@@ -77,53 +77,77 @@ bool Postoffice::TransitionLocked(int id, PeerInput input,
   return true;
 }
 
+Postoffice::Verdict Postoffice::VerdictLocked(int id) const {
+  // Only a node awaited back dies twice: the second time for good.
+  if (membership_.state(id) == PeerState::kAwaited) {
+    return {PeerInput::kLose, -1};
+  }
+  if (RestartableLocked(id)) return {PeerInput::kAwait, -1};
+  const int by = CoveringServerLocked(id);
+  return by >= 0 ? Verdict{PeerInput::kCover, by}
+                 : Verdict{PeerInput::kLose, -1};
+}
+
 void Postoffice::DeclareDead(const std::vector<int>& ids,
                              const std::string& why) {
   for (int id : ids) {
     std::vector<Message> outbox;
-    if (IsScheduler()) {
+    Verdict verdict;
+    {
       MutexLock lock(&mu_);
       // A worker awaited back (PS_MAX_RESTARTS) is declared dead again,
       // for good, when it did not come back in time.
       const PeerState state = membership_.state(id);
-      if ((membership_.IsDown(id) && state != PeerState::kAwaited) ||
-          state == PeerState::kDeparted || table_.Find(id) == nullptr) {
+      if (IsScheduler() &&
+          ((membership_.IsDown(id) && state != PeerState::kAwaited) ||
+           state == PeerState::kDeparted || table_.Find(id) == nullptr)) {
         continue;
       }
-      for (const auto& [other, node] : table_.nodes()) {
-        if (other == id || other == my_id_ || membership_.IsDown(other) ||
-            membership_.state(other) == PeerState::kDeparted) {
-          continue;
-        }
-        Message msg = ControlMessage(pb::NODE_FAILED, other, false);
-        ToProto(*table_.Find(id), msg.meta.mutable_control()->add_node());
-        msg.meta.mutable_control()->set_error(why);
-        outbox.push_back(std::move(msg));
-      }
+      // The scheduler judges; its members apply the verdict it sends.
+      verdict = VerdictLocked(id);
+      if (IsScheduler()) outbox = NodeFailedLocked(id, why, verdict);
     }
     SendAll(&outbox);
-    OnPeerFailure(id, why);
+    OnPeerFailure(id, why, verdict);
   }
 }
 
-void Postoffice::OnPeerFailure(int id, const std::string& why) {
+std::vector<Message> Postoffice::NodeFailedLocked(int id,
+                                                  const std::string& why,
+                                                  const Verdict& verdict) {
+  std::vector<Message> outbox;
+  for (const auto& [other, node] : table_.nodes()) {
+    if (other == id || other == my_id_ || membership_.IsDown(other) ||
+        membership_.state(other) == PeerState::kDeparted) {
+      continue;
+    }
+    Message msg = ControlMessage(pb::NODE_FAILED, other, false);
+    pb::Control* ctrl = msg.meta.mutable_control();
+    ToProto(*table_.Find(id), ctrl->add_node());
+    ctrl->set_error(why);
+    ctrl->set_verdict(verdict.input == PeerInput::kAwait   ? pb::AWAIT
+                      : verdict.input == PeerInput::kCover ? pb::COVER
+                                                           : pb::LOSE);
+    if (verdict.input == PeerInput::kCover) ctrl->set_covered_by(verdict.by);
+    outbox.push_back(std::move(msg));
+  }
+  return outbox;
+}
+
+void Postoffice::OnPeerFailure(int id, const std::string& why,
+                               const Verdict& verdict) {
   std::vector<PeerEvent> events;
   {
     MutexLock lock(&mu_);
     const Status status =
         Status::PeerFailed(table_.Describe(id) + " was declared dead: " + why);
-    PeerInput input = PeerInput::kLose;
-    const int by = CoveringServerLocked(id);
-    // Only a node awaited back dies twice: the second time for good.
-    if (membership_.state(id) != PeerState::kAwaited) {
-      if (RestartableLocked(id)) {
-        input = PeerInput::kAwait;
-      } else if (by >= 0) {
-        input = PeerInput::kCover;
-      }
+    if (!TransitionLocked(id, verdict.input, why, &events, verdict.by,
+                          status)) {
+      return;
     }
-    if (!TransitionLocked(id, input, why, &events, by, status)) return;
-    if (input == PeerInput::kLose && peer_failure_.ok()) peer_failure_ = status;
+    if (verdict.input == PeerInput::kLose && peer_failure_.ok()) {
+      peer_failure_ = status;
+    }
   }
   membership_.Publish(events);
 }

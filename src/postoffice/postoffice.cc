@@ -319,6 +319,7 @@ void Postoffice::OnMessage(Message&& msg) {
                 msg_dead.meta.mutable_control()->add_node());
         msg_dead.meta.mutable_control()->set_error(
             "the scheduler declared it dead earlier");
+        msg_dead.meta.mutable_control()->set_verdict(pb::LOSE);
         outbox.push_back(std::move(msg_dead));
       }
     }
@@ -519,12 +520,33 @@ void Postoffice::OnControl(Message&& msg) {
 }
 
 void Postoffice::OnNodeFailed(const Message& msg) {
-  if (msg.meta.control().node_size() != 1) {
+  const pb::Control& ctrl = msg.meta.control();
+  if (ctrl.node_size() != 1) {
     CountDropped(msg.meta.sender(), "NODE_FAILED without exactly one node");
     return;
   }
-  NodeInfo dead = FromProto(msg.meta.control().node(0));
-  OnPeerFailure(dead.id, msg.meta.control().error());
+  const NodeInfo dead = FromProto(ctrl.node(0));
+  Verdict verdict;
+  switch (ctrl.verdict()) {
+    case pb::LOSE:
+      break;
+    case pb::AWAIT:
+      verdict.input = PeerInput::kAwait;
+      break;
+    case pb::COVER:
+      verdict = {PeerInput::kCover, ctrl.covered_by()};
+      if (IsServerId(verdict.by) && verdict.by != dead.id) break;
+      [[fallthrough]];
+    default:
+      CountDropped(msg.meta.sender(),
+                   "NODE_FAILED of node " + std::to_string(dead.id) +
+                       " with verdict " + std::to_string(ctrl.verdict()) +
+                       " covered by " + std::to_string(ctrl.covered_by()) +
+                       ": a verdict must be LOSE, AWAIT or COVER by another "
+                       "server");
+      return;
+  }
+  OnPeerFailure(dead.id, ctrl.error(), verdict);
 }
 
 void Postoffice::OnConnectionLost(int id, const std::string& why) {

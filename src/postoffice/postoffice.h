@@ -392,9 +392,22 @@ class Postoffice {
   // Whether msg (of a sender not yet known) may wait in early_ for the
   // node table: data or SHM_READY, within a count and a byte budget.
   bool MayHoldEarly(const Message& msg) const REQUIRES(mu_);
+  // What becomes of a node declared dead: the input the membership takes
+  // (kAwait, kCover or kLose) and, for kCover, the server that takes over.
+  struct Verdict {
+    PeerInput input = PeerInput::kLose;
+    int by = -1;
+  };
+  // The verdict on `id` as this node sees the job (the scheduler's is the
+  // one its members apply).
+  Verdict VerdictLocked(int id) const REQUIRES(mu_);
+  // NODE_FAILED of `id` with `verdict`, to every member still in the job.
+  std::vector<Message> NodeFailedLocked(int id, const std::string& why,
+                                        const Verdict& verdict) REQUIRES(mu_);
   // Node `id` failed, for `why` (the reason as the scheduler put it): the
-  // membership's transition (awaited, covered or dead), then its event.
-  void OnPeerFailure(int id, const std::string& why) EXCLUDES(mu_);
+  // membership's transition by `verdict`, then its event.
+  void OnPeerFailure(int id, const std::string& why, const Verdict& verdict)
+      EXCLUDES(mu_);
   // Takes node `id` by `input` (membership.h) and wakes the waiters on
   // cv_; false if the membership refused it.
   bool TransitionLocked(int id, PeerInput input, const std::string& why,

@@ -299,6 +299,7 @@ int Attack(int scheduler_port, int server0_port, int server1_port,
     pb::NodeInfo* dead = failed.meta.mutable_control()->add_node();
     dead->set_role(pb::WORKER);
     dead->set_id(WorkerRankToId(1));
+    failed.meta.mutable_control()->set_verdict(pb::LOSE);
     s0.Send(failed);
     // As the scheduler: "worker 1 was restarted, at my address".
     Message joined =
