@@ -148,13 +148,13 @@ class Postoffice {
   // let go; no log: after a loss they are expected.
   void CountDuplicate() {
     num_duplicates_.fetch_add(1);
-    metrics_.Duplicate();
+    metrics_->Duplicate();
   }
   uint64_t num_duplicates() const { return num_duplicates_.load(); }
   // Counts a request sent again for want of an answer.
   void CountResent() {
     num_resent_.fetch_add(1);
-    metrics_.Resent();
+    metrics_->Resent();
   }
   uint64_t num_resent() const { return num_resent_.load(); }
   // The adaptive resend timer; null when resends use a fixed timer or none.
@@ -163,7 +163,7 @@ class Postoffice {
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
   // This node's metrics (served on PS_METRICS_PORT when set); the KV layer
   // reports into them.
-  Metrics& metrics() { return metrics_; }
+  Metrics& metrics() { return *metrics_; }
 
  private:
   // Data messages held before the node table (early_) or before their
@@ -326,7 +326,7 @@ class Postoffice {
   std::string BarrierWaitLineLocked(int group, int64_t waited) const
       REQUIRES(mu_);
   // The id of the server that holds server `id`'s keys once `id` is dead
-  // (Config::replicas; the rule is src/kv/replica_chain.h's), or -1.
+  // (Config::replicas; the rule is src/postoffice/replica_chain.h's), or -1.
   int CoveringServerLocked(int id) const REQUIRES(mu_);
 
   // A control wait (rendezvous, a barrier, a restarted scheduler or
@@ -413,7 +413,7 @@ class Postoffice {
 
   const Config config_;
   // Before van_, which reports refusals into it.
-  mutable Metrics metrics_;
+  const std::unique_ptr<Metrics> metrics_;  // MakeMetrics(role)
   Van van_;
   bool bound_ = false;
   bool started_ = false;

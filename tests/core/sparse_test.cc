@@ -19,8 +19,8 @@
 
 #include "cluster.h"
 #include "gtest/gtest.h"
-#include "kv/sparse_table.h"
 #include "postoffice/postoffice.h"
+#include "sparse/sparse_table.h"
 
 namespace ps {
 namespace {
