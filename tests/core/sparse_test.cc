@@ -43,8 +43,9 @@ TEST(SparseUnit, KeysAreDistinctAndSpreadEvenly) {
     ++quarter[k >> 62];
   }
   EXPECT_EQ(keys.size(), static_cast<size_t>(kIds));
+  constexpr int kEven = kIds / 4, kSlack = kIds / 100;
   for (int q : quarter) {
-    EXPECT_NEAR(q, kIds / 4, kIds / 100) << "consecutive ids are not spread";
+    EXPECT_NEAR(q, kEven, kSlack) << "consecutive ids are not spread";
   }
 }
 
