@@ -17,11 +17,11 @@ packages=(
   # Sealed frames (src/van/seal.h): X25519 and BLAKE2b from libsodium (also
   # libzmq3-dev's), AES-256-GCM from OpenSSL's libcrypto.
   libsodium-dev libssl-dev
-  # /metrics (src/metrics): prometheus-cpp (its core: registry, text format);
+  # /metrics (src/exporter): prometheus-cpp (its core: registry, text format);
   # the Prometheus server for the test that scrapes a live job
   # (tests/tracker/test_metrics.py), matplotlib for scripts/plot_metrics.py.
   prometheus-cpp-dev prometheus python3-matplotlib
-  # Sparse tables' row index (src/kv/sparse_table.h): abseil's flat_hash_map.
+  # Sparse tables' row index (src/sparse/sparse_table.h): abseil's flat_hash_map.
   libabsl-dev
   dataset-fashion-mnist
   # ThreadSanitizer runtime for g++ (the build-tsan run of scripts/test.sh).
@@ -30,6 +30,8 @@ packages=(
   # runtimes (libclang-rt-14-dev is only a Recommends of clang) and libFuzzer,
   # and clang's OpenMP (src/model's find_package(OpenMP) fails without it).
   clang libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
+  # clang-tidy on the changed C++ files (scripts/tidy.sh, .clang-tidy).
+  clang-tidy
 )
 # --- cross-host tests and bench (tests/net, bench/net) ---
 # ip and tc (veth, bridge, tbf) and mount (each host's /proc); nsenter and

@@ -3,6 +3,8 @@
 # first the Release build (with the CUDA backend compiled where the toolkit
 # is present), then the core suites again under AddressSanitizer + UBSan and
 # under ThreadSanitizer, then each libFuzzer target for a bounded time.
+# After the Release tests, clang-tidy checks the C++ files changed since the
+# base (scripts/tidy.sh); a finding fails the run.
 # Usage: scripts/test.sh            (from anywhere in the checkout)
 # Env: PS_FUZZ_SECONDS (default 60): how long each fuzz target runs.
 set -euo pipefail
@@ -28,6 +30,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPS_WERROR=ON \
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 phase_done "Release build and tests"
+
+echo "== clang-tidy on the C++ files changed (scripts/tidy.sh, .clang-tidy)"
+bash scripts/tidy.sh build
+phase_done "clang-tidy"
 
 echo "== AddressSanitizer + UBSan build (core suites)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_SANITIZE=ON \

@@ -238,7 +238,7 @@ class SparseShard {
   std::string SyncWaitingFor() const;
 
  private:
-  class Impl;  // src/kv/sparse_shard.cc
+  class Impl;  // src/sparse/sparse_shard.cc
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,45 +1,29 @@
-// Metrics: one node's registry of Prometheus metrics (prometheus-cpp's
-// core: counters, gauges, histograms, the text format), and the HTTP
-// endpoint that serves it as /metrics (PS_METRICS_PORT; http_endpoint.h). The
-// van, the postoffice and the KV engines report into it where an event happens,
-// one call each; every series gets the node's role and rank as labels when
-// it is scraped (the rank is known only after rendezvous, and changes
-// nothing already counted).
+// Metrics: what a node reports as it runs (traffic per peer, resends,
+// refusals, requests, peer states, checkpoints, replication, the
+// application's gauges), as one interface that the van, the postoffice and
+// the KV engines call where an event happens, one call each. This class
+// itself counts nothing: it is what a program gets when it does not link the
+// Prometheus exporter (src/exporter/prometheus_metrics.h, the target
+// ps::exporter that ps::ps brings), so that a program which only pushes and
+// pulls (ps::kv) links no metrics library.
 //
-// Cost: a count is an atomic add on a handle looked up once. Per-peer
-// series are made on a peer's first message and cached by node id in an
-// array read without a lock; ids past kMaxPeerIds (or not yet assigned,
-// before rendezvous) share the series of peer="other". Label values are
-// never text a peer chose: peers are named by role and rank, refusals by a
-// fixed set of reasons (RefusalReason).
+// MakeMetrics gives a node its Metrics: the registered factory's (the
+// exporter registers one when it is linked) or this one. Label values are
+// never text a peer chose: peers are named by node id, refusals by a fixed
+// set of reasons (RefusalReason).
 //
-// Thread-safety: every method may be called from any thread, but Serve
-// and StopServing from one. The collect hook runs on a thread of the HTTP
-// endpoint ("ps-metrics", started by Serve and joined by StopServing),
-// under no lock of this class.
+// Thread-safety: every method may be called from any thread, but Serve and
+// StopServing from one (an implementation's contract may say more).
 #ifndef PS_SRC_METRICS_METRICS_H_
 #define PS_SRC_METRICS_METRICS_H_
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "metrics/http_endpoint.h"
 #include "ps/base.h"
 #include "ps/status.h"
-#include "van/sync.h"
-
-namespace prometheus {
-class Counter;
-class Gauge;
-class Histogram;
-class Registry;
-template <typename T>
-class Family;
-}  // namespace prometheus
 
 namespace ps {
 
@@ -58,103 +42,59 @@ RefusalReason ClassifyRefusal(const std::string& why);
 
 class Metrics {
  public:
-  // Node ids below this get series of their own (a job of up to ~500
-  // servers and ~500 workers); the others share peer="other".
-  static constexpr int kMaxPeerIds = 1024;
-
-  explicit Metrics(Role role);
-  ~Metrics();
+  Metrics() = default;
+  virtual ~Metrics() = default;
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Serves /metrics on host:port: host an IPv4 address (0.0.0.0: every
-  // interface) or a name, which listens on the first IPv4 address it
-  // resolves to; port 0: an ephemeral one. A non-empty `token` must come
-  // with every scrape as "Authorization: Bearer <token>" (else 401). Error
-  // names the address and why (e.g. the port is in use).
-  Status Serve(const std::string& host, int port,
-               const std::string& token = "");
-  // Stops serving (joins the endpoint's thread). Idempotent; the
-  // destructor stops too.
-  void StopServing();
-  // The port /metrics is served on; 0 when not serving.
-  int port() const { return endpoint_.port(); }
+  // Serves the metrics on host:port (PS_METRICS_PORT). Here: always
+  // InvalidArgument naming the port and the target to link.
+  virtual Status Serve(const std::string& host, int port,
+                       const std::string& token = "");
+  // Stops serving. Idempotent.
+  virtual void StopServing() {}
+  // The port the metrics are served on; 0 when not serving.
+  virtual int port() const { return 0; }
   // The IPv4 address it listens on ("" when not serving).
-  const std::string& address() const { return endpoint_.address(); }
-  // The rank label (-1 until known: rank="").
-  void set_rank(int rank) { rank_.store(rank); }
-
-  // Runs before each scrape (e.g. to refresh gauges of peer states).
-  void SetCollectHook(std::function<void()> hook);
+  virtual std::string address() const { return ""; }
+  // The node's rank, once known (-1 until then).
+  virtual void set_rank(int /*rank*/) {}
+  // Runs before each scrape (e.g. to refresh gauges of peer states). By
+  // value: an implementation keeps it.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
+  virtual void SetCollectHook(std::function<void()> /*hook*/) {}
 
   // Traffic with node `peer`: one message of `bytes` (header and data).
-  void Sent(int peer, uint64_t bytes);
-  void Received(int peer, uint64_t bytes);
-  void Resent();
-  void Duplicate();
-  void Refused(RefusalReason reason);
+  virtual void Sent(int /*peer*/, uint64_t /*bytes*/) {}
+  virtual void Received(int /*peer*/, uint64_t /*bytes*/) {}
+  virtual void Resent() {}
+  virtual void Duplicate() {}
+  virtual void Refused(RefusalReason /*reason*/) {}
   // A worker's request, from sending to its last answer.
-  void RequestDone(bool push, bool pull, double seconds);
-  // Peer `peer`'s state (one of `states`: exactly one gauge is 1) and the
-  // seconds since it was last heard from (negative: never; not set).
-  void SetPeerState(int peer, const char* state);
-  void SetHeartbeatAge(int peer, double seconds);
-  // Training (the application's, through ps::Node::SetMetric, and the
-  // dense shard's): a gauge named `name` (a valid Prometheus name), made on
-  // first use. False if the name is not valid.
-  bool SetGauge(const std::string& name, double value);
+  virtual void RequestDone(bool /*push*/, bool /*pull*/, double /*seconds*/) {}
+  // Peer `peer`'s state and the seconds since it was last heard from.
+  virtual void SetPeerState(int /*peer*/, const char* /*state*/) {}
+  virtual void SetHeartbeatAge(int /*peer*/, double /*seconds*/) {}
+  // A gauge named `name` (a valid Prometheus name), made on first use
+  // (ps::Node::SetMetric). False if the name is not valid; here, always
+  // true (nothing is kept).
+  virtual bool SetGauge(const std::string& /*name*/, double /*value*/) {
+    return true;
+  }
   // A checkpoint written: its duration and its bytes.
-  void CheckpointDone(double seconds, uint64_t bytes);
-
-  // Replication, at a primary: an update (a push copied, or a step's sum)
-  // sent to its replica, and one the replica answered. Their difference
-  // is how far the replica lags.
-  void ReplicaForwarded();
-  void ReplicaAnswered();
-
-  // The text a scrape would get (tests; also without Serve).
-  std::string Text() const;
-
- private:
-  struct PeerSeries;
-  class Labelled;
-
-  PeerSeries& Peer(int id);
-  std::string PeerName(int id) const;
-
-  const Role role_;
-  std::atomic<int> rank_{-1};
-  std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<Labelled> labelled_;
-  HttpEndpoint endpoint_;
-
-  prometheus::Family<prometheus::Counter>* bytes_sent_;
-  prometheus::Family<prometheus::Counter>* bytes_received_;
-  prometheus::Family<prometheus::Counter>* messages_sent_;
-  prometheus::Family<prometheus::Counter>* messages_received_;
-  prometheus::Family<prometheus::Gauge>* peer_state_;
-  prometheus::Family<prometheus::Gauge>* heartbeat_age_;
-  prometheus::Counter* resent_;
-  prometheus::Counter* duplicates_;
-  std::array<prometheus::Counter*, 5> refused_;
-  prometheus::Histogram* request_push_;
-  prometheus::Histogram* request_pull_;
-  prometheus::Histogram* request_pushpull_;
-  prometheus::Histogram* checkpoint_seconds_;
-  prometheus::Gauge* checkpoint_bytes_;
-  prometheus::Counter* checkpoints_;
-  prometheus::Counter* replica_forwarded_;
-  prometheus::Counter* replica_answered_;
-
-  // Made under mu_, read without it once set.
-  std::array<std::atomic<PeerSeries*>, kMaxPeerIds> peers_{};
-  std::atomic<PeerSeries*> other_peer_{nullptr};
-  Mutex mu_;
-  std::vector<std::unique_ptr<PeerSeries>> peer_series_ GUARDED_BY(mu_);
-  std::vector<std::pair<std::string, prometheus::Gauge*>> gauges_
-      GUARDED_BY(mu_);
-  std::function<void()> hook_ GUARDED_BY(mu_);
+  virtual void CheckpointDone(double /*seconds*/, uint64_t /*bytes*/) {}
+  // Replication, at a primary: an update sent to its replica, and one the
+  // replica answered.
+  virtual void ReplicaForwarded() {}
+  virtual void ReplicaAnswered() {}
 };
+
+// Makes the Metrics of a node of `role`. Set once, before any node starts
+// (the exporter does it while the program's statics are initialized).
+using MetricsFactory = std::unique_ptr<Metrics> (*)(Role role);
+void RegisterMetricsFactory(MetricsFactory factory);
+// The registered factory's Metrics, or a Metrics that counts nothing.
+std::unique_ptr<Metrics> MakeMetrics(Role role);
 
 }  // namespace ps
 

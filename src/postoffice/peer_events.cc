@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "kv/replica_chain.h"
 #include "postoffice/postoffice.h"
+#include "postoffice/replica_chain.h"
 
 namespace ps {
 
@@ -26,9 +26,9 @@ namespace core {
 void Postoffice::CollectPeerMetrics() const {
   const Clock::time_point now = Clock::now();
   for (const Membership::PeerView& p : membership_.Peers()) {
-    metrics_.SetPeerState(p.id, PeerStateName(p.state));
+    metrics_->SetPeerState(p.id, PeerStateName(p.state));
     if (p.watched) {
-      metrics_.SetHeartbeatAge(
+      metrics_->SetHeartbeatAge(
           p.id, std::chrono::duration<double>(now - p.last_heard).count());
     }
   }

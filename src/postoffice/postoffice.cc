@@ -46,8 +46,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 Postoffice::Postoffice(const Config& config)
     : config_(config),
-      metrics_(config.role),
-      van_(VanOptionsOf(config, &metrics_)),
+      metrics_(MakeMetrics(config.role)),
+      van_(VanOptionsOf(config, metrics_.get())),
       rendezvous_(config.num_servers, config.num_workers),
       rejoins_(config.num_workers, config.max_restarts),
       takeover_(config.num_servers, config.num_workers, config.max_restarts),
@@ -104,13 +104,13 @@ Status Postoffice::Bind() {
     const std::string& host =
         config_.metrics_host.empty() ? config_.node_host : config_.metrics_host;
     PS_RETURN_IF_ERROR(
-        metrics_.Serve(host, config_.metrics_port, config_.metrics_token));
-    metrics_.SetCollectHook([this] { CollectPeerMetrics(); });
+        metrics_->Serve(host, config_.metrics_port, config_.metrics_token));
+    metrics_->SetCollectHook([this] { CollectPeerMetrics(); });
     // For the launcher (tracker/launch.py --metrics writes its targets).
     PrintEvent("{\"event\":\"metrics\",\"role\":" +
                JsonString(RoleName(config_.role)) +
-               ",\"host\":" + JsonString(metrics_.address()) +
-               ",\"port\":" + std::to_string(metrics_.port()) + "}");
+               ",\"host\":" + JsonString(metrics_->address()) +
+               ",\"port\":" + std::to_string(metrics_->port()) + "}");
   }
   bound_ = true;
   return Status::OK();
@@ -124,7 +124,7 @@ Status Postoffice::Start() {
     MutexLock lock(&mu_);
     my_id_ = kSchedulerId;
     my_rank_ = 0;
-    metrics_.set_rank(0);
+    metrics_->set_rank(0);
     NodeInfo me;
     me.role = Role::kScheduler;
     me.id = kSchedulerId;
@@ -283,10 +283,10 @@ void Postoffice::CountDropped(int sender, const std::string& why) {
 
 void Postoffice::OnMessage(Message&& msg) {
   if (config_.verbose >= 2) LOG(INFO) << "recv " << DebugString(msg);
-  // By the sender the header claims (ids past Metrics::kMaxPeerIds share
-  // one series); one that is not proven is also counted refused below.
+  // By the sender the header claims (ids past PrometheusMetrics::kMaxPeerIds
+  // share one series); one that is not proven is also counted refused below.
   num_received_.fetch_add(1, std::memory_order_relaxed);
-  metrics_.Received(msg.meta.sender(), WireBytes(msg));
+  metrics_->Received(msg.meta.sender(), WireBytes(msg));
   if (FastDispatch(&msg)) return;
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
@@ -677,7 +677,7 @@ void Postoffice::Stop() {
   }
   // What it said last (goodbye, or why the job cannot start) still goes.
   van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);
-  metrics_.StopServing();
+  metrics_->StopServing();
   const std::vector<std::shared_ptr<Customer>> customers = Customers();
   Status aborted = Status::Aborted("node stopped");
   for (auto& c : customers) {

@@ -148,17 +148,17 @@ class Postoffice {
   // let go; no log: after a loss they are expected.
   void CountDuplicate() {
     num_duplicates_.fetch_add(1);
-    metrics_.Duplicate();
+    metrics_->Duplicate();
   }
   uint64_t num_duplicates() const { return num_duplicates_.load(); }
   // Counts a request sent again for want of an answer.
   void CountSent(const Message& msg) {
     num_sent_.fetch_add(1, std::memory_order_relaxed);
-    metrics_.Sent(msg.meta.recver(), WireBytes(msg));
+    metrics_->Sent(msg.meta.recver(), WireBytes(msg));
   }
   void CountResent() {
     num_resent_.fetch_add(1);
-    metrics_.Resent();
+    metrics_->Resent();
   }
   uint64_t num_resent() const { return num_resent_.load(); }
   // The adaptive resend timer; null when resends use a fixed timer or none.
@@ -171,7 +171,7 @@ class Postoffice {
   uint64_t num_received() const { return num_received_.load(); }
   // This node's metrics (served on PS_METRICS_PORT when set); the KV layer
   // reports into them.
-  Metrics& metrics() { return metrics_; }
+  Metrics& metrics() { return *metrics_; }
 
  private:
   // Data messages held before the node table (early_) or before their
@@ -334,7 +334,7 @@ class Postoffice {
   std::string BarrierWaitLineLocked(int group, int64_t waited) const
       REQUIRES(mu_);
   // The id of the server that holds server `id`'s keys once `id` is dead
-  // (Config::replicas; the rule is src/kv/replica_chain.h's), or -1.
+  // (Config::replicas; the rule is src/postoffice/replica_chain.h's), or -1.
   int CoveringServerLocked(int id) const REQUIRES(mu_);
 
   // A control wait (rendezvous, a barrier, a restarted scheduler or
@@ -434,7 +434,7 @@ class Postoffice {
 
   const Config config_;
   // Before van_, which reports refusals into it.
-  mutable Metrics metrics_;
+  const std::unique_ptr<Metrics> metrics_;  // MakeMetrics(role)
   Van van_;
   bool bound_ = false;
   bool started_ = false;

@@ -461,7 +461,7 @@ void Postoffice::MemberOnNodeTable(const Message& msg) {
     }
     my_id_ = me->id;
     my_rank_ = me->rank;
-    metrics_.set_rank(me->rank);
+    metrics_->set_rank(me->rank);
     rejoined_ = ctrl.rejoin();
     ImportMembershipLocked(table, {ctrl.dead().begin(), ctrl.dead().end()},
                            me->id);

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "kv/replica_chain.h"
+#include "postoffice/replica_chain.h"
 
 namespace ps {
 namespace core {
@@ -327,7 +327,8 @@ TEST(Membership, ConcurrentInputsAndPublishes) {
   EXPECT_EQ(m.Count({PeerState::kDead}), 200);
 }
 
-// The KV rule that decides between covered and dead (src/kv/replica_chain.h).
+// The KV rule that decides between covered and dead
+// (src/postoffice/replica_chain.h).
 TEST(ReplicaChain, ADeadServersKeysAreHeldWhileItsChainLives) {
   std::set<int> down;
   auto is_down = [&](int rank) { return down.count(rank) > 0; };

@@ -1,9 +1,7 @@
-// Metrics (src/metrics): what the registry counts, how it names peers and
-// refusals, that /metrics is served over HTTP on the port and only the
-// address it says, that a token keeps it from whoever lacks it, and the
+// PrometheusMetrics (src/exporter): what the registry counts, how it names
+// peers and refusals, that /metrics is served over HTTP on the port and only
+// the address it says, that a token keeps it from whoever lacks it, and the
 // options that choose both (PS_METRICS_HOST, PS_METRICS_TOKEN_FILE).
-#include "metrics/metrics.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netdb.h>
@@ -19,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "exporter/prometheus_metrics.h"
 #include "http_get.h"
 #include "ps/config.h"
 
@@ -34,7 +33,7 @@ std::string Scrape(int port, const std::string& path = "/metrics") {
 }
 
 TEST(Metrics, CountsTrafficPerPeerWithRoleAndRank) {
-  Metrics m(Role::kWorker);
+  PrometheusMetrics m(Role::kWorker);
   m.set_rank(1);
   m.Sent(ServerRankToId(0), 100);
   m.Sent(ServerRankToId(0), 20);
@@ -57,9 +56,9 @@ TEST(Metrics, CountsTrafficPerPeerWithRoleAndRank) {
 }
 
 TEST(Metrics, UnknownPeersShareOneSeries) {
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   m.Received(-5, 1);  // a registering node's temporary id
-  m.Received(Metrics::kMaxPeerIds + 1, 1);
+  m.Received(PrometheusMetrics::kMaxPeerIds + 1, 1);
   m.Received(3, 1);  // no role has id 3
   EXPECT_TRUE(Has(m.Text(),
                   "ps_messages_received_total{role=\"server\",rank=\"\","
@@ -85,7 +84,7 @@ TEST(Metrics, RefusalsHaveAFixedSetOfReasons) {
             RefusalReason::kAuthentication);
   EXPECT_EQ(ClassifyRefusal("\x01\x02whatever a peer wrote"),
             RefusalReason::kOther);
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   m.Refused(ClassifyRefusal("unknown sender of DATA"));
   m.Refused(RefusalReason::kAuthentication);
   m.Refused(RefusalReason::kAuthentication);
@@ -96,7 +95,7 @@ TEST(Metrics, RefusalsHaveAFixedSetOfReasons) {
 }
 
 TEST(Metrics, RequestsByOpInAHistogram) {
-  Metrics m(Role::kWorker);
+  PrometheusMetrics m(Role::kWorker);
   m.RequestDone(/*push=*/true, /*pull=*/false, 0.002);
   m.RequestDone(false, true, 0.5);
   m.RequestDone(false, true, 0.5);
@@ -116,7 +115,7 @@ TEST(Metrics, RequestsByOpInAHistogram) {
 }
 
 TEST(Metrics, PeerStateIsOneGaugeSetToOne) {
-  Metrics m(Role::kScheduler);
+  PrometheusMetrics m(Role::kScheduler);
   m.SetPeerState(WorkerRankToId(0), "joining");
   m.SetPeerState(WorkerRankToId(0), "live");
   m.SetHeartbeatAge(WorkerRankToId(0), 0.25);
@@ -130,7 +129,7 @@ TEST(Metrics, PeerStateIsOneGaugeSetToOne) {
 }
 
 TEST(Metrics, GaugesByNameRefuseBadNames) {
-  Metrics m(Role::kWorker);
+  PrometheusMetrics m(Role::kWorker);
   EXPECT_TRUE(m.SetGauge("ps_samples_per_second", 1200.5));
   EXPECT_TRUE(m.SetGauge("ps_samples_per_second", 1300));
   EXPECT_FALSE(m.SetGauge("not a name", 1));
@@ -142,7 +141,7 @@ TEST(Metrics, GaugesByNameRefuseBadNames) {
 }
 
 TEST(Metrics, ReplicaLagIsSentMinusAnswered) {
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   m.ReplicaForwarded();
   m.ReplicaForwarded();
   m.ReplicaAnswered();
@@ -158,7 +157,7 @@ TEST(Metrics, ReplicaLagIsSentMinusAnswered) {
 }
 
 TEST(Metrics, ServesOverHttpOnAnEphemeralPort) {
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   m.set_rank(0);
   ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
   ASSERT_GT(m.port(), 0);
@@ -172,7 +171,7 @@ TEST(Metrics, ServesOverHttpOnAnEphemeralPort) {
 }
 
 TEST(Metrics, OnlyMetricsIsServedAndServingStops) {
-  Metrics m(Role::kWorker);
+  PrometheusMetrics m(Role::kWorker);
   ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
   const int port = m.port();
   EXPECT_TRUE(Has(Scrape(port, "/"), "404 Not Found"));
@@ -185,7 +184,7 @@ TEST(Metrics, OnlyMetricsIsServedAndServingStops) {
 // holds the endpoint for one connection's time at most: a scrape after it
 // is answered, and StopServing returns while it still trickles.
 TEST(Metrics, ATricklingClientHoldsNeitherScrapesNorStop) {
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   ASSERT_TRUE(m.Serve("127.0.0.1", 0).ok());
   auto dial = [&] {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -223,9 +222,9 @@ TEST(Metrics, ATricklingClientHoldsNeitherScrapesNorStop) {
 }
 
 TEST(Metrics, ABusyPortIsAnErrorNamingIt) {
-  Metrics first(Role::kServer);
+  PrometheusMetrics first(Role::kServer);
   ASSERT_TRUE(first.Serve("127.0.0.1", 0).ok());
-  Metrics second(Role::kWorker);
+  PrometheusMetrics second(Role::kWorker);
   Status st = second.Serve("127.0.0.1", first.port());
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Has(st.message(), "127.0.0.1:" + std::to_string(first.port())))
@@ -240,7 +239,7 @@ std::string Bearer(const std::string& token) {
 }
 
 TEST(Metrics, WithATokenAScrapeWithoutItGets401AndNoMetrics) {
-  Metrics m(Role::kServer);
+  PrometheusMetrics m(Role::kServer);
   m.Sent(WorkerRankToId(0), 42);
   ASSERT_TRUE(m.Serve("127.0.0.1", 0, kToken).ok());
   const std::string wrong_ones[] = {
@@ -279,16 +278,16 @@ TEST(Metrics, WithATokenAScrapeWithoutItGets401AndNoMetrics) {
 // Loopback is a /8: a socket bound to 127.0.0.1 is not reached at
 // 127.0.0.2, so a refused connect there shows the bind is not INADDR_ANY.
 TEST(Metrics, ListensOnlyOnTheAddressItIsGiven) {
-  Metrics one(Role::kServer);
+  PrometheusMetrics one(Role::kServer);
   ASSERT_TRUE(one.Serve("127.0.0.1", 0).ok());
   EXPECT_EQ(one.address(), "127.0.0.1");
   EXPECT_TRUE(Connects("127.0.0.1", one.port()));
   EXPECT_FALSE(Connects("127.0.0.2", one.port()));
-  Metrics two(Role::kServer);
+  PrometheusMetrics two(Role::kServer);
   ASSERT_TRUE(two.Serve("127.0.0.2", 0).ok());
   EXPECT_TRUE(Has(HttpGetFrom("127.0.0.2", two.port()), "200 OK"));
   EXPECT_FALSE(Connects("127.0.0.1", two.port()));
-  Metrics every(Role::kServer);
+  PrometheusMetrics every(Role::kServer);
   ASSERT_TRUE(every.Serve("0.0.0.0", 0).ok());
   EXPECT_EQ(every.address(), "0.0.0.0");
   EXPECT_TRUE(Connects("127.0.0.1", every.port()));
@@ -304,11 +303,11 @@ TEST(Metrics, ANameListensOnTheAddressItResolvesTo) {
     GTEST_SKIP() << "'localhost' does not resolve here (no /etc/hosts?)";
   }
   freeaddrinfo(found);
-  Metrics m(Role::kWorker);
+  PrometheusMetrics m(Role::kWorker);
   ASSERT_TRUE(m.Serve("localhost", 0).ok());
   EXPECT_EQ(m.address(), "127.0.0.1");
   EXPECT_FALSE(Connects("127.0.0.2", m.port()));
-  Metrics none(Role::kWorker);
+  PrometheusMetrics none(Role::kWorker);
   Status st = none.Serve("", 0);
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(Has(st.message(), "PS_METRICS_HOST")) << st;
@@ -361,7 +360,7 @@ class TokenFileTest : public testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
+    std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;
     return path;
   }

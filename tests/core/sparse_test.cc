@@ -19,8 +19,8 @@
 
 #include "cluster.h"
 #include "gtest/gtest.h"
-#include "kv/sparse_table.h"
 #include "postoffice/postoffice.h"
+#include "sparse/sparse_table.h"
 
 namespace ps {
 namespace {
@@ -43,8 +43,9 @@ TEST(SparseUnit, KeysAreDistinctAndSpreadEvenly) {
     ++quarter[k >> 62];
   }
   EXPECT_EQ(keys.size(), static_cast<size_t>(kIds));
+  constexpr int kEven = kIds / 4, kSlack = kIds / 100;
   for (int q : quarter) {
-    EXPECT_NEAR(q, kIds / 4, kIds / 100) << "consecutive ids are not spread";
+    EXPECT_NEAR(q, kEven, kSlack) << "consecutive ids are not spread";
   }
 }
 

@@ -1,4 +1,4 @@
-#include "kv/sparse_table.h"
+#include "sparse/sparse_table.h"
 
 #include <absl/container/flat_hash_map.h>
 #include <glog/logging.h>

@@ -27,8 +27,8 @@
 
 #include "kv/checkpointer.h"
 #include "kv/replicator.h"
-#include "kv/sparse_table.h"
 #include "ps/sparse.h"
+#include "sparse/sparse_table.h"
 #include "van/sync.h"
 
 namespace ps {

@@ -1,10 +1,10 @@
 // Replica chains (Config::replicas = 1): server rank r's keys are also held
 // by server ReplicaOf(r) (ps/base.h). The KV rules that follow from it, as
-// pure functions of ranks, for the KV layer and the postoffice to ask: which
-// server-to-server data is replica traffic, and whether a dead server's keys
-// are still held. Internal; no state, so thread-safe.
-#ifndef PS_SRC_KV_REPLICA_CHAIN_H_
-#define PS_SRC_KV_REPLICA_CHAIN_H_
+// pure functions of ranks, for the postoffice and the KV layer above it to ask:
+// which server-to-server data is replica traffic, and whether a dead server's
+// keys are still held. Internal; no state, so thread-safe.
+#ifndef PS_SRC_POSTOFFICE_REPLICA_CHAIN_H_
+#define PS_SRC_POSTOFFICE_REPLICA_CHAIN_H_
 
 #include "ps/base.h"
 
@@ -35,4 +35,4 @@ int CoveringServer(int rank, int num_servers, const IsDown& is_down) {
 }  // namespace detail
 }  // namespace ps
 
-#endif  // PS_SRC_KV_REPLICA_CHAIN_H_
+#endif  // PS_SRC_POSTOFFICE_REPLICA_CHAIN_H_

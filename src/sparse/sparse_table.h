@@ -12,8 +12,8 @@
 // same thread-annotation macros as van/sync.h.)
 //
 // Not thread-safe: the shard serializes every call under its mutex.
-#ifndef PS_SRC_KV_SPARSE_TABLE_H_
-#define PS_SRC_KV_SPARSE_TABLE_H_
+#ifndef PS_SRC_SPARSE_SPARSE_TABLE_H_
+#define PS_SRC_SPARSE_SPARSE_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -87,4 +87,4 @@ class SparseTable {
 
 }  // namespace ps
 
-#endif  // PS_SRC_KV_SPARSE_TABLE_H_
+#endif  // PS_SRC_SPARSE_SPARSE_TABLE_H_

@@ -14,8 +14,8 @@
 // endpoint's thread. Each connection gets kIoTimeoutMs in all to send its
 // request and take the answer, however slowly it trickles, so a client
 // that stalls holds the thread no longer; Stop ends a connection at once.
-#ifndef PS_SRC_METRICS_HTTP_ENDPOINT_H_
-#define PS_SRC_METRICS_HTTP_ENDPOINT_H_
+#ifndef PS_SRC_EXPORTER_HTTP_ENDPOINT_H_
+#define PS_SRC_EXPORTER_HTTP_ENDPOINT_H_
 
 #include <array>
 #include <cstdint>
@@ -73,4 +73,4 @@ StatusOr<std::string> ResolveIPv4(const std::string& host);
 
 }  // namespace ps
 
-#endif  // PS_SRC_METRICS_HTTP_ENDPOINT_H_
+#endif  // PS_SRC_EXPORTER_HTTP_ENDPOINT_H_

@@ -1,6 +1,6 @@
 // HttpEndpoint: listen, accept one connection at a time, read the request,
 // check its token, answer /metrics (or 401, or 404), close.
-#include "metrics/http_endpoint.h"
+#include "exporter/http_endpoint.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,5 +1,6 @@
 // ps::Environment (ps/internal/env.h): one table per process, defined here
-// so that the library and the program share it.
+// so that the library and the program share it; ps::Start reads it
+// (default_node.cc), so it belongs to the postoffice, not to ps-lite's layer.
 #include "ps/internal/env.h"
 
 namespace ps {
