@@ -205,7 +205,8 @@ class Van : private van_internal::WireHost {
   // is not printable: names a peer by what the connection proves.
   static std::string DescribeConnection(const std::string& routing_id,
                                         const std::string& address);
-  // Data frames sent and received as shared-memory references.
+  // Data frames sent and received as shared-memory references (a message
+  // the sealed wire sends again in a new session counts once).
   uint64_t num_shared_sent() const { return num_shared_sent_.load(); }
   uint64_t num_shared_received() const { return num_shared_received_.load(); }
 
