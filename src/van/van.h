@@ -49,9 +49,16 @@
 // (the peer's process is gone: its port refuses) is reported at once,
 // instead of after the heartbeat timeout.
 //
+// Wires (van/wire.h): what differs between a job without a key and one
+// with is one object, picked at construction: the plain wire
+// (plain_wire.cc) or the sealed one (sealed_wire.h). Send and ReceiveOne
+// hand it the encoded message or the received parts.
+//
 // Sources: van.cc (bind, start, stop, routes, send, receive), van_watch.cc
-// (watching), van_auth.cc (admission with a job key), van_internal.h (the peer
-// record and ZeroMQ helpers they share).
+// (watching), van_auth.cc (the auth thread: ZAP and the idle-connection
+// guard), wire.h/wire.cc (the wire interface, the peer record, frames in
+// and out), plain_wire.cc, sealed_wire.h/.cc, sealed_session.cc,
+// sealed_receive.cc, van_internal.h (ZeroMQ helpers).
 #ifndef PS_SRC_VAN_VAN_H_
 #define PS_SRC_VAN_VAN_H_
 
@@ -72,10 +79,9 @@
 #include "ps/sarray.h"
 #include "ps/status.h"
 #include "van/message.h"
-#include "van/seal.h"
 #include "van/snapshot.h"
-#include "van/stream.h"
 #include "van/sync.h"
+#include "van/wire.h"
 
 namespace ps {
 
@@ -112,7 +118,7 @@ struct VanOptions {
   Metrics* metrics = nullptr;
 };
 
-class Van {
+class Van : private van_internal::WireHost {
  public:
   // Receives each well-formed message; runs on the receive thread.
   using Handler = std::function<void(Message&& msg)>;
@@ -157,8 +163,8 @@ class Van {
                  const std::string& wire_key, bool watch = true);
   // This process's static public key (32 bytes), for the node table; the
   // scheduler's, for connecting to it. Empty without a job key.
-  const std::string& wire_key() const { return static_key_.pub; }
-  std::string scheduler_wire_key() const;
+  const std::string& wire_key() const { return wire_->wire_key(); }
+  std::string scheduler_wire_key() const { return wire_->scheduler_wire_key(); }
   // Node `id` can map our shared memory: send it references.
   void SendReferencesTo(int id);
   // We can map the shared memory of node `id`, process `pid`, whose
@@ -190,7 +196,7 @@ class Van {
 
   // Counts and reports (WARNING, on stderr, at most a few lines every
   // 10 s) a dropped message from `from`.
-  void CountDropped(const std::string& from, const std::string& why);
+  void CountDropped(const std::string& from, const std::string& why) override;
   uint64_t num_dropped() const { return num_dropped_.load(); }
   // Connections refused in the handshake (no token of this job's key for
   // this process, or another mechanism).
@@ -199,114 +205,54 @@ class Van {
   // is not printable: names a peer by what the connection proves.
   static std::string DescribeConnection(const std::string& routing_id,
                                         const std::string& address);
-  // Data frames sent and received as shared-memory references.
+  // Data frames sent and received as shared-memory references (a message
+  // the sealed wire sends again in a new session counts once).
   uint64_t num_shared_sent() const { return num_shared_sent_.load(); }
   uint64_t num_shared_received() const { return num_shared_received_.load(); }
 
  private:
-  struct Peer;
-  struct RecvFrame;
-  // With a job key, what the receive thread keeps of one admitted
-  // connection (docs/security.md, "Sessions"): the session it confirmed
-  // last, one offered and not yet confirmed, and the streamed message whose
-  // records are still arriving (seal.h).
-  struct Inbound {
-    struct Session {
-      std::string offered;                   // the sender's e.pub: its name
-      std::unique_ptr<seal::Opener> opener;  // its frames, in order only
-      std::unique_ptr<seal::Sealer> sealer;  // our answers (ACK, RESET)
-      std::string welcome;                   // sent again for a repeated HELLO
-      uint64_t taken = 0;    // the last number of the last message taken whole
-      uint64_t unacked = 0;  // messages taken since the last ACK
-      uint64_t unacked_bytes = 0;                        // and their bytes
-      std::chrono::steady_clock::time_point reset_sent;  // the last RESET
-    };
-    std::optional<Session> open;
-    std::optional<Session> pending;
-    bool frozen = false;  // `open` takes nothing more: a new one was offered
-    struct Stream {
-      pb::Meta meta;                     // the opened header
-      std::vector<size_t> bytes;         // each data frame's, on the wire
-      std::vector<SArray<char>> frames;  // opened into record by record
-      uint32_t frame = 0;                // the next record's frame and chunk
-      uint32_t chunk = 0;
-      std::chrono::steady_clock::time_point last;  // a record last taken
-    };
-    std::optional<Stream> stream;
-  };
+  using Peer = van_internal::Peer;
+  using RecvParts = van_internal::RecvParts;
+  struct Watched;  // one watched connection (below)
 
-  // With a job key: seals msg's header and frames (`by_ref`: sent as
-  // references, no bytes) with `sealer` and sends them on `socket` (to
-  // `address`), both of one peer, under its lock; its data frames streamed
-  // as records when they hold seal::kStreamBytes or more.
-  // `last`: the sequence number of its last chunk.
-  Status SendSealed(seal::Sealer* sealer, void* socket,
-                    const std::string& address, const std::string& header,
-                    const Message& msg, const std::vector<bool>& by_ref,
-                    uint64_t* last);
-  // The sending side of a session (van_session.cc), under the peer's lock:
-  // offers a session (`again`: the same HELLO once more), sends an item in
-  // the open one, reads the receiver's answers, and acts on the timer.
-  Status OfferLocked(Peer* peer, bool again);
-  Status TransmitLocked(Peer* peer, OutStream::Item* item);
-  void DrainLocked(Peer* peer);
-  void OnAnswerLocked(Peer* peer, std::string frame);
-  void TickLocked(Peer* peer, std::chrono::steady_clock::time_point now);
-  // The thread "ps-van-session": reads the answers on every DEALER and
-  // runs their timers.
-  void SessionLoop();
-  // The receiving side (receive thread): a HELLO on connection `key`;
-  // an answer to the sender on connection `from`; an ACK or RESET of
-  // `session`.
-  void OnHello(const std::string& key, const std::string& hello,
-               const std::string& from, const std::string& address);
-  void Answer(const std::string& from, const std::string& frame);
-  void AnswerSession(const std::string& from, Inbound::Session* session,
-                     char type);
-  // Counts a message taken whole in `session`, ACKing when enough are.
-  void Took(const std::string& from, Inbound::Session* session, uint64_t bytes);
+  // WireHost: what the wire hands back (see van/wire.h).
+  void Deliver(StatusOr<Message> msg, const std::string& from,
+               const std::string& address) override;
+  void Report(const std::string& line) override;
+  void Answer(const std::string& to, const std::string& frame) override;
+  std::vector<std::shared_ptr<Peer>> Peers() const override;
+  std::function<int(int)> SharedPid(const std::string& from) const override;
+
+  // Lists in msg->meta.shared the data frames that go to a peer as
+  // shared-memory references (only with `references`: a peer that mapped
+  // our probe) and marks them in *by_ref; without, drops reply_into.
+  // Returns the bytes of regions made for this message alone
+  // (SharedRef.once): copies of the caller's, counted against the limit as
+  // if they were sent.
+  int64_t MarkReferences(Message* msg, bool references,
+                         std::vector<bool>* by_ref) const;
   void ReceiveLoop();
   // Receives one multipart message; false when the context is shut down.
   bool ReceiveOne();
-  // With a job key: opens `parts` (the routing id, then the message's or a
-  // record's frames) with its connection's key and delivers what completes.
-  void ReceiveSealed(const std::vector<std::shared_ptr<RecvFrame>>& parts,
-                     const std::string& from, const std::string& address);
-  // Hands up (or takes, for a probe) the message of `parts`, opened as
-  // `frames` in `in`'s open session.
-  void DeliverOpened(Inbound* in,
-                     const std::vector<std::shared_ptr<RecvFrame>>& parts,
-                     const std::vector<seal::Opener::Frame>& frames,
-                     const std::string& from, const std::string& address);
-  // With a job key, for a header that came alone: whether it starts a
-  // streamed message (then `in` waits for its records), or an error that
-  // names what it announces beyond the limits.
-  StatusOr<bool> StartStream(Inbound* in, pb::Meta* meta);
-  // Opens the record of `bytes` bytes at `record` (in place) into the next
-  // chunk of `in`'s streamed message.
-  Status TakeRecord(Inbound* in, char* record, size_t bytes);
-  // An SArray of the `bytes` bytes at `data` within `part`, keeping it alive.
-  static SArray<char> Adopt(const std::shared_ptr<RecvFrame>& part, char* data,
-                            size_t bytes);
-  // Whose shared memory the connection `from` may name (codec.h's Decode).
-  std::function<int(int)> SharedPid(const std::string& from) const;
-  // Hands a decoded message from `from` to the handler, or counts it
-  // dropped, saying why.
-  void Deliver(StatusOr<Message> msg, std::string from, std::string address);
-  // Binds the ROUTER's monitor and, with a job key, the ZAP endpoint; starts
-  // the auth thread.
-  void StartAuth();
+  // Binds the ROUTER's monitor and, if `with_zap` (the wire admits by token),
+  // the ZAP endpoint; starts the auth thread.
+  void StartAuth(bool with_zap);
   void AuthLoop(void* zap, void* monitor);
-  // Answers one ZAP request: admits the job's sealing tokens only.
+  // Answers one ZAP request: admits what the wire's Admit does.
   void AnswerZap(void* zap);
   // Starts monitoring a new DEALER's connection (WatchConnections).
   void Watch(const std::shared_ptr<Peer>& peer, void* socket)
       EXCLUDES(watch_mu_);
   void WatchLoop();
+  // Moves the monitors handed over by Watch to the watch thread's list.
+  void TakeNewWatches(std::vector<Watched>* watched) EXCLUDES(watch_mu_);
+  // Calls the handlers for the peers `lost` (with their addresses) and
+  // `regained`, those still in the routes, on the watch thread.
+  void Tell(
+      const std::vector<std::pair<std::shared_ptr<Peer>, std::string>>& lost,
+      const std::vector<std::shared_ptr<Peer>>& regained);
   // ZMTP heartbeats on `socket`, when configured.
   void SetHeartbeats(void* socket) const;
-  // Prints `line` unless the rate limit says no (it then counts it).
-  void Report(const std::string& line);
 
   // Where messages go and which references are allowed: read whole, without
   // a lock, on every send and every received reference; replaced whole by
@@ -320,21 +266,11 @@ class Van {
   };
 
   const VanOptions options_;
-  SharedMemory* const shared_memory_;      // the process's; outlives every Van
-  std::unique_ptr<seal::JobKey> job_key_;  // with a key only
-  seal::KeyPair static_key_;               // with a key only
-  // Each admitted connection, by its routing id and its PLAIN token (which
-  // ZeroMQ gives its messages as their User-Id); the receive thread's
-  // alone. An entry is made by a HELLO that proves the job's key, so only
-  // holders of the key add to it (and replays of their connections).
-  std::unordered_map<std::string, Inbound> inbound_;
-  std::thread session_;  // "ps-van-session", with a key only
-  std::atomic<bool> stop_session_{false};
+  SharedMemory* const shared_memory_;  // the process's; outlives every Van
   void* context_ = nullptr;
   void* router_ = nullptr;  // owned by the receive thread once started
   std::thread auth_;        // "ps-van-auth"
   int port_ = 0;
-  int64_t max_received_bytes_ = 0;  // a message's frames in all (Bind)
   std::string identity_;
   Handler handler_;
   std::thread receiver_;
@@ -369,6 +305,10 @@ class Van {
   uint64_t suppressed_ GUARDED_BY(report_mu_) = 0;
   std::atomic<uint64_t> num_shared_sent_{0};
   std::atomic<uint64_t> num_shared_received_{0};
+
+  // Plain or sealed, by options_.secret_key; made last (the sealed wire's
+  // thread reads the routes), stopped first.
+  std::unique_ptr<van_internal::Wire> wire_;
 };
 
 }  // namespace ps

@@ -1,9 +1,9 @@
 // Van: admission (thread "ps-van-auth"): with a job key, the ZAP handler
 // that admits only connections whose PLAIN password is a sealing token of
-// this job for this process (van/seal.h), and the count of handshakes
-// refused; with or without one, the ROUTER's monitor, by which idle
-// connections are capped per source address and in all (van/conn_guard.h);
-// see van.h, "Trust".
+// this job for this process (the sealed wire's Admit, van/sealed_wire.cc),
+// and the count of handshakes refused; with or without one, the ROUTER's
+// monitor, by which idle connections are capped per source address and in all
+// (van/conn_guard.h); see van.h, "Trust".
 #include <arpa/inet.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -140,9 +140,9 @@ std::string CapsText(const ConnGuard& guard) {
 
 }  // namespace
 
-void Van::StartAuth() {
+void Van::StartAuth(bool with_zap) {
   void* zap = nullptr;
-  if (job_key_ != nullptr) {
+  if (with_zap) {
     zap = zmq_socket(context_, ZMQ_REP);
     CHECK(zap != nullptr) << ZmqError();
     CHECK_EQ(zmq_bind(zap, kZapEndpoint), 0) << ZmqError();
@@ -227,23 +227,11 @@ void Van::AnswerZap(void* zap) {
     if (req.size() < 8) req.push_back(FrameString(&part));
   } while (zmq_msg_more(&part));
   zmq_msg_close(&part);
-  // PLAIN credentials: the user name, then the token in hex.
+  // PLAIN credentials: the user name, then the password (the sealed wire's
+  // token in hex).
   std::string why = "it does not hold this job's key (PS_KEY_FILE)";
-  bool ok = false;
-  if (req.size() >= 8 && req[0] == "1.0" && req[5] == "PLAIN" &&
-      req[6] == seal::kUserName) {
-    // Only the token's one spelling (lower-case hex): the receive thread
-    // keys each connection's opener on it, so another spelling of a
-    // recorded token must not find a fresh one.
-    StatusOr<std::string> token = seal::FromHex(req[7]);
-    StatusOr<std::string> key =
-        token.ok() && seal::ToHex(*token) == req[7]
-            ? job_key_->AcceptHello(static_key_, *token)
-            : StatusOr<std::string>(
-                  Status::InvalidArgument("its token is not lower-case hex"));
-    ok = key.ok();
-    if (!ok) why = key.status().message();
-  }
+  const bool ok = req.size() >= 8 && req[0] == "1.0" && req[5] == "PLAIN" &&
+                  wire_->Admit(req[6], req[7], &why);
   if (!ok) {
     Report("refused a " +
            DescribeConnection(req.size() > 4 ? req[4] : "",

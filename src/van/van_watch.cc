@@ -18,6 +18,26 @@ namespace ps {
 
 using van_internal::ZmqError;
 
+namespace {
+
+// One monitor event's type (0 when malformed). Frame 1: (uint16 event,
+// uint32 value); frame 2: the endpoint.
+uint16_t ReadEvent(void* monitor) {
+  zmq_msg_t part;
+  zmq_msg_init(&part);
+  uint16_t event = 0;
+  if (zmq_msg_recv(&part, monitor, ZMQ_DONTWAIT) >= 6) {
+    std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
+  }
+  while (zmq_msg_more(&part)) {
+    if (zmq_msg_recv(&part, monitor, 0) < 0) break;
+  }
+  zmq_msg_close(&part);
+  return event;
+}
+
+}  // namespace
+
 void Van::WatchConnections(int grace_ms, LostHandler lost, int only_id,
                            RegainedHandler regained) {
   CHECK(!watcher_.joinable()) << "WatchConnections() twice";
@@ -50,16 +70,42 @@ void Van::Watch(const std::shared_ptr<Peer>& peer, void* socket) {
   new_watches_.push_back(w);
 }
 
+void Van::Tell(
+    const std::vector<std::pair<std::shared_ptr<Peer>, std::string>>& lost,
+    const std::vector<std::shared_ptr<Peer>>& regained) {
+  auto id_of = [this](const std::shared_ptr<Peer>& peer) {
+    std::shared_ptr<const Routes> routes = routes_.Load();
+    for (const auto& [peer_id, p] : routes->peers) {
+      if (p == peer) return peer_id;
+    }
+    return -1;  // no longer a peer
+  };
+  for (const auto& peer : regained) {
+    const int id = id_of(peer);
+    if (id >= 0 && regained_) regained_(id);
+  }
+  for (const auto& [peer, address] : lost) {
+    const int id = id_of(peer);
+    if (id < 0) continue;  // no longer a peer
+    lost_(id, "its connection (" + address +
+                  ") closed and could not be "
+                  "made again within " +
+                  std::to_string(watch_grace_ms_) + " ms: its process is gone");
+  }
+}
+
+void Van::TakeNewWatches(std::vector<Watched>* watched) {
+  MutexLock lock(&watch_mu_);
+  for (Watched& w : new_watches_) watched->push_back(w);
+  new_watches_.clear();
+}
+
 void Van::WatchLoop() {
   constexpr int kPollMs = 50;
   std::vector<Watched> watched;
   std::vector<zmq_pollitem_t> items;
   while (true) {
-    {
-      MutexLock lock(&watch_mu_);
-      for (Watched& w : new_watches_) watched.push_back(w);
-      new_watches_.clear();
-    }
+    TakeNewWatches(&watched);
     items.clear();
     for (const Watched& w : watched) {
       items.push_back({w.monitor, 0, ZMQ_POLLIN, 0});
@@ -77,17 +123,7 @@ void Van::WatchLoop() {
     for (size_t i = 0; i < watched.size(); ++i) {
       Watched& w = watched[i];
       if (items[i].revents & ZMQ_POLLIN) {
-        // Frame 1: (uint16 event, uint32 value); frame 2: the endpoint.
-        zmq_msg_t part;
-        zmq_msg_init(&part);
-        uint16_t event = 0;
-        if (zmq_msg_recv(&part, w.monitor, ZMQ_DONTWAIT) >= 6) {
-          std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
-        }
-        while (zmq_msg_more(&part)) {
-          if (zmq_msg_recv(&part, w.monitor, 0) < 0) break;
-        }
-        zmq_msg_close(&part);
+        const uint16_t event = ReadEvent(w.monitor);
         if (event == ZMQ_EVENT_DISCONNECTED && !w.down) {
           w.down = true;
           w.down_since = now;
@@ -114,26 +150,7 @@ void Van::WatchLoop() {
       zmq_close(watched[i].monitor);
       watched.erase(watched.begin() + static_cast<long>(i));
     }
-    auto id_of = [this](const std::shared_ptr<Peer>& peer) {
-      std::shared_ptr<const Routes> routes = routes_.Load();
-      for (const auto& [peer_id, p] : routes->peers) {
-        if (p == peer) return peer_id;
-      }
-      return -1;  // no longer a peer
-    };
-    for (const auto& peer : regained) {
-      const int id = id_of(peer);
-      if (id >= 0 && regained_) regained_(id);
-    }
-    for (const auto& [peer, address] : lost) {
-      const int id = id_of(peer);
-      if (id < 0) continue;  // no longer a peer
-      lost_(id, "its connection (" + address +
-                    ") closed and could not be "
-                    "made again within " +
-                    std::to_string(watch_grace_ms_) +
-                    " ms: its process is gone");
-    }
+    Tell(lost, regained);
   }
   for (Watched& w : watched) zmq_close(w.monitor);
   MutexLock lock(&watch_mu_);

@@ -3,7 +3,7 @@
 // Van: the inbound queue of a connection (DMLC_PS_WATER_MARK, the ROUTER's
 // ZMQ_RCVHWM), messages from senders not in the node table (held up to
 // Postoffice::kMaxEarlyMessages and PS_MAX_MESSAGE_BYTES until the table
-// comes, dropped after), and messages of more parts (van.cc's kMaxParts) or
+// comes, dropped after), and messages of more parts (van/wire.h's kMaxParts) or
 // bytes (PS_MAX_MESSAGE_BYTES) than allowed. Every drop is counted exactly
 // (Node::num_dropped_messages) and the node then answers an honest request
 // exactly. Every wait is bounded; nothing is timed.

@@ -206,10 +206,6 @@ void ExpectConcurrentSendsArriveOnce(const VanOptions& options) {
   EXPECT_EQ(receiver1.num_dropped() + receiver2.num_dropped(), 0u);
 }
 
-TEST(Van, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
-  ExpectConcurrentSendsArriveOnce(VanOptions());
-}
-
 // Message (t, i) of Inbox's shape.
 Message TestMessage(int t, int i) {
   Message msg;
@@ -630,13 +626,149 @@ TEST(Van, SendAfterTheHandshakeWasRefusedFailsNamingIt) {
   EXPECT_EQ(keyed.inbox.total, 0);
 }
 
-TEST(Van, SealedConcurrentSendsArriveOnceWhilePeersComeAndGo) {
-  VanOptions keyed;
-  char pub[41], secret[41];
-  ASSERT_EQ(zmq_curve_keypair(pub, secret), 0);  // 32 random bytes in Z85
-  keyed.secret_key = secret;
-  ExpectConcurrentSendsArriveOnce(keyed);
+// ---- One body on both wires (van/wire.h) ----------------------------------
+
+enum class WireKind { kPlain, kSealed };
+
+// A van's options on `kind`: no key (an --insecure job), or a fresh job key.
+VanOptions OptionsFor(WireKind kind) {
+  VanOptions options;
+  if (kind == WireKind::kSealed) {
+    char pub[41], secret[41];
+    CHECK_EQ(zmq_curve_keypair(pub, secret), 0);  // 32 random bytes in Z85
+    options.secret_key = secret;
+  }
+  return options;
 }
+
+class VanWire : public ::testing::TestWithParam<WireKind> {
+ protected:
+  VanOptions Options() const { return OptionsFor(GetParam()); }
+};
+
+TEST_P(VanWire, ConcurrentSendsArriveOnceWhilePeersComeAndGo) {
+  ExpectConcurrentSendsArriveOnce(Options());
+}
+
+// What one receiver was handed, in order.
+struct Received {
+  std::mutex mu;
+  std::vector<Message> msgs;
+  size_t Count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return msgs.size();
+  }
+};
+
+// A started receiver and a sender connected to it as node 1, both on
+// `options`.
+struct Pair {
+  explicit Pair(const VanOptions& options)
+      : receiver(options), sender(options) {
+    CHECK(receiver.Bind("127.0.0.1", 0, 0, 0).ok());
+    receiver.Start([this](Message&& msg) {
+      std::lock_guard<std::mutex> lock(received.mu);
+      received.msgs.push_back(std::move(msg));
+    });
+    sender.set_identity("van-test-sender");
+    CHECK(sender.Connect(1, "127.0.0.1", receiver.port(), receiver.wire_key())
+              .ok());
+  }
+  Received received;  // outlives the vans
+  Van receiver;
+  Van sender;
+};
+
+// A header alone, then one message per data frame size: empty, inline
+// (ZeroMQ's own 32 bytes and one over), zero-copy, and several
+// seal::kChunkBytes (streamed record by record on the sealed wire); the
+// last has three frames. Every message arrives once, in the order sent
+// (one connection), with its header's fields and every byte.
+TEST_P(VanWire, EveryFrameShapeArrivesInOrderWithItsBytes) {
+  Pair pair(Options());
+  const std::vector<std::vector<size_t>> shapes = {
+      {},
+      {0},
+      {1},
+      {32},
+      {33},
+      {1000},
+      {3 * seal::kChunkBytes + 5},
+      {7, 3 * seal::kChunkBytes, 0}};
+  for (size_t m = 0; m < shapes.size(); ++m) {
+    Message msg;
+    msg.meta.set_recver(1);
+    msg.meta.set_timestamp(static_cast<int>(m));
+    msg.meta.set_body("message " + std::to_string(m));
+    for (size_t f = 0; f < shapes[m].size(); ++f) {
+      SArray<char> frame(shapes[m][f]);
+      for (size_t k = 0; k < frame.size(); ++k) {
+        frame[k] = BodyByte(static_cast<int>(m), static_cast<int>(f), k);
+      }
+      msg.AddData(frame, pb::CHAR);
+    }
+    ASSERT_TRUE(pair.sender.Send(&msg).ok()) << m;
+  }
+  ASSERT_TRUE(WaitFor([&] { return pair.received.Count() == shapes.size(); }))
+      << pair.received.Count() << " of " << shapes.size() << " arrived";
+  std::lock_guard<std::mutex> lock(pair.received.mu);
+  for (size_t m = 0; m < shapes.size(); ++m) {
+    const Message& msg = pair.received.msgs[m];
+    EXPECT_EQ(msg.meta.timestamp(), static_cast<int>(m));
+    EXPECT_EQ(msg.meta.body(), "message " + std::to_string(m));
+    EXPECT_EQ(msg.from, "van-test-sender");
+    ASSERT_EQ(msg.data.size(), shapes[m].size()) << m;
+    for (size_t f = 0; f < shapes[m].size(); ++f) {
+      ASSERT_EQ(msg.data[f].size(), shapes[m][f]) << m << " " << f;
+      for (size_t k = 0; k < shapes[m][f]; ++k) {
+        ASSERT_EQ(msg.data[f][k],
+                  BodyByte(static_cast<int>(m), static_cast<int>(f), k))
+            << "message " << m << " frame " << f << " byte " << k;
+      }
+    }
+  }
+  EXPECT_EQ(pair.receiver.num_dropped(), 0u);
+}
+
+// A message over PS_MAX_MESSAGE_BYTES fails at Send, naming the limit and
+// its size, and nothing of it goes out: the next message is the first to
+// arrive. A send to a node without a connection names the node.
+TEST_P(VanWire, SendOverTheLimitOrToNoPeerFailsNamingIt) {
+  VanOptions options = Options();
+  options.max_message_bytes = 4096;
+  Pair pair(options);
+  Message big;
+  big.meta.set_recver(1);
+  big.AddData(SArray<char>(5000), pb::CHAR);
+  Status st = pair.sender.Send(&big);
+  EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("PS_MAX_MESSAGE_BYTES (4096)"), std::string::npos)
+      << st;
+  Message lost;
+  lost.meta.set_recver(9);
+  st = pair.sender.Send(&lost);
+  EXPECT_EQ(st.code(), Status::kUnavailable) << st;
+  EXPECT_NE(st.message().find("node id 9"), std::string::npos) << st;
+  Message small;
+  small.meta.set_recver(1);
+  small.meta.set_timestamp(42);
+  small.AddData(SArray<char>(100), pb::CHAR);
+  ASSERT_TRUE(pair.sender.Send(&small).ok());
+  ASSERT_TRUE(WaitFor([&] { return pair.received.Count() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // room for more
+  std::lock_guard<std::mutex> lock(pair.received.mu);
+  ASSERT_EQ(pair.received.msgs.size(), 1u);
+  EXPECT_EQ(pair.received.msgs[0].meta.timestamp(), 42);
+  EXPECT_EQ(pair.receiver.num_dropped(), 0u);
+}
+
+std::string WireName(const ::testing::TestParamInfo<WireKind>& wire) {
+  return wire.param == WireKind::kPlain ? "Plain" : "Sealed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Wires, VanWire,
+                         ::testing::Values(WireKind::kPlain, WireKind::kSealed),
+                         WireName);
 
 }  // namespace
 }  // namespace ps

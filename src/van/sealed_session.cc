@@ -1,5 +1,5 @@
-// Van: sessions on sealed connections (docs/security.md, "Sessions"; see
-// van/stream.h for what the sender keeps).
+// The sealed wire's sessions (docs/security.md, "Sessions"; see
+// van/sealed_wire.h, and van/stream.h for what the sender keeps).
 //
 // On each admitted connection (a DEALER of the sender to the receiver's
 // ROUTER) the sender first sends a HELLO that offers a fresh ephemeral key;
@@ -28,14 +28,14 @@
 #include <utility>
 #include <vector>
 
-#include "van/van.h"
+#include "van/sealed_wire.h"
 #include "van/van_internal.h"
 
 namespace ps {
+namespace van_internal {
 
 namespace {
 
-using van_internal::ZmqError;
 using Clock = std::chrono::steady_clock;
 
 // The receiver ACKs after this many messages or bytes taken since the last
@@ -83,30 +83,31 @@ std::string OpenAnswer(seal::Opener* opener, std::string sealed) {
 
 // ---- The sender's side (under the peer's lock) -----------------------------
 
-Status Van::OfferLocked(Peer* peer, bool again) REQUIRES(peer->mu) {
-  if (!again || !peer->offer) {
-    StatusOr<seal::JobKey::Offer> offer = job_key_->MakeOffer(peer->peer_key);
+Status SealedWire::OfferLocked(Peer* peer, bool again) {
+  SealedPeer& s = StateOf(peer);
+  if (!again || !s.offer) {
+    StatusOr<seal::JobKey::Offer> offer = job_key_.MakeOffer(s.peer_key);
     if (!offer.ok()) return offer.status();
-    peer->offer = std::move(offer).value();
-    peer->out.Offer(peer->offer->e.pub, Clock::now());
+    s.offer = std::move(offer).value();
+    s.out.Offer(s.offer->e.pub, Clock::now());
   }
-  const std::string& hello = peer->offer->hello;
+  const std::string& hello = s.offer->hello;
   if (zmq_send(peer->socket, hello.data(), hello.size(), ZMQ_DONTWAIT) < 0) {
     return Status::Unavailable("send to " + peer->address + ": " + ZmqError());
   }
   return Status::OK();
 }
 
-Status Van::TransmitLocked(Peer* peer, OutStream::Item* item)
-    REQUIRES(peer->mu) {
+Status SealedWire::TransmitLocked(Peer* peer, OutStream::Item* item) {
+  SealedPeer& s = StateOf(peer);
   uint64_t last = 0;
-  Status st = SendSealed(peer->sealer.get(), peer->socket, peer->address,
+  Status st = SendSealed(s.sealer.get(), peer->socket, peer->address,
                          item->header, item->msg, item->by_ref, &last);
-  if (st.ok()) peer->out.Sent(item, last, Clock::now());
+  if (st.ok()) s.out.Sent(item, last, Clock::now());
   return st;
 }
 
-void Van::DrainLocked(Peer* peer) REQUIRES(peer->mu) {
+void SealedWire::DrainLocked(Peer* peer) {
   for (int i = 0; i < 1000; ++i) {  // bounded: the rest on the next tick
     int events = 0;
     size_t len = sizeof(events);
@@ -119,7 +120,7 @@ void Van::DrainLocked(Peer* peer) REQUIRES(peer->mu) {
     std::string frame;
     bool first = true, more = true;
     while (more && zmq_msg_recv(&part, peer->socket, ZMQ_DONTWAIT) >= 0) {
-      if (first) frame = van_internal::FrameString(&part);
+      if (first) frame = FrameString(&part);
       first = false;
       more = zmq_msg_more(&part) != 0;
     }
@@ -128,10 +129,10 @@ void Van::DrainLocked(Peer* peer) REQUIRES(peer->mu) {
   }
 }
 
-void Van::OnAnswerLocked(Peer* peer, std::string frame) REQUIRES(peer->mu) {
+void SealedWire::OnAnswerLocked(Peer* peer, std::string frame) {
+  SealedPeer& s = StateOf(peer);
   const char type = frame[0];
-  const Clock::time_point now = Clock::now();
-  OutStream& out = peer->out;
+  OutStream& out = s.out;
   if (type == '?') {
     // The receiver takes nothing of this session: it knows none of this
     // connection (it restarted), or it stopped this one for a newer HELLO
@@ -144,45 +145,14 @@ void Van::OnAnswerLocked(Peer* peer, std::string frame) REQUIRES(peer->mu) {
   }
   if (type == 'W' && out.state() == OutStream::State::kOffering &&
       frame.size() > 1 + seal::kKeyBytes) {
-    const std::string e_pub = frame.substr(1, seal::kKeyBytes);
-    StatusOr<seal::JobKey::SessionKeys> keys =
-        job_key_->FinishOffer(*peer->offer, peer->peer_key, e_pub);
-    if (!keys.ok()) return;
-    auto answers = std::make_unique<seal::Opener>(keys->reverse, false);
-    const std::string text =
-        OpenAnswer(answers.get(), frame.substr(1 + seal::kKeyBytes));
-    const size_t k = seal::kKeyBytes;
-    if (text.size() != 1 + 2 * k + 1 + 8 || text[0] != 'W' ||
-        text.compare(1, k, out.session()) != 0) {
-      return;  // not the WELCOME of this offer
-    }
-    const std::string quoted = text[1 + 2 * k] ? text.substr(1 + k, k) : "";
-    uint64_t taken = 0;
-    std::memcpy(&taken, text.data() + 2 + 2 * k, sizeof(taken));
-    const bool had = out.had_session();
-    size_t lost = 0;
-    std::vector<OutStream::Item*> again =
-        out.Welcome(quoted, taken, now, &lost);
-    peer->sealer = std::make_unique<seal::Sealer>(keys->forward);
-    peer->answers = std::move(answers);
-    if (had && (lost > 0 || !again.empty())) {
-      Report("a new session to " + peer->address + ": " +
-             std::to_string(again.size()) + " messages sent again" +
-             (lost > 0 ? ", " + std::to_string(lost) +
-                             " of an earlier session it does not know let go "
-                             "(it restarted)"
-                       : ""));
-    }
-    for (OutStream::Item* item : again) {
-      if (!TransmitLocked(peer, item).ok()) break;  // the timer tries again
-    }
+    OnWelcomeLocked(peer, frame);
     return;
   }
   if ((type != 'A' && type != 'R') || out.state() != OutStream::State::kOpen ||
-      peer->answers == nullptr) {
+      s.answers == nullptr) {
     return;
   }
-  const std::string text = OpenAnswer(peer->answers.get(), frame.substr(1));
+  const std::string text = OpenAnswer(s.answers.get(), frame.substr(1));
   if (text.size() != 1 + seal::kKeyBytes + 8 || text[0] != type ||
       text.compare(1, seal::kKeyBytes, out.session()) != 0) {
     return;
@@ -190,17 +160,55 @@ void Van::OnAnswerLocked(Peer* peer, std::string frame) REQUIRES(peer->mu) {
   uint64_t taken = 0;
   std::memcpy(&taken, text.data() + 1 + seal::kKeyBytes, sizeof(taken));
   if (type == 'A') {
-    out.Ack(taken, now);
+    out.Ack(taken, Clock::now());
     return;
   }
-  Report("the receiver at " + peer->address +
-         " refused a message out of order (it took up to " +
-         std::to_string(taken) + "): starting a new session");
+  host_->Report("the receiver at " + peer->address +
+                " refused a message out of order (it took up to " +
+                std::to_string(taken) + "): starting a new session");
   OfferLocked(peer, false).IgnoreError();
 }
 
-void Van::TickLocked(Peer* peer, Clock::time_point now) REQUIRES(peer->mu) {
-  switch (peer->out.Tick(now)) {
+void SealedWire::OnWelcomeLocked(Peer* peer, const std::string& frame) {
+  SealedPeer& s = StateOf(peer);
+  OutStream& out = s.out;
+  const std::string e_pub = frame.substr(1, seal::kKeyBytes);
+  StatusOr<seal::JobKey::SessionKeys> keys =
+      job_key_.FinishOffer(*s.offer, s.peer_key, e_pub);
+  if (!keys.ok()) return;
+  auto answers = std::make_unique<seal::Opener>(keys->reverse, false);
+  const std::string text =
+      OpenAnswer(answers.get(), frame.substr(1 + seal::kKeyBytes));
+  const size_t k = seal::kKeyBytes;
+  if (text.size() != 1 + 2 * k + 1 + 8 || text[0] != 'W' ||
+      text.compare(1, k, out.session()) != 0) {
+    return;  // not the WELCOME of this offer
+  }
+  const std::string quoted = text[1 + 2 * k] ? text.substr(1 + k, k) : "";
+  uint64_t taken = 0;
+  std::memcpy(&taken, text.data() + 2 + 2 * k, sizeof(taken));
+  const bool had = out.had_session();
+  size_t lost = 0;
+  std::vector<OutStream::Item*> again =
+      out.Welcome(quoted, taken, Clock::now(), &lost);
+  s.sealer = std::make_unique<seal::Sealer>(keys->forward);
+  s.answers = std::move(answers);
+  if (had && (lost > 0 || !again.empty())) {
+    host_->Report("a new session to " + peer->address + ": " +
+                  std::to_string(again.size()) + " messages sent again" +
+                  (lost > 0 ? ", " + std::to_string(lost) +
+                                  " of an earlier session it does not know "
+                                  "let go (it restarted)"
+                            : ""));
+  }
+  for (OutStream::Item* item : again) {
+    if (!TransmitLocked(peer, item).ok()) break;  // the timer tries again
+  }
+}
+
+void SealedWire::TickLocked(Peer* peer, Clock::time_point now) {
+  SealedPeer& s = StateOf(peer);
+  switch (s.out.Tick(now)) {
     case OutStream::Due::kNothing:
       return;
     case OutStream::Due::kOfferAgain:
@@ -210,33 +218,29 @@ void Van::TickLocked(Peer* peer, Clock::time_point now) REQUIRES(peer->mu) {
       // An empty sealed message: the receiver answers what it took (or, if
       // something before it is missing, RESET).
       uint64_t last = 0;
-      SendSealed(peer->sealer.get(), peer->socket, peer->address, "", Message(),
-                 {}, &last)
+      SendSealed(s.sealer.get(), peer->socket, peer->address, "", Message(), {},
+                 &last)
           .IgnoreError();
       return;
     }
     case OutStream::Due::kNewSession:
-      Report("no answer from " + peer->address + " to " +
-             std::to_string(OutStream::kProbesPerSession) +
-             " probes: starting a new session");
+      host_->Report("no answer from " + peer->address + " to " +
+                    std::to_string(OutStream::kProbesPerSession) +
+                    " probes: starting a new session");
       OfferLocked(peer, false).IgnoreError();
       return;
   }
 }
 
-void Van::SessionLoop() {
-  std::vector<std::shared_ptr<Peer>> peers;
+void SealedWire::SessionLoop() {
   std::vector<zmq_pollitem_t> items;
   while (!stop_session_.load()) {
-    peers.clear();
+    // Every peer of a sealed van is sealed, its descriptor set before it
+    // was shared.
+    const std::vector<std::shared_ptr<Peer>> peers = host_->Peers();
     items.clear();
-    {
-      std::shared_ptr<const Routes> routes = routes_.Load();
-      for (const auto& [id, peer] : routes->peers) {
-        if (!peer->sealed) continue;
-        peers.push_back(peer);
-        items.push_back({nullptr, peer->fd, ZMQ_POLLIN, 0});
-      }
+    for (const std::shared_ptr<Peer>& peer : peers) {
+      items.push_back({nullptr, peer->fd, ZMQ_POLLIN, 0});
     }
     if (zmq_poll(items.data(), static_cast<int>(items.size()), kTickMs) < 0 &&
         zmq_errno() == ETERM) {
@@ -253,23 +257,22 @@ void Van::SessionLoop() {
 
 // ---- The receiver's side (receive thread) ----------------------------------
 
-void Van::OnHello(const std::string& key, const std::string& hello,
-                  const std::string& from, const std::string& address) {
+void SealedWire::OnHello(const std::string& key, const std::string& hello,
+                         const std::string& from, const std::string& address) {
   const std::string offered = hello.substr(8, seal::kKeyBytes);
   auto it = inbound_.find(key);
   if (it != inbound_.end()) {
     Inbound& in = it->second;
     if (in.pending && in.pending->offered == offered) {
-      Answer(from, in.pending->welcome);  // its WELCOME was lost
+      host_->Answer(from, in.pending->welcome);  // its WELCOME was lost
       return;
     }
     if (in.open && in.open->offered == offered) return;  // a late copy
   }
   StatusOr<seal::JobKey::Accepted> accepted =
-      job_key_->AcceptOffer(static_key_, hello);
+      job_key_.AcceptOffer(static_key_, hello);
   if (!accepted.ok()) {
-    CountDropped(DescribeConnection(from, address),
-                 "a HELLO refused: " + accepted.status().message());
+    Drop(from, address, "a HELLO refused: " + accepted.status().message());
     return;
   }
   Inbound& in = inbound_[key];
@@ -286,21 +289,12 @@ void Van::OnHello(const std::string& key, const std::string& hello,
   session.welcome =
       "W" + accepted->e_pub +
       SealAnswer(session.sealer.get(), AnswerText('W', offered, quoted, taken));
-  Answer(from, session.welcome);
+  host_->Answer(from, session.welcome);
   in.pending = std::move(session);
 }
 
-void Van::Answer(const std::string& from, const std::string& frame) {
-  // To the connection the message came on; dropped by ZeroMQ if it is gone
-  // or its queue is full (the sender's timer covers both).
-  if (zmq_send(router_, from.data(), from.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >=
-      0) {
-    zmq_send(router_, frame.data(), frame.size(), ZMQ_DONTWAIT);
-  }
-}
-
-void Van::AnswerSession(const std::string& from, Inbound::Session* session,
-                        char type) {
+void SealedWire::AnswerSession(const std::string& from,
+                               Inbound::Session* session, char type) {
   const Clock::time_point now = Clock::now();
   if (type == 'R') {
     if (now - session->reset_sent < kResetEvery) return;
@@ -309,14 +303,14 @@ void Van::AnswerSession(const std::string& from, Inbound::Session* session,
     session->unacked = 0;
     session->unacked_bytes = 0;
   }
-  Answer(from, std::string(1, type) +
-                   SealAnswer(
-                       session->sealer.get(),
-                       AnswerText(type, session->offered, "", session->taken)));
+  host_->Answer(
+      from, std::string(1, type) + SealAnswer(session->sealer.get(),
+                                              AnswerText(type, session->offered,
+                                                         "", session->taken)));
 }
 
-void Van::Took(const std::string& from, Inbound::Session* session,
-               uint64_t bytes) {
+void SealedWire::Took(const std::string& from, Inbound::Session* session,
+                      uint64_t bytes) {
   session->taken = session->opener->last();
   session->unacked_bytes += bytes;
   if (++session->unacked >= kAckEveryMessages ||
@@ -325,4 +319,5 @@ void Van::Took(const std::string& from, Inbound::Session* session,
   }
 }
 
+}  // namespace van_internal
 }  // namespace ps
