@@ -153,6 +153,35 @@ TEST(Resender, AckSamplesTheRoundTripOfTheAttemptItNames) {
   EXPECT_EQ(r.num_kept(), 0u);
 }
 
+// A send function that records what the resend thread sends, and waits
+// (at most 30 s) until it sent `n`.
+class Recorder {
+ public:
+  Resender::SendFn fn() {
+    return [this](Message* msg) {
+      MutexLock lock(&mu_);
+      sent_.push_back(*msg);
+      cv_.SignalAll();
+      return Status::OK();
+    };
+  }
+  // What was sent since the last Take, once at least n (or 30 s passed).
+  std::vector<Message> Take(size_t n) {
+    MutexLock lock(&mu_);
+    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
+    while (sent_.size() < n && cv_.WaitUntil(deadline)) {
+    }
+    std::vector<Message> sent;
+    sent.swap(sent_);
+    return sent;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  std::vector<Message> sent_ GUARDED_BY(mu_);
+};
+
 // Delayed acknowledgements: the server (id 8) owes the worker (id 9) the
 // acknowledgement of its request; the answer it sends within kAckDelayMs
 // carries it, and the worker's Resender takes it as an acknowledgement
@@ -194,32 +223,19 @@ TEST(Resender, AnAnswerSentSoonCarriesItsRequestsAcknowledgement) {
 // With nothing to ride on, what is owed a peer goes in one message of its
 // own, kAckDelayMs after the first was owed; at kMaxOwed it goes at once.
 TEST(Resender, OwedAcknowledgementsGoAloneAfterTheDelay) {
-  Mutex mu;
-  CondVar cv(&mu);
-  std::vector<Message> sent;
-  Resender r(1000, [&](Message* msg) {
-    MutexLock lock(&mu);
-    sent.push_back(*msg);
-    cv.SignalAll();
-    return Status::OK();
-  });
+  Recorder recorder;
+  Resender r(1000, recorder.fn());
   r.Start();
   const auto t0 = Resender::Clock::now();
   r.Owe(9, Request(1).meta, t0);
   r.Owe(9, Request(2).meta, t0);
   r.Owe(10, Request(3).meta, t0);
-  {
-    MutexLock lock(&mu);
-    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
-    while (sent.size() < 2 && cv.WaitUntil(deadline)) {
-    }
-    ASSERT_EQ(sent.size(), 2u) << "not acknowledged within 30 s";
-    for (const Message& ack : sent) {
-      EXPECT_TRUE(ack.meta.ack());
-      EXPECT_TRUE(ack.data.empty());
-      EXPECT_EQ(ack.meta.acks_size(), ack.meta.recver() == 9 ? 2 : 1);
-    }
-    sent.clear();
+  std::vector<Message> sent = recorder.Take(2);
+  ASSERT_EQ(sent.size(), 2u) << "not acknowledged within 30 s";
+  for (const Message& ack : sent) {
+    EXPECT_TRUE(ack.meta.ack());
+    EXPECT_TRUE(ack.data.empty());
+    EXPECT_EQ(ack.meta.acks_size(), ack.meta.recver() == 9 ? 2 : 1);
   }
   EXPECT_EQ(r.num_owed(), 0u);
   // A resender settling from such a message: both of its entries.
@@ -237,27 +253,15 @@ TEST(Resender, OwedAcknowledgementsGoAloneAfterTheDelay) {
   for (size_t i = 0; i < Resender::kMaxOwed; ++i) {
     r.Owe(11, Request(static_cast<int>(i)).meta, Resender::Clock::now());
   }
-  {
-    MutexLock lock(&mu);
-    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
-    while (sent.empty() && cv.WaitUntil(deadline)) {
-    }
-    ASSERT_EQ(sent.size(), 1u);
-    EXPECT_EQ(sent[0].meta.acks_size(), static_cast<int>(Resender::kMaxOwed));
-  }
+  sent = recorder.Take(1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].meta.acks_size(), static_cast<int>(Resender::kMaxOwed));
   r.Stop();
 }
 
 TEST(Resender, SendsAgainAfterTheRtoUntilAcknowledged) {
-  Mutex mu;
-  CondVar cv(&mu);
-  std::vector<Message> sent;
-  Resender r(1000, [&](Message* msg) {
-    MutexLock lock(&mu);
-    sent.push_back(*msg);
-    cv.SignalAll();
-    return Status::OK();
-  });
+  Recorder recorder;
+  Resender r(1000, recorder.fn());
   r.Start();
   // One sample of 1 ms: the RTO is the floor, 5 ms.
   const auto t0 = Resender::Clock::now();
@@ -268,15 +272,10 @@ TEST(Resender, SendsAgainAfterTheRtoUntilAcknowledged) {
   ASSERT_EQ(r.RtoMs(8), Resender::kFloorMs);
   Message lost = Request(2);
   r.Keep(&lost, Resender::Clock::now());
-  {
-    MutexLock lock(&mu);
-    auto deadline = CondVar::Clock::now() + std::chrono::seconds(30);
-    while (sent.empty() && cv.WaitUntil(deadline)) {
-    }
-    ASSERT_FALSE(sent.empty()) << "not resent within 30 s";
-    EXPECT_EQ(sent[0].meta.timestamp(), 2);
-    EXPECT_EQ(sent[0].meta.attempt(), 2);
-  }
+  std::vector<Message> sent = recorder.Take(1);
+  ASSERT_FALSE(sent.empty()) << "not resent within 30 s";
+  EXPECT_EQ(sent[0].meta.timestamp(), 2);
+  EXPECT_EQ(sent[0].meta.attempt(), 2);
   EXPECT_GT(r.RtoMs(8), Resender::kFloorMs);  // backed off
   r.OnAck(8, Resender::AckOf(lost.meta).meta, Resender::Clock::now());
   EXPECT_EQ(r.num_kept(), 0u);
