@@ -106,31 +106,8 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
       // Requests may come before the server set its request handle (a
       // worker may learn of the start barrier's end first), or before the
       // receiver made its SimpleApp (ps-lite programs make it after
-      // ps::Start): hold them, for
-      // PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests), up to a count
-      // and PS_MAX_MESSAGE_BYTES in all. A resent copy of one held already
-      // is let go (it would count twice).
-      const pb::Meta& m = msg.meta;
-      auto held = held_.find(key);
-      if (held != held_.end()) {
-        for (const HeldRequest& h : held->second) {
-          if (h.msg.meta.sender() == m.sender() &&
-              h.msg.meta.customer_id() == m.customer_id() &&
-              h.msg.meta.timestamp() == m.timestamp() &&
-              h.msg.meta.origin() == m.origin()) {
-            CountDuplicate();
-            return;
-          }
-        }
-      }
-      if (held_count_.load() < kMaxEarlyMessages &&
-          held_bytes_ + MessageBytes(msg) <=
-              static_cast<uint64_t>(config_.max_message_bytes)) {
-        held_bytes_ += MessageBytes(msg);
-        held_[key].push_back({std::move(msg), now});
-        held_count_.fetch_add(1);
-        return;
-      }
+      // ps::Start): held.
+      if (HoldLocked(key, &msg, now)) return;
     }
   }
   if (customer != nullptr && Post(customer, &msg)) return;
@@ -163,6 +140,35 @@ void Postoffice::HoldOrDrop(const CustomerKey& key, Message&& msg) {
       std::string(msg.meta.simple_app() ? "no SimpleApp" : "no customer") +
           " for app " + std::to_string(msg.meta.app_id()) + " customer " +
           std::to_string(msg.meta.customer_id()));
+}
+
+bool Postoffice::HoldLocked(const CustomerKey& key, Message* msg,
+                            Clock::time_point now) {
+  // For PS_CONNECT_TIMEOUT_MS at most (ExpireHeldRequests), up to a count
+  // and PS_MAX_MESSAGE_BYTES in all. A resent copy of one held already is
+  // let go (it would count twice).
+  const pb::Meta& m = msg->meta;
+  auto held = held_.find(key);
+  if (held != held_.end()) {
+    for (const HeldRequest& h : held->second) {
+      if (h.msg.meta.sender() == m.sender() &&
+          h.msg.meta.customer_id() == m.customer_id() &&
+          h.msg.meta.timestamp() == m.timestamp() &&
+          h.msg.meta.origin() == m.origin()) {
+        CountDuplicate();
+        return true;
+      }
+    }
+  }
+  const uint64_t bytes = MessageBytes(*msg);
+  if (held_count_.load() >= kMaxEarlyMessages ||
+      held_bytes_ + bytes > static_cast<uint64_t>(config_.max_message_bytes)) {
+    return false;
+  }
+  held_bytes_ += bytes;
+  held_[key].push_back({std::move(*msg), now});
+  held_count_.fetch_add(1);
+  return true;
 }
 
 void Postoffice::ExpireHeldRequests(Clock::time_point now) {

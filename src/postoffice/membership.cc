@@ -136,7 +136,7 @@ Status Membership::Apply(int id, PeerInput input, const std::string& why,
                                    PeerInputName(input) + " (" + why + ")");
   }
   Record& r = nodes_[id];
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = advanced_ ? now_ : Clock::now();
   r.state = to;
   r.reason = why;
   r.since = now;
@@ -214,6 +214,12 @@ void Membership::Watch(int id, Clock::time_point now) {
   it->second.last_heard = now;
 }
 
+void Membership::Advance(Clock::time_point now) {
+  MutexLock lock(&mu_);
+  advanced_ = true;
+  now_ = now;
+}
+
 void Membership::Heard(int id, Clock::time_point now) {
   MutexLock lock(&mu_);
   auto it = nodes_.find(id);
@@ -248,9 +254,10 @@ std::vector<int> Membership::Tick(Clock::time_point now,
   std::vector<std::string> lines;
   MutexLock lock(&mu_);
   for (auto& [id, r] : nodes_) {
+    // (A rejoining node sends no heartbeat before it has the node table;
+    // its connection's loss is its death until then.)
     if (!r.watched ||
-        (r.state != PeerState::kLive && r.state != PeerState::kSuspected &&
-         r.state != PeerState::kRejoining)) {
+        (r.state != PeerState::kLive && r.state != PeerState::kSuspected)) {
       continue;
     }
     const Clock::duration quiet = now - r.last_heard;

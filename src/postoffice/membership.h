@@ -163,6 +163,10 @@ class Membership {
   // Later Publish calls skip it; one running now still finishes.
   void Unsubscribe(int handle) EXCLUDES(mu_);
 
+  // The time of the inputs that follow: Apply stamps each transition with
+  // it (since). Until called, the steady clock's time.
+  void Advance(Clock::time_point now) EXCLUDES(mu_);
+
   // Liveness. Heard: a message of `id` arrived at `now` (a suspected node
   // is live again). Watch: from `now` on, `id`'s silence counts (heartbeats
   // to the scheduler; the scheduler at a member). ForgiveSilence: this node
@@ -174,7 +178,7 @@ class Membership {
   // much of everyone's silence is its own, not theirs (not past `now`).
   void ExcuseStall(Clock::duration stalled, Clock::time_point now)
       EXCLUDES(mu_);
-  // Timer tick: a watched node (live, suspected or rejoining) silent for
+  // Timer tick: a watched node (live or suspected) silent for
   // longer than `suspect_after` becomes suspected; returns those silent for
   // longer than `dead_after` (the caller declares them dead).
   std::vector<int> Tick(Clock::time_point now, Clock::duration suspect_after,
@@ -216,6 +220,8 @@ class Membership {
 
   mutable Mutex mu_;
   int self_ GUARDED_BY(mu_) = 0;
+  bool advanced_ GUARDED_BY(mu_) = false;
+  Clock::time_point now_ GUARDED_BY(mu_);
   std::map<int, Record> nodes_ GUARDED_BY(mu_);
   int next_handle_ GUARDED_BY(mu_) = 0;
   std::map<int, Subscriber> subscribers_ GUARDED_BY(mu_);

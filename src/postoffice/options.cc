@@ -112,7 +112,8 @@ const char kMarkdownOutro[] = R"(
   module), `PS_LOCAL_TIMEOUT` and `PS_LOCAL_WORKER_PROCESSES`
   (tests/pslite/local.sh), `PS_ALLOW_MISSING_PROMETHEUS`
   (tests/tracker/test_metrics.py skips, instead of failing, without
-  Debian's prometheus).
+  Debian's prometheus), `PS_UPDATE_GOLDEN` (tests/core/protocol_sim_test.cc
+  writes the scenarios' outputs into their files instead of checking them).
 - **Programs' choices**: `PS_COMPRESS` (compression on the wire,
   docs/compression.md) is read by mnist_dist (when `--compress` is not
   given) and by the Python module, not by the node: a C++ program adds a

@@ -1,14 +1,14 @@
-// Postoffice, continued: a node's failure as a transition of the membership
-// (DeclareDead, OnPeerFailure) and the subscribers that react to the
-// membership's events, each in its own function.
+// Postoffice, continued: the steps of the node protocol (TransitionLocked,
+// DeclareDead, AfterStepLocked and Flush) and the subscribers that react to
+// the membership's events, each in its own function.
 #include <glog/logging.h>
 
 #include <cstdio>
 #include <string>
 #include <utility>
 
+#include "postoffice/logging.h"
 #include "postoffice/postoffice.h"
-#include "postoffice/replica_chain.h"
 
 namespace ps {
 
@@ -62,137 +62,94 @@ bool Postoffice::TransitionLocked(int id, PeerInput input,
                                   const std::string& why,
                                   std::vector<PeerEvent>* events, int by,
                                   const Status& status) {
-  const bool was_down = membership_.IsDown(id);
-  Status st = membership_.Apply(id, input, why, events, by, status);
-  if (st.ok() && ready_ && membership_.IsDown(id) != was_down) {
-    PublishRoutesLocked();  // the data path fences it, or no more
-  }
-  if (!st.ok()) {
-    // A duplicate or a late word about a node (a second NODE_FAILED, a
-    // goodbye after its death): nothing changes.
-    VLOG(1) << st.message();
-    return false;
-  }
-  cv_.SignalAll();
-  return true;
+  NodeProtocol::Output out;
+  const bool taken =
+      protocol_.Transition(id, input, why, Clock::now(), &out, by, status);
+  AfterStepLocked(&out);
+  for (PeerEvent& e : out.events) events->push_back(std::move(e));
+  return taken;
 }
 
-Postoffice::Verdict Postoffice::VerdictLocked(int id) const {
-  // Only a node awaited back dies twice: the second time for good.
-  if (membership_.state(id) == PeerState::kAwaited) {
-    return {PeerInput::kLose, -1};
+void Postoffice::AfterStepLocked(NodeProtocol::Output* out) {
+  for (int id : out->disconnect) van_.Disconnect(id);
+  for (const NodeProtocol::Output::Rekey& r : out->rekey) {
+    van_.Rekey(r.from, r.to);
   }
-  if (RestartableLocked(id)) return {PeerInput::kAwait, -1};
-  const int by = CoveringServerLocked(id);
-  return by >= 0 ? Verdict{PeerInput::kCover, by}
-                 : Verdict{PeerInput::kLose, -1};
+  std::vector<Message> probed;
+  for (const NodeInfo& node : out->connect) {
+    van_.Disconnect(node.id);
+    Status st = van_.Connect(node.id, node.host, node.port, node.wire_key);
+    if (!st.ok()) {
+      LOG(WARNING) << "cannot reach " << node.Describe() << ": " << st;
+      continue;
+    }
+    if (!IsScheduler() && !node.shm_domain.empty() &&
+        node.shm_domain == MyShmDomain()) {
+      // Whether we can map its memory goes to it before the answer that
+      // lets it hear from us.
+      shm_pending_.insert(node.id);
+      Message ready = ControlMessage(pb::SHM_READY, node.id, false);
+      ready.meta.mutable_control()->set_error(ProbeSharedMemory(node));
+      probed.push_back(std::move(ready));
+    }
+  }
+  out->after_events.insert(out->after_events.begin(),
+                           std::make_move_iterator(probed.begin()),
+                           std::make_move_iterator(probed.end()));
+  out->disconnect.clear();
+  out->rekey.clear();
+  out->connect.clear();
+  if (out->routes_changed) {
+    PublishRoutesLocked();  // the data path fences it, or no more
+    out->routes_changed = false;
+  }
+  cv_.SignalAll();
+}
+
+void Postoffice::Flush(NodeProtocol::Output* out) {
+  for (const NodeProtocol::Output::Drop& d : out->drops) {
+    if (d.connection.empty()) {
+      CountDropped(d.sender, d.why);
+    } else {
+      van_.CountDropped(d.connection, d.why);
+    }
+  }
+  SendAll(&out->messages);
+  for (const NodeProtocol::Output::Line& line : out->lines) {
+    switch (line.level) {
+      case NodeProtocol::Output::Line::kInfo:
+        LOG(INFO) << line.text;
+        break;
+      case NodeProtocol::Output::Line::kTell:
+        Tell(google::GLOG_INFO, line.text);
+        break;
+      case NodeProtocol::Output::Line::kWarning:
+        LOG(WARNING) << line.text;
+        break;
+      case NodeProtocol::Output::Line::kError:
+        LOG(ERROR) << line.text;
+        break;
+    }
+  }
+  membership_.Publish(out->events);
+  SendAll(&out->after_events);
+  out->drops.clear();
+  out->lines.clear();
+  out->events.clear();
 }
 
 void Postoffice::DeclareDead(const std::vector<int>& ids,
                              const std::string& why) {
-  for (int id : ids) {
-    std::vector<Message> outbox;
-    Verdict verdict;
-    {
-      MutexLock lock(&mu_);
-      // A worker awaited back (PS_MAX_RESTARTS) is declared dead again,
-      // for good, when it did not come back in time.
-      const PeerState state = membership_.state(id);
-      if (IsScheduler() &&
-          ((membership_.IsDown(id) && state != PeerState::kAwaited) ||
-           state == PeerState::kDeparted || table_.Find(id) == nullptr)) {
-        continue;
-      }
-      // The scheduler judges; its members apply the verdict it sends.
-      verdict = VerdictLocked(id);
-      if (IsScheduler()) outbox = NodeFailedLocked(id, why, verdict);
-    }
-    SendAll(&outbox);
-    OnPeerFailure(id, why, verdict);
-  }
-}
-
-std::vector<Message> Postoffice::NodeFailedLocked(int id,
-                                                  const std::string& why,
-                                                  const Verdict& verdict) {
-  std::vector<Message> outbox;
-  for (const auto& [other, node] : table_.nodes()) {
-    if (other == id || other == my_id_ || membership_.IsDown(other) ||
-        membership_.state(other) == PeerState::kDeparted) {
-      continue;
-    }
-    Message msg = ControlMessage(pb::NODE_FAILED, other, false);
-    pb::Control* ctrl = msg.meta.mutable_control();
-    ToProto(*table_.Find(id), ctrl->add_node());
-    ctrl->set_error(why);
-    ctrl->set_verdict(verdict.input == PeerInput::kAwait   ? pb::AWAIT
-                      : verdict.input == PeerInput::kCover ? pb::COVER
-                                                           : pb::LOSE);
-    if (verdict.input == PeerInput::kCover) ctrl->set_covered_by(verdict.by);
-    outbox.push_back(std::move(msg));
-  }
-  return outbox;
-}
-
-void Postoffice::OnPeerFailure(int id, const std::string& why,
-                               const Verdict& verdict) {
-  std::vector<PeerEvent> events;
+  NodeProtocol::Output out;
   {
     MutexLock lock(&mu_);
-    const Status status =
-        Status::PeerFailed(table_.Describe(id) + " was declared dead: " + why);
-    if (!TransitionLocked(id, verdict.input, why, &events, verdict.by,
-                          status)) {
-      return;
-    }
-    if (verdict.input == PeerInput::kLose && peer_failure_.ok()) {
-      peer_failure_ = status;
-    }
+    protocol_.DeclareDead(ids, why, Clock::now(), &out);
+    AfterStepLocked(&out);
   }
-  membership_.Publish(events);
-}
-
-int Postoffice::CoveringServerLocked(int id) const {
-  if (config_.replicas == 0 || !IsServerId(id)) return -1;
-  const int rank = detail::CoveringServer(
-      IdToRank(id), config_.num_servers,
-      [this](int r) { return membership_.IsDown(ServerRankToId(r)); });
-  return rank < 0 ? -1 : ServerRankToId(rank);
+  Flush(&out);
 }
 
 // ---- Subscribers -----------------------------------------------------------
-
-void Postoffice::OnPeerEventForRejoins(const PeerEvent& e) {
-  if (!IsScheduler() ||
-      (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered)) {
-    return;
-  }
-  std::vector<Message> outbox;
-  std::vector<PeerEvent> events;
-  {
-    MutexLock lock(&mu_);
-    // The restarts under way wait no more for this node's answer; its own
-    // successor may have registered before this death was known.
-    std::vector<int> answered;
-    const bool start_own = rejoins_.OnLost(
-        e.id, e.from == PeerState::kRejoining,
-        membership_.state(e.id) == PeerState::kAwaited, &answered);
-    for (int rid : answered) FinishRejoinLocked(rid, &outbox, &events);
-    if (start_own) StartRejoinLocked(e.id, &outbox, &events);
-  }
-  SendAll(&outbox);
-  membership_.Publish(events);
-}
-
-void Postoffice::OnPeerEventForBarriers(const PeerEvent& e) {
-  if (!IsScheduler()) return;
-  std::vector<Message> outbox;
-  {
-    MutexLock lock(&mu_);
-    outbox = AnswerBarriersLocked(barriers_.OnPeerEvent(e));
-  }
-  SendAll(&outbox);
-}
 
 void Postoffice::OnPeerEventForLog(const PeerEvent& e) const {
   if (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered) {
@@ -238,7 +195,7 @@ void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
   }
   if (e.kind == PeerEvent::kPeerRejoined) {
     // A member's KV layer forgets the old process's requests before the
-    // new one can be heard (MemberOnNodeJoined answers after this).
+    // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for this).
     if (IsScheduler() || !IsWorkerId(e.id)) return;
     for (auto& c : Customers()) {
       if (c->on_join) c->on_join(e.id);

@@ -48,25 +48,11 @@ Postoffice::Postoffice(const Config& config)
     : config_(config),
       metrics_(MakeMetrics(config.role)),
       van_(VanOptionsOf(config, metrics_.get())),
-      rendezvous_(config.num_servers, config.num_workers),
-      rejoins_(config.num_workers, config.max_restarts),
-      takeover_(config.num_servers, config.num_workers, config.max_restarts),
-      barriers_({[this](int group) {
-                   mu_.AssertHeld();  // called by barriers_, under mu_
-                   return table_.Ids(group);
-                 },
-                 [this](int id) { return membership_.state(id); },
-                 [this](int id) {
-                   mu_.AssertHeld();
-                   return table_.Describe(id);
-                 }},
-                config.barrier_timeout_ms, ReportEveryMs()) {
+      protocol_(config),
+      membership_(protocol_.membership()),
+      rendezvous_(config.num_servers, config.num_workers) {
   // In this order: the protocols' messages go out before the KV layer and
   // the user (whose handler may end the process) are told.
-  membership_.Subscribe(
-      [this](const PeerEvent& e) { OnPeerEventForRejoins(e); });
-  membership_.Subscribe(
-      [this](const PeerEvent& e) { OnPeerEventForBarriers(e); });
   membership_.Subscribe([this](const PeerEvent& e) { OnPeerEventForLog(e); });
   membership_.Subscribe(
       [this](const PeerEvent& e) { OnPeerEventForCustomers(e); });
@@ -132,11 +118,7 @@ Status Postoffice::Start() {
     me.host = config_.node_host;
     me.port = port();
     me.wire_key = van_.wire_key();
-    table_.Add(me);
-    membership_.set_self(kSchedulerId);
-    std::vector<PeerEvent> events;  // about itself: nobody to tell
-    TransitionLocked(kSchedulerId, PeerInput::kRegister, "it starts", &events);
-    TransitionLocked(kSchedulerId, PeerInput::kAdmit, "it starts", &events);
+    protocol_.RegisterSelf(me, Clock::now());
   }
   if (IsScheduler()) {
     PrintEvent("{\"event\":\"job\",\"servers\":" +
@@ -177,37 +159,28 @@ int Postoffice::rank() const { return my_rank_.load(); }
 
 std::vector<int> Postoffice::GetNodeIds(int group) const {
   MutexLock lock(&mu_);
-  return table_.Ids(group);
+  return protocol_.table().Ids(group);
 }
 
 std::string Postoffice::DescribeNode(int id) const {
   MutexLock lock(&mu_);
-  return table_.Describe(id);
+  return protocol_.table().Describe(id);
 }
 
 bool Postoffice::rejoined() const {
   MutexLock lock(&mu_);
-  return rejoined_;
+  return protocol_.rejoined();
 }
 
 Status Postoffice::peer_failure() const {
   MutexLock lock(&mu_);
-  return peer_failure_;
+  return protocol_.peer_failure();
 }
 
 void Postoffice::SetPeerFailureHandler(
     std::function<void(int id, const Status& why)> handler) {
   MutexLock lock(&mu_);
   peer_failure_handler_ = std::move(handler);
-}
-
-Message Postoffice::ControlMessage(pb::Command cmd, int recver,
-                                   bool request) const {
-  Message msg;
-  msg.meta.mutable_control()->set_cmd(cmd);
-  msg.meta.set_recver(recver);
-  msg.meta.set_request(request);
-  return msg;
 }
 
 bool Postoffice::FindShared(const void* p, size_t bytes,
@@ -239,21 +212,21 @@ Status Postoffice::Send(Message* msg) {
 Status Postoffice::ConnectForSimpleApp(int id) {
   MutexLock lock(&mu_);
   if (id == kSchedulerId && !IsScheduler()) return Status::OK();
-  if (!ready_) {
+  if (!protocol_.ready()) {
     return Status::Unavailable(
         "this node has no node table yet (its "
         "rendezvous is not done): no SimpleApp "
         "message to node id " +
         std::to_string(id));
   }
-  const NodeInfo* n = table_.Find(id);
+  const NodeInfo* n = protocol_.table().Find(id);
   if (n == nullptr) {
     return Status::NotFound("node id " + std::to_string(id) +
                             " is not a member of the job");
   }
-  if (membership_.IsDown(id)) {
-    return Status::Unavailable(table_.Describe(id) + " is " +
-                               PeerStateName(membership_.state(id)));
+  if (protocol_.membership().IsDown(id)) {
+    return Status::Unavailable(protocol_.table().Describe(id) + " is " +
+                               PeerStateName(protocol_.membership().state(id)));
   }
   // Connected at rendezvous, or here to the address it has now (a restarted
   // worker comes back at another).
@@ -290,7 +263,7 @@ void Postoffice::OnMessage(Message&& msg) {
   if (FastDispatch(&msg)) return;
   int sender = msg.meta.sender();
   pb::Command cmd = msg.meta.control().cmd();
-  std::vector<Message> outbox;
+  NodeProtocol::Output out;
   bool fenced = false;
   {
     MutexLock lock(&mu_);
@@ -306,37 +279,21 @@ void Postoffice::OnMessage(Message&& msg) {
       }
       return;
     }
-    // The scheduler watches every member, a member the scheduler only (data
-    // messages of other members cost no second lock).
-    if (!scheduler_add && (IsScheduler() || sender == kSchedulerId)) {
-      membership_.Heard(sender, Clock::now());
+    // The protocol hears from its watched peers, answers a heartbeat of a
+    // node declared dead with its death, and fences that node's data. (A
+    // registration's sender is not proven: SchedulerOnAddNode checks it.)
+    if (!scheduler_add) {
+      fenced = protocol_.OnProven(sender, cmd, Clock::now(), &out);
+      AfterStepLocked(&out);
     }
-    if (IsScheduler() && !scheduler_add) {
-      if (membership_.IsDown(sender) && cmd == pb::HEARTBEAT) {
-        // It was frozen and came back: tell it, so that it names itself.
-        Message msg_dead = ControlMessage(pb::NODE_FAILED, sender, false);
-        ToProto(*table_.Find(sender),
-                msg_dead.meta.mutable_control()->add_node());
-        msg_dead.meta.mutable_control()->set_error(
-            "the scheduler declared it dead earlier");
-        msg_dead.meta.mutable_control()->set_verdict(pb::LOSE);
-        outbox.push_back(std::move(msg_dead));
-      }
-    }
-    // Fencing: a node declared dead (frozen, or cut off, and back) is out
-    // of the job, and what it sends is of a job that went on without it:
-    // its data are dropped here, whatever layer they are for. Its control
-    // messages still come (the scheduler tells it, above). A restarted
-    // worker's successor is another connection, proven once it rejoined.
-    fenced = cmd == pb::EMPTY && membership_.IsDown(sender);
   }
   if (fenced) {
     CountDropped(sender, "a data message of a node declared dead (fenced): " +
                              DebugString(msg));
     return;
   }
-  if (!outbox.empty()) {
-    SendAll(&outbox);
+  if (!out.messages.empty()) {
+    Flush(&out);
     return;
   }
   if (DropForTest(msg)) return;
@@ -395,16 +352,17 @@ bool Postoffice::DropForTest(const Message& msg) {
 
 void Postoffice::PublishRoutesLocked() {
   Routes next;
-  next.table = table_;
+  next.table = protocol_.table();
   next.my_id = my_id_.load();
   next.ready = true;
-  next.down = membership_.DownIds();
+  next.down = protocol_.membership().DownIds();
   routes_.Update([&](Routes& routes) { routes = std::move(next); });
 }
 
 bool Postoffice::SenderIsProvenLocked(const Message& msg) {
   int sender = msg.meta.sender();
-  const NodeInfo* claimed = sender == my_id_ ? nullptr : table_.Find(sender);
+  const NodeInfo* claimed =
+      sender == my_id_ ? nullptr : protocol_.table().Find(sender);
   if (claimed != nullptr) {
     if (claimed->HasIdentity(msg.from)) return true;
     van_.CountDropped(
@@ -412,7 +370,7 @@ bool Postoffice::SenderIsProvenLocked(const Message& msg) {
         "it claims to be " + claimed->Describe() + " in " + DebugString(msg));
     return false;
   }
-  if (!IsScheduler() && !ready_ && sender == kSchedulerId) {
+  if (!IsScheduler() && !protocol_.ready() && sender == kSchedulerId) {
     // Before the node table we know the scheduler by its port only.
     if (EndsWith(msg.from, ":" + std::to_string(config_.root_port))) {
       return true;
@@ -432,8 +390,8 @@ bool Postoffice::SenderIsProvenLocked(const Message& msg) {
 
 bool Postoffice::MayHoldEarly(const Message& msg) const {
   pb::Command cmd = msg.meta.control().cmd();
-  return !ready_ && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
-         table_.Find(msg.meta.sender()) == nullptr &&
+  return !protocol_.ready() && (cmd == pb::EMPTY || cmd == pb::SHM_READY) &&
+         protocol_.table().Find(msg.meta.sender()) == nullptr &&
          early_.size() < kMaxEarlyMessages &&
          early_bytes_ + MessageBytes(msg) <=
              static_cast<uint64_t>(config_.max_message_bytes);
@@ -441,6 +399,16 @@ bool Postoffice::MayHoldEarly(const Message& msg) const {
 
 void Postoffice::OnControl(Message&& msg) {
   const pb::Control& ctrl = msg.meta.control();
+  if (NodeProtocol::Takes(ctrl.cmd())) {
+    NodeProtocol::Output out;
+    {
+      MutexLock lock(&mu_);
+      protocol_.OnControl(msg.meta, Clock::now(), &out);
+      AfterStepLocked(&out);
+    }
+    Flush(&out);
+    return;
+  }
   switch (ctrl.cmd()) {
     case pb::ADD_NODE:
       if (IsScheduler() && msg.meta.request()) {
@@ -457,46 +425,6 @@ void Postoffice::OnControl(Message&& msg) {
       cv_.SignalAll();
       return;
     }
-    case pb::BARRIER:
-      OnBarrier(msg);
-      return;
-    case pb::HEARTBEAT:
-      if (IsScheduler() && msg.meta.request()) {
-        Message reply = ControlMessage(pb::HEARTBEAT, msg.meta.sender(), false);
-        // A lost answer is what heartbeats are there to notice.
-        Send(&reply).IgnoreError();
-      }
-      return;
-    case pb::TERMINATE: {
-      if (IsScheduler() && !ctrl.error().empty()) {
-        DeclareDead({msg.meta.sender()}, ctrl.error());
-        return;
-      }
-      std::vector<PeerEvent> events;
-      {
-        MutexLock lock(&mu_);
-        if (IsScheduler()) {
-          TransitionLocked(msg.meta.sender(), PeerInput::kDepart,
-                           "it finalized", &events);
-        }
-        cv_.SignalAll();
-      }
-      membership_.Publish(events);
-      return;
-    }
-    case pb::NODE_FAILED:
-      OnNodeFailed(msg);
-      return;
-    case pb::NODE_JOINED:
-      if (IsScheduler() && !msg.meta.request()) {
-        SchedulerOnJoined(msg);
-      } else if (!IsScheduler() && msg.meta.request() &&
-                 msg.meta.sender() == kSchedulerId) {
-        MemberOnNodeJoined(msg);
-      } else {
-        CountDropped(msg.meta.sender(), "unexpected " + DebugString(msg));
-      }
-      return;
     case pb::SHM_READY: {
       // The sender tried to map our probe; no error: it can read our
       // shared memory.
@@ -519,60 +447,14 @@ void Postoffice::OnControl(Message&& msg) {
   }
 }
 
-void Postoffice::OnNodeFailed(const Message& msg) {
-  const pb::Control& ctrl = msg.meta.control();
-  if (ctrl.node_size() != 1) {
-    CountDropped(msg.meta.sender(), "NODE_FAILED without exactly one node");
-    return;
-  }
-  const NodeInfo dead = FromProto(ctrl.node(0));
-  Verdict verdict;
-  switch (ctrl.verdict()) {
-    case pb::LOSE:
-      break;
-    case pb::AWAIT:
-      verdict.input = PeerInput::kAwait;
-      break;
-    case pb::COVER:
-      verdict = {PeerInput::kCover, ctrl.covered_by()};
-      if (IsServerId(verdict.by) && verdict.by != dead.id) break;
-      [[fallthrough]];
-    default:
-      CountDropped(msg.meta.sender(),
-                   "NODE_FAILED of node " + std::to_string(dead.id) +
-                       " with verdict " + std::to_string(ctrl.verdict()) +
-                       " covered by " + std::to_string(ctrl.covered_by()) +
-                       ": a verdict must be LOSE, AWAIT or COVER by another "
-                       "server");
-      return;
-  }
-  OnPeerFailure(dead.id, ctrl.error(), verdict);
-}
-
 void Postoffice::OnConnectionLost(int id, const std::string& why) {
+  NodeProtocol::Output out;
   {
     MutexLock lock(&mu_);
-    // A restart that died while its registration waited: forget it, so
-    // that the next one is not refused as a second.
-    NodeInfo gone;
-    const int restarted = rejoins_.OnConnectionLost(id, &gone);
-    if (restarted >= 0) {
-      LOG(WARNING) << "the restart of " << table_.Describe(restarted)
-                   << " registered from " << gone.Address()
-                   << " is gone: " << why;
-      van_.Disconnect(id);
-      return;
-    }
-    // Before the node table a member's absence is rendezvous' business; a
-    // member that said goodbye (TERMINATE) leaves without blame, and so
-    // does the scheduler once this member finalized (it may end first).
-    if (!ready_ || table_.Find(id) == nullptr || membership_.IsDown(id) ||
-        membership_.state(id) == PeerState::kDeparted ||
-        (!IsScheduler() && finalized_)) {
-      return;
-    }
+    protocol_.OnConnectionLost(id, why, Clock::now(), &out);
+    AfterStepLocked(&out);
   }
-  DeclareDead({id}, why);
+  Flush(&out);
 }
 
 void Postoffice::OnConnectionRegained(int id) {
@@ -582,11 +464,11 @@ void Postoffice::OnConnectionRegained(int id) {
     // The scheduler's address answers again: maybe a restarted scheduler
     // (PS_MAX_RESTARTS), which learns the job from the members' reports.
     // An old one that only lost the connection answers the report too.
-    if (IsScheduler() || id != kSchedulerId || !ready_ || finalized_ ||
-        config_.max_restarts == 0) {
+    if (IsScheduler() || id != kSchedulerId || !protocol_.ready() ||
+        protocol_.finalized() || config_.max_restarts == 0) {
       return;
     }
-    report = ReportToSchedulerLocked();
+    report = protocol_.ReportToScheduler();
   }
   Send(&report).IgnoreError();  // heartbeats find a scheduler that is gone
 }
@@ -598,7 +480,8 @@ void Postoffice::ReportResends() const {
   std::string who;
   {
     MutexLock lock(&mu_);
-    who = my_id_ == 0 ? RoleName(config_.role) : table_.Describe(my_id_);
+    who = my_id_ == 0 ? RoleName(config_.role)
+                      : protocol_.table().Describe(my_id_);
   }
   std::string line = who + ": " + std::to_string(resent) +
                      " requests resent, " + std::to_string(dups) +
@@ -614,12 +497,12 @@ Status Postoffice::Finalize(bool do_barrier) {
   bool ready;
   {
     MutexLock lock(&mu_);
-    ready = ready_;
+    ready = protocol_.ready();
   }
   if (do_barrier && started_ && ready) st = Barrier(kAllGroups);
   {
     MutexLock lock(&mu_);
-    finalized_ = true;
+    protocol_.set_finalized();
   }
   // Stay until every member said it leaves, so none sends into the void.
   if (IsScheduler() && st.ok()) AwaitGoodbyes();
@@ -645,11 +528,11 @@ void Postoffice::Stop() {
     MutexLock lock(&mu_);
     told_failure = told_failure_ > 0;
     stop_monitor_ = true;
-    say_goodbye = !IsScheduler() && ready_ && !abandoned_ &&
-                  !membership_.IsDown(kSchedulerId);
+    say_goodbye = !IsScheduler() && protocol_.ready() && !abandoned_ &&
+                  !protocol_.membership().IsDown(kSchedulerId);
     // A node that stops because a peer failed is not a second failure:
     // blame stays with the peer.
-    clean = finalized_ || !peer_failure_.ok();
+    clean = protocol_.finalized() || !protocol_.peer_failure().ok();
     cv_.SignalAll();
   }
   if (monitor_.joinable()) {

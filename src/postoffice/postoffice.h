@@ -34,14 +34,11 @@
 #include <vector>
 
 #include "metrics/metrics.h"
-#include "postoffice/barrier_coordinator.h"
-#include "postoffice/barrier_waits.h"
 #include "postoffice/membership.h"
+#include "postoffice/node_protocol.h"
 #include "postoffice/node_table.h"
-#include "postoffice/rejoin_coordinator.h"
 #include "postoffice/rendezvous_coordinator.h"
 #include "postoffice/resender.h"
-#include "postoffice/takeover_coordinator.h"
 #include "ps/config.h"
 #include "ps/status.h"
 #include "van/message.h"
@@ -226,8 +223,6 @@ class Postoffice {
   // The test switch PS_DROP_MSG: whether to let this message go unread.
   bool DropForTest(const Message& msg);
   void OnControl(Message&& msg);
-  void OnBarrier(const Message& msg);
-  void OnNodeFailed(const Message& msg);
   // A data message whose sender routes_ proves; false if it takes the
   // slow path (control, not ready, the scheduler's, or not proven there).
   bool FastDispatch(Message* msg);
@@ -247,12 +242,16 @@ class Postoffice {
   Status ConnectForSimpleApp(int id) EXCLUDES(mu_);
   // What takes m's requests here, named for the lines that refuse them.
   std::string TakerOf(const pb::Meta& m) const;
+  // Holds request *msg for `key`'s customer (true: taken), or lets a
+  // resent copy of one held go (true); false if the budgets are spent.
+  bool HoldLocked(const CustomerKey& key, Message* msg, Clock::time_point now)
+      REQUIRES(customers_mu_);
   // No customer (registered) for msg: a request waits for its KVServer or
   // SimpleApp (held_), within budgets, else is refused; anything else is
   // dropped.
   void HoldOrDrop(const CustomerKey& key, Message&& msg)
-      EXCLUDES(customers_mu_);  // Refuses (NotFound) the requests held for a
-                                // KVServer that has not
+      EXCLUDES(customers_mu_);
+  // Refuses (NotFound) the requests held for a KVServer that has not
   // registered for longer than PS_CONNECT_TIMEOUT_MS. Any thread but under
   // no lock (monitor loop, DispatchData).
   void ExpireHeldRequests(Clock::time_point now) EXCLUDES(mu_, customers_mu_);
@@ -272,6 +271,15 @@ class Postoffice {
   // Rendezvous (rendezvous.cc).
   Status StartScheduler();
   Status StartMember();
+  // Member: what it registers as (its address, key and shared-memory
+  // probe).
+  NodeInfo MyRegistration();
+  // Member: waits for the scheduler's ACK of the registration `sent`
+  // (me_line: "worker at ADDRESS has waited "); why none came.
+  Status AwaitAckLocked(const Status& sent, const std::string& me_line)
+      REQUIRES(mu_);
+  // Member: waits a while for the SHM_READY answers of its domain's peers.
+  void AwaitShmAnswersLocked() REQUIRES(mu_);
   // Scheduler: the line of a rendezvous (or a restarted scheduler's wait
   // for the members' reports) `waited` ms long, naming who is missing.
   std::string RendezvousWaitLineLocked(int64_t waited) const REQUIRES(mu_);
@@ -282,69 +290,48 @@ class Postoffice {
   // (logged). The caller tells the peer (SHM_READY with that error).
   std::string ProbeSharedMemory(const NodeInfo& peer);
   void SchedulerOnAddNode(const Message& msg);
-  // Worker `id` is dead and its successor registered: the table takes its
-  // new address and every member is told (NODE_JOINED); once all answered,
-  // FinishRejoinLocked sends the successor the node table. The events of
-  // their transitions go to *events (published by the caller).
-  void StartRejoinLocked(int id, std::vector<Message>* outbox,
-                         std::vector<PeerEvent>* events) REQUIRES(mu_);
-  void FinishRejoinLocked(int id, std::vector<Message>* outbox,
-                          std::vector<PeerEvent>* events) REQUIRES(mu_);
-  void SchedulerOnJoined(const Message& msg) EXCLUDES(mu_);
-  void MemberOnNodeJoined(const Message& msg) EXCLUDES(mu_);
-  // Whether a death of node `id` may be undone by a restart: a worker's,
-  // or (at a member) the scheduler's.
-  bool RestartableLocked(int id) const REQUIRES(mu_) {
-    return config_.max_restarts > 0 &&
-           (IsWorkerId(id) || (id == kSchedulerId && !IsScheduler()));
-  }
+  // Scheduler: the node an ADD_NODE registers, if it is well formed and
+  // names the address its connection is named after (else counted, false).
+  bool ReadRegistration(const Message& msg, NodeInfo* node);
+  // Scheduler: why registration `node` (of `ctrl`) is refused, or OK;
+  // *shape: why its job's shape is not this one's, or OK.
+  Status RegistrationErrorLocked(const NodeInfo& node, const pb::Control& ctrl,
+                                 bool token_ok, Status* shape) REQUIRES(mu_);
+  // Scheduler: a registration refused with `st` (`shape`: whether its job's
+  // shape is this one's) is answered; a shape that differs fails the
+  // rendezvous for every node. Returns how many nodes were told it failed.
+  int RefuseLocked(const NodeInfo& node, const Status& st, const Status& shape,
+                   bool token_ok, std::vector<Message>* outbox) REQUIRES(mu_);
+  // Scheduler: a registration taken: a restart of a running job's worker,
+  // or an arrival at rendezvous (the last completes it). out->messages[0]
+  // is its ACK.
+  void TakeRegistrationLocked(const NodeInfo& node, NodeProtocol::Output* out)
+      REQUIRES(mu_);
   // A restarted scheduler (PS_MAX_RESTARTS): the members of the running job
   // each report themselves (ADD_NODE with rejoin, their id and rank); once
   // all did, it knows the table and the job goes on.
   void SchedulerOnMemberReport(const Message& msg, const NodeInfo& node)
       EXCLUDES(mu_);
-  // Member: whether the scheduler is dead and not awaited back.
-  bool SchedulerGoneLocked() const REQUIRES(mu_) {
-    return membership_.state(kSchedulerId) == PeerState::kDead;
-  }
-  // Member: the message that reports this node to a restarted scheduler.
-  Message ReportToSchedulerLocked() const REQUIRES(mu_);
   // Member: the scheduler we awaited is back; barriers in flight are sent
   // to it again.
   void MemberOnSchedulerBack() EXCLUDES(mu_);
   void MemberOnNodeTable(const Message& msg);
-  // Assigns ranks, rekeys the connections and returns one node table
-  // message per member; *new_ids maps each temporary id to the assigned one.
-  std::vector<Message> CompleteRendezvousLocked(std::map<int, int>* new_ids,
-                                                std::vector<PeerEvent>* events)
+  // Member: connects to the peers of node table `table` it talks to (not
+  // those in `dead`), and probes the shared memory of those of its domain
+  // (*probed: each one's id and why it cannot be mapped, "" if it can).
+  Status ConnectToPeersLocked(const NodeTable& table, const NodeInfo& me,
+                              const std::set<int>& dead,
+                              std::vector<std::pair<int, std::string>>* probed)
       REQUIRES(mu_);
-  // Member: the membership as the node table `table` (ids `dead` dead by
-  // then) has it, this node being `me`.
-  void ImportMembershipLocked(const NodeTable& table,
-                              const std::vector<int>& dead, int me)
-      REQUIRES(mu_);
-
-  // The answers to the barriers the scheduler's coordinator released
-  // (this node's own is signalled); returns the messages to send.
-  std::vector<Message> AnswerBarriersLocked(
-      const std::vector<BarrierCoordinator::Release>& releases) REQUIRES(mu_);
-  void SignalOwnBarrierLocked(int group, const Status& error) REQUIRES(mu_);
-  // Member: the line of a wait in `group`'s barrier `waited` ms long (the
-  // scheduler's is its coordinator's: "").
-  std::string BarrierWaitLineLocked(int group, int64_t waited) const
-      REQUIRES(mu_);
-  // The id of the server that holds server `id`'s keys once `id` is dead
-  // (Config::replicas; the rule is src/postoffice/replica_chain.h's), or -1.
-  int CoveringServerLocked(int id) const REQUIRES(mu_);
+  // Assigns ranks, rekeys the connections and adds one node table message
+  // per member to out; *new_ids maps each temporary id to the assigned one.
+  void CompleteRendezvousLocked(std::map<int, int>* new_ids,
+                                NodeProtocol::Output* out) REQUIRES(mu_);
 
   // A control wait (rendezvous, a barrier, a restarted scheduler or
   // worker, the last goodbyes) says what it waits for once per this
-  // interval: kReportHeartbeatTimeouts heartbeat timeouts, at least 100 ms.
-  static constexpr int kReportHeartbeatTimeouts = 4;
-  int64_t ReportEveryMs() const {
-    return std::max<int64_t>(
-        100, int64_t{kReportHeartbeatTimeouts} * config_.heartbeat_timeout_ms);
-  }
+  // interval (NodeProtocol::report_every_ms).
+  int64_t ReportEveryMs() const { return NodeProtocol::ReportEveryMs(config_); }
   // Waits on cv_ until done() or `deadline`; each ReportEveryMs() meanwhile
   // logs report(ms waited) as a warning (nothing if it is ""). Returns
   // done().
@@ -352,10 +339,6 @@ class Postoffice {
                            const std::function<bool()>& done,
                            const std::function<std::string(int64_t)>& report)
       REQUIRES(mu_);
-  // Whether a report of a wait since `since` falls due in (prev, now]: a
-  // multiple of ReportEveryMs() past `since` lies in it.
-  bool ReportDue(Clock::time_point since, Clock::time_point prev,
-                 Clock::time_point now) const;
 
   // Scheduler, finalizing: waits within the connect timeout for every
   // member's goodbye (TERMINATE) or death, then names those still there.
@@ -375,39 +358,22 @@ class Postoffice {
   void CollectPeerMetrics() const;
   // One line on stderr with the resend counters, when any is non-zero.
   void ReportResends() const EXCLUDES(mu_);
-  // Scheduler, each tick (the last at `prev`): restarts overdue, barriers
-  // timed out, and the reports of long waits.
-  std::vector<Message> SchedulerCheckLocked(Clock::time_point prev,
-                                            Clock::time_point now,
-                                            std::vector<int>* not_back,
-                                            std::vector<PeerEvent>* events)
-      REQUIRES(mu_);
-  // Tells every other member (scheduler) and this node's customers that
-  // each of `ids` is dead, for `why`.
+  // Each of `ids` is dead, for `why` (NodeProtocol::DeclareDead).
   void DeclareDead(const std::vector<int>& ids, const std::string& why)
       EXCLUDES(mu_);
+  // After a step of protocol_, under mu_: changes the connections it asks
+  // for (a restarted worker's: probing its shared memory too), publishes the
+  // routes if they changed and wakes the waiters on cv_.
+  void AfterStepLocked(NodeProtocol::Output* out) REQUIRES(mu_);
+  // Then, under no lock: counts the drops, sends the messages, logs the
+  // lines, publishes the events, then sends what waited for them.
+  void Flush(NodeProtocol::Output* out) EXCLUDES(mu_);
   // Whether msg came on the connection of the node its header names (or,
   // before the node table, of the scheduler); else counts and drops it.
   bool SenderIsProvenLocked(const Message& msg) REQUIRES(mu_);
   // Whether msg (of a sender not yet known) may wait in early_ for the
   // node table: data or SHM_READY, within a count and a byte budget.
   bool MayHoldEarly(const Message& msg) const REQUIRES(mu_);
-  // What becomes of a node declared dead: the input the membership takes
-  // (kAwait, kCover or kLose) and, for kCover, the server that takes over.
-  struct Verdict {
-    PeerInput input = PeerInput::kLose;
-    int by = -1;
-  };
-  // The verdict on `id` as this node sees the job (the scheduler's is the
-  // one its members apply).
-  Verdict VerdictLocked(int id) const REQUIRES(mu_);
-  // NODE_FAILED of `id` with `verdict`, to every member still in the job.
-  std::vector<Message> NodeFailedLocked(int id, const std::string& why,
-                                        const Verdict& verdict) REQUIRES(mu_);
-  // Node `id` failed, for `why` (the reason as the scheduler put it): the
-  // membership's transition by `verdict`, then its event.
-  void OnPeerFailure(int id, const std::string& why, const Verdict& verdict)
-      EXCLUDES(mu_);
   // Takes node `id` by `input` (membership.h) and wakes the waiters on
   // cv_; false if the membership refused it.
   bool TransitionLocked(int id, PeerInput input, const std::string& why,
@@ -415,12 +381,6 @@ class Postoffice {
                         const Status& status = Status::OK()) REQUIRES(mu_);
   // The membership's subscribers (peer_events.cc), in the order they are
   // told: each reacts to the events that concern it, under no lock.
-  // Scheduler: a restart waits no more for a lost node's answer, or starts
-  // once its predecessor is lost (or ends if it is lost itself).
-  void OnPeerEventForRejoins(const PeerEvent& e) EXCLUDES(mu_);
-  // Scheduler: barriers fail for a node lost for good, and stop waiting for
-  // a server taken over.
-  void OnPeerEventForBarriers(const PeerEvent& e) EXCLUDES(mu_);
   // The line for the person running the job (and the launcher).
   void OnPeerEventForLog(const PeerEvent& e) const;
   // The KV layer: on_failure for a lost or taken-over node (Unavailable if
@@ -429,7 +389,9 @@ class Postoffice {
   // The user's peer-failure handler: a node lost for good.
   void OnPeerEventForUser(const PeerEvent& e) EXCLUDES(mu_);
   void SendAll(std::vector<Message>* outbox) EXCLUDES(mu_);
-  Message ControlMessage(pb::Command cmd, int recver, bool request) const;
+  static Message ControlMessage(pb::Command cmd, int recver, bool request) {
+    return NodeProtocol::ControlMessage(cmd, recver, request);
+  }
   bool IsScheduler() const { return config_.role == Role::kScheduler; }
 
   const Config config_;
@@ -444,8 +406,12 @@ class Postoffice {
 
   mutable Mutex mu_;  // guards the node state below, up to monitor_
   CondVar cv_{&mu_};
-  bool finalized_ GUARDED_BY(mu_) = false;  // Stop() after Finalize()
-  NodeTable table_ GUARDED_BY(mu_);
+  // The control protocol: node table, membership, barriers, deaths and
+  // their verdicts (node_protocol.h).
+  NodeProtocol protocol_ GUARDED_BY(mu_);
+  // Its membership, for what the membership's own lock allows without mu_:
+  // Subscribe, Publish (under no lock) and the metrics' queries.
+  Membership& membership_;
   // Written under mu_, read by anyone (Send stamps my_id_ without a lock).
   std::atomic<int> my_id_{0};
   std::atomic<int> my_rank_{-1};
@@ -453,7 +419,6 @@ class Postoffice {
   // under mu_ by PublishRoutesLocked).
   Snapshot<Routes> routes_;
   bool acked_ GUARDED_BY(mu_) = false;
-  bool ready_ GUARDED_BY(mu_) = false;
   // Member: why the scheduler refused it. Scheduler: why the rendezvous
   // failed (every later registration is refused with it).
   Status start_error_ GUARDED_BY(mu_);
@@ -461,20 +426,6 @@ class Postoffice {
   int told_failure_ GUARDED_BY(mu_) = 0;
   // Scheduler: the registrations (rendezvous_coordinator.h).
   RendezvousCoordinator rendezvous_ GUARDED_BY(mu_);
-  // Every node's state (its own lock; changed under mu_ so that waiters on
-  // cv_ see each change). The scheduler watches every member's heartbeats,
-  // a member the scheduler's.
-  Membership membership_;
-  // Scheduler: restarted workers rejoining (rejoin_coordinator.h).
-  RejoinCoordinator rejoins_ GUARDED_BY(mu_);
-  // Scheduler, restarted: the members' reports (takeover_coordinator.h).
-  TakeoverCoordinator takeover_ GUARDED_BY(mu_);
-  bool rejoined_ GUARDED_BY(mu_) = false;  // a restart of a running job's node
-  // Scheduler: the barriers waiting (barrier_coordinator.h).
-  BarrierCoordinator barriers_ GUARDED_BY(mu_);
-  // This node's own waits in barriers, and their releases (barrier_waits.h).
-  BarrierWaits barrier_waits_ GUARDED_BY(mu_);
-  Status peer_failure_ GUARDED_BY(mu_);
   // Peers of our domain yet to send SHM_READY.
   std::set<int> shm_pending_ GUARDED_BY(mu_);
   std::function<void(int, const Status&)> peer_failure_handler_ GUARDED_BY(mu_);
