@@ -124,7 +124,7 @@ class Van : private van_internal::WireHost {
   using Handler = std::function<void(Message&& msg)>;
 
   explicit Van(const VanOptions& options = VanOptions());
-  ~Van();  // Stop()s
+  ~Van() override;  // Stop()s
   Van(const Van&) = delete;
   Van& operator=(const Van&) = delete;
 
