@@ -94,7 +94,7 @@ inline std::string SerializeFuzzInput(const std::string& header,
 //                 repeated up to the count; zeros under 4 bytes)
 //
 // A short input reads zeros for the bytes it lacks.
-constexpr size_t kMaxCodecValues = 8192;
+constexpr size_t kMaxCodecValues = 4096;
 
 struct CodecInput {
   uint8_t mode = 0, kind = 0;

@@ -1,0 +1,153 @@
+// KVWorkerCore's kept slices and replica routing (the class:
+// kv_worker_impl.h): where a slice goes (Route) and whose keys an answer is
+// for (AnsweredSlot); the slices kept until answered (KeepForResend),
+// sent again when due (Resend) or to the replica of a server that died
+// (OnFailure -> FailOver), and the answers already had (Answered).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "kv/kv_worker_impl.h"
+
+namespace ps {
+namespace detail {
+
+void KVWorkerCore::Impl::Route(int slot, pb::Meta* m) const {
+  const int to = routes_.RouteOf(slot);
+  m->set_recver(to);
+  if (to != slot) {
+    m->set_shard(IdToRank(slot));  // taken over
+  } else {
+    m->clear_shard();
+  }
+}
+
+std::optional<int> KVWorkerCore::Impl::AnsweredSlot(const Message& msg) const {
+  const int sender = msg.meta.sender();
+  if (!IsServerId(sender)) {
+    post_->CountDropped(sender, "a worker takes answers from servers only: " +
+                                    DebugString(msg));
+    return std::nullopt;
+  }
+  if (msg.meta.has_shard()) {
+    const int slot = ServerRankToId(msg.meta.shard());
+    if (routes_.RouteOf(slot) != sender) {
+      post_->CountDropped(sender, "an answer for server " +
+                                      std::to_string(msg.meta.shard()) +
+                                      "'s keys, which it does not serve");
+      return std::nullopt;
+    }
+    return slot;
+  }
+  if (routes_.RouteOf(sender) != sender) {
+    // Its keys moved to its replica: it was declared dead, and is back
+    // (frozen or cut off): fenced, whatever it answers is of the past.
+    post_->CountDropped(sender,
+                        "an answer of a server whose keys moved to "
+                        "its replica (fenced): " +
+                            DebugString(msg));
+    return std::nullopt;
+  }
+  return sender;
+}
+
+void KVWorkerCore::Impl::KeepForResend(Unanswered&& u) {
+  MutexLock lock(&resend_mu_);
+  unanswered_.push_back(std::move(u));
+}
+
+void KVWorkerCore::Impl::SendAgain(const std::vector<Unanswered>& slices) {
+  for (const Unanswered& u : slices) {
+    Message msg = u.msg;
+    Route(u.slot, &msg.meta);
+    post_->CountResent();
+    if (post_->config().verbose >= 1) {
+      LOG(INFO) << "resending " << DebugString(msg);
+    }
+    Status st = post_->Send(&msg);
+    if (!st.ok()) {
+      LOG(WARNING) << "resend to " << post_->DescribeNode(msg.meta.recver())
+                   << " failed: " << st;
+    }
+  }
+}
+
+void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
+  // The wait doubles with every send, up to this many timeouts: a large
+  // message on a slow link is not sent again and again while it travels.
+  constexpr int kMaxBackoff = 16;
+  std::vector<Unanswered> due;
+  {
+    MutexLock lock(&resend_mu_);
+    for (size_t i = 0; i < unanswered_.size();) {
+      Unanswered& u = unanswered_[i];
+      if (!tracker_.Awaits(u.ts, u.slot)) {
+        if (&u != &unanswered_.back()) u = std::move(unanswered_.back());
+        unanswered_.pop_back();
+        continue;
+      }
+      if (now >= u.due) {
+        int backoff = std::min(kMaxBackoff, 1 << std::min(u.sends, 4));
+        u.due = now + std::chrono::milliseconds(int64_t{resend_ms_} * backoff);
+        ++u.sends;
+        due.push_back(u);
+      }
+      ++i;
+    }
+  }
+  // To whoever serves those keys now (a replica, after a failover).
+  SendAgain(due);
+}
+
+KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
+  MutexLock lock(&resend_mu_);
+  // From the end: the newest requests are the likeliest answered.
+  auto it = std::find_if(
+      unanswered_.rbegin(), unanswered_.rend(),
+      [&](const Unanswered& u) { return u.ts == ts && u.slot == server; });
+  std::pair<int, int> key{ts, server};
+  if (it == unanswered_.rend()) {
+    return std::find(answered_.begin(), answered_.end(), key) != answered_.end()
+               ? Answer::kDuplicate
+               : Answer::kUnknown;
+  }
+  if (it != unanswered_.rbegin()) *it = std::move(unanswered_.back());
+  unanswered_.pop_back();
+  if (answered_.size() < kAnsweredKept) {
+    answered_.push_back(key);
+  } else {
+    answered_[answered_next_] = key;
+    answered_next_ = (answered_next_ + 1) % kAnsweredKept;
+  }
+  return Answer::kAwaited;
+}
+
+void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
+  if (id >= 0 && post_->config().replicas > 0 && post_->TakenOver(id)) {
+    return FailOver(routes_.Cover(id));
+  }
+  // id < 0: no one server (the node stops): every request fails.
+  std::vector<int> slots =
+      id >= 0 ? routes_.Lose(id, why) : std::vector<int>{id};
+  for (int slot : slots) tracker_.FailServer(slot, why);
+}
+
+void KVWorkerCore::Impl::FailOver(const Takeover& takeover) {
+  LOG(WARNING) << "requests for " << post_->DescribeNode(takeover.server)
+               << " go to " << post_->DescribeNode(takeover.replica)
+               << ", its replica";
+  std::vector<Unanswered> again;
+  {
+    MutexLock lock(&resend_mu_);
+    auto due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
+    for (Unanswered* u : takeover.Moved(&unanswered_)) {
+      u->due = due;
+      again.push_back(*u);
+    }
+  }
+  SendAgain(again);
+}
+
+}  // namespace detail
+}  // namespace ps
