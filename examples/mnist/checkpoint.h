@@ -4,7 +4,7 @@
 // restore from the newest complete set whose files all verify) under the
 // names the trainer uses. What goes into the files is the trainer's:
 // dist_server.cc packs a server's slice of the weights and its optimizer
-// states, dist_worker.cc a worker's place in the data and its dropout
+// states, worker_checkpoint.cc a worker's place in the data and its dropout
 // generator; dist_common.cc says what the job is (CheckpointJobOf).
 //
 // Not thread-safe (each function is called by one thread of a process; the
