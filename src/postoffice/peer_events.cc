@@ -195,7 +195,8 @@ void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
   }
   if (e.kind == PeerEvent::kPeerRejoined) {
     // A member's KV layer forgets the old process's requests before the
-    // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for this).
+    // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for
+    // this).
     if (IsScheduler() || !IsWorkerId(e.id)) return;
     for (auto& c : Customers()) {
       if (c->on_join) c->on_join(e.id);
