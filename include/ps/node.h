@@ -73,6 +73,9 @@ class Node {
   // Messages received and dropped as malformed or unexpected, or because
   // their header named a sender other than the connection's node.
   uint64_t num_dropped_messages() const;
+  // Of those, data messages of a node declared dead (fenced: a node the
+  // job went on without is heard again only once it rejoins).
+  uint64_t num_fenced_messages() const;
   // Connections refused in the handshake (docs/security.md): peers without the
   // job's key (PS_KEY_FILE). Always 0 without a key.
   uint64_t num_refused_connections() const;

@@ -54,6 +54,7 @@ uint64_t Node::num_duplicate_messages() const {
   return postoffice_->num_duplicates();
 }
 uint64_t Node::num_test_drops() const { return postoffice_->num_test_drops(); }
+uint64_t Node::num_fenced_messages() const { return postoffice_->num_fenced(); }
 uint64_t Node::num_messages_sent() const { return postoffice_->num_sent(); }
 uint64_t Node::num_messages_received() const {
   return postoffice_->num_received();

@@ -288,6 +288,7 @@ void Postoffice::OnMessage(Message&& msg) {
     }
   }
   if (fenced) {
+    num_fenced_.fetch_add(1);
     CountDropped(sender, "a data message of a node declared dead (fenced): " +
                              DebugString(msg));
     return;

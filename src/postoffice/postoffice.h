@@ -162,6 +162,8 @@ class Postoffice {
   const Resender* resender() const { return resender_.get(); }
   // Messages the test switch PS_DROP_MSG let go.
   uint64_t num_test_drops() const { return num_test_drops_.load(); }
+  // Data messages of nodes declared dead, dropped (fenced).
+  uint64_t num_fenced() const { return num_fenced_.load(); }
   // Messages this node sent (resends and acknowledgements included) and
   // received, of every kind.
   uint64_t num_sent() const { return num_sent_.load(); }
@@ -438,6 +440,7 @@ class Postoffice {
   std::atomic<uint64_t> num_duplicates_{0};
   std::atomic<uint64_t> num_resent_{0};
   std::atomic<uint64_t> num_test_drops_{0};
+  std::atomic<uint64_t> num_fenced_{0};
   std::atomic<uint64_t> num_sent_{0};
   std::atomic<uint64_t> num_received_{0};
   uint64_t drop_state_ = 0;  // receive thread only: PS_DROP_MSG's generator

@@ -595,7 +595,11 @@ TEST(Hostile, GradientCutOtherwiseByAMemberStopsTheJobNamingIt) {
 // A worker declared dead (frozen past the heartbeat timeout) that comes
 // back and pushes is fenced by the postoffice, under any layer: the plain
 // KVServer, which keeps no membership of its own, never sees the push. Its
-// sum stays that of the two workers' first pushes, 3 x (1 + .. + 100).
+// sum stays that of the two workers' first pushes, 3 x (1 + .. + 100), and
+// it counts the push fenced (the log may not show it: the worker's
+// connection was made again while it was frozen, so its first messages
+// after find a gap in the sealed stream, are sent again in a new session,
+// and those reports can fill the log's window of drop reports).
 TEST(Hostile, WorkerDeclaredDeadIsFencedWhenItComesBack) {
   Job job(LaunchArgs(1, 2,
                      {"--tolerate", "worker", "--keep-declared-dead", "--env",
@@ -605,19 +609,16 @@ TEST(Hostile, WorkerDeclaredDeadIsFencedWhenItComesBack) {
   const std::string out = job.output();
   EXPECT_NE(out.find("worker 1 pushed again, let go on"), std::string::npos)
       << out;
-  EXPECT_NE(out.find("a data message of a node declared dead (fenced)"),
-            std::string::npos)
-      << out;
   EXPECT_NE(out.find("worker 0 pulled 15150 ok"), std::string::npos) << out;
-  const size_t at = out.find("server 0 dropped ");
+  const size_t at = out.find("server 0 fenced ");
   ASSERT_NE(at, std::string::npos) << out;
-  unsigned long long dropped = 0, keys = 0, sum = 0;
+  unsigned long long fenced = 0, keys = 0, sum = 0;
   ASSERT_EQ(std::sscanf(out.c_str() + at,
-                        "server 0 dropped %llu, holds %llu keys sum %llu",
-                        &dropped, &keys, &sum),
+                        "server 0 fenced %llu, holds %llu keys sum %llu",
+                        &fenced, &keys, &sum),
             3)
       << out;
-  EXPECT_GE(dropped, 1u) << out;  // the push, and maybe its resends
+  EXPECT_GE(fenced, 1u) << out;  // the push, and maybe its resends
   EXPECT_EQ(keys, 100u) << out;
   EXPECT_EQ(sum, 15150u) << out;
 }

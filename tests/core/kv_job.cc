@@ -31,7 +31,7 @@
 //                worker 1 freezes itself (SIGSTOP) for 6 s, past the
 //                heartbeat timeout, so it is declared dead, and once let
 //                go on (by a child of its own) pushes 1000 times its
-//                values at once. The server holds on until it dropped a
+//                values at once. The server holds on until it fenced a
 //                message (at most 60 s) and prints its sum: exact only if
 //                the late push was dropped (fenced)
 //   until-go     as sum, but each worker first pushes zeros every 50 ms
@@ -352,7 +352,9 @@ int RunFencedWorker() {
                  ps::KVServer<float>* s) { store(m, d, s); });
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (node->num_dropped_messages() == 0 &&
+    // Fenced, not merely dropped: a push that found a gap in the sealed
+    // stream is dropped too, and the sender sends it again in a new session.
+    while (node->num_fenced_messages() == 0 &&
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -362,9 +364,9 @@ int RunFencedWorker() {
     for (auto& [key, v] : store.store) {
       for (float x : v) sum += x;
     }
-    std::printf("server %d dropped %llu, holds %zu keys sum %.0f\n",
+    std::printf("server %d fenced %llu, holds %zu keys sum %.0f\n",
                 ps::MyRank(),
-                static_cast<unsigned long long>(node->num_dropped_messages()),
+                static_cast<unsigned long long>(node->num_fenced_messages()),
                 store.store.size(), sum);
     return 0;
   }
