@@ -274,6 +274,9 @@ class KVServer {
   KVServer(Node* node, int app_id)
       : core_(node, app_id, detail::DataTypeOf<Val>(), sizeof(Val)) {}
 
+  // The node this server serves on.
+  Node* node() const { return core_.node(); }
+
   // Requests are delivered once a handle is set (earlier ones are held).
   void set_request_handle(const ReqHandle& handle) { SetHandle(handle, false); }
 

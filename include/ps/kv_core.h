@@ -196,6 +196,7 @@ class KVServerCore {
  public:
   KVServerCore(Node* node, int app_id, int val_type, size_t val_size);
   ~KVServerCore();  // ClearHandle()
+  Node* node() const;
   // Registers the handler; requests that arrived before wait for it.
   // `replica`: the handler of the keys this server holds for another
   // (Config::replicas), to be set before the other.

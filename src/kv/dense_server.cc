@@ -193,10 +193,9 @@ class DenseShard::Impl {
   // kRestart: workers declared dead and awaited back (until their kJoin).
   std::set<int> away_ GUARDED_BY(mu_);
   // A replica: the rank whose keys it holds (KVMeta::shard of the requests
-  // it gets; -1 before the first), and the servers declared dead. It
-  // snapshots only once the first is among the second.
+  // it gets; -1 before the first). It snapshots only once that server is
+  // down (the node's routes say so).
   int held_rank_ GUARDED_BY(mu_) = -1;
-  std::set<int> servers_down_ GUARDED_BY(mu_);
 
   std::atomic<int64_t> applied_{0};
   std::atomic<int> max_staleness_{0};
@@ -278,11 +277,6 @@ Status DenseShard::Impl::failure() const {
 }
 
 void DenseShard::Impl::OnFailure(int id, const Status& why) {
-  if (options_.replica && IsServerId(id)) {
-    MutexLock lock(&mu_);
-    servers_down_.insert(IdToRank(id));  // maybe the one it took over
-    return;
-  }
   if (!IsWorkerId(id)) return;  // a server, the scheduler, or our own stop
   if (options_.on_worker_failure == WorkerFailure::kContinue) {
     return GoOnWithout(id, why);
@@ -486,7 +480,9 @@ void DenseShard::Impl::Apply(Key begin, Key end, const float* grad_sum,
 void DenseShard::Impl::MaybeSnapshot() {
   int steps;
   // A replica writes once it stands in for the server whose keys it holds.
-  const bool standing_in = !options_.replica || servers_down_.count(held_rank_);
+  const bool standing_in =
+      !options_.replica ||
+      replicator_.ServerDown(held_rank_);
   if (!snapshot_ || options_.consistency != Consistency::kBsp ||
       workers_lost_.load() > 0 || !aggregator_.Uniform(&steps) ||
       !schedule_.Due(steps) || !standing_in) {

@@ -70,11 +70,14 @@ class KVServerCore::Impl {
 
   Impl(Node* node, int app_id, int val_type, size_t val_size)
       : post_(node->postoffice()),
+        node_(node),
         app_id_(app_id),
         val_type_(val_type),
         val_size_(val_size),
         hold_(post_->config().replicas, post_->config().num_servers,
-              [post = post_] { return post->rank(); }) {}
+              [post = post_] { return post->rank(); },
+              [post = post_](int id) { return post->routes()->IsDown(id); }) {}
+  Node* node() const { return node_; }
   ~Impl() {
     ClearHandle(false);
     ClearHandle(true);
@@ -94,11 +97,15 @@ class KVServerCore::Impl {
     gate_ = std::make_shared<CallGate>();
     post_->RegisterCustomer(
         true, app_id_, -1, [this](Message&& msg) { OnRequest(std::move(msg)); },
-        [this, gate = gate_](int id, const Status& why) {
-          gate->Call([&] { OnFailure(id, why); });
-        },
-        nullptr,
-        [this, gate = gate_](int id) { gate->Call([&] { OnJoin(id); }); });
+        [this, gate = gate_](const core::PeerEvent& e) {
+          gate->Call([&] {
+            if (e.kind == core::PeerEvent::kPeerRejoined) {
+              OnJoin(e.id);
+            } else {
+              OnFailure(e.id, e.Told());
+            }
+          });
+        });
   }
 
   void ClearHandle(bool replica) {
@@ -505,6 +512,7 @@ class KVServerCore::Impl {
   }
 
   Postoffice* const post_;
+  Node* const node_;
   FilterChain filters_{"KVServer", [post = post_](int id) {
                          return post->van().SharesMemoryWith(id);
                        }};
@@ -540,6 +548,7 @@ KVServerCore::KVServerCore(Node* node, int app_id, int val_type,
                            size_t val_size)
     : impl_(std::make_unique<Impl>(node, app_id, val_type, val_size)) {}
 KVServerCore::~KVServerCore() = default;
+Node* KVServerCore::node() const { return impl_->node(); }
 void KVServerCore::SetHandle(RawHandle handle, bool replica) {
   impl_->SetHandle(std::move(handle), replica);
 }

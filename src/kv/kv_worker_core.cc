@@ -25,13 +25,14 @@
 // (PS_RESEND_TIMEOUT_MS unset) the Postoffice below also resends each
 // request and answer its receiver did not acknowledge within the peer's
 // measured RTO (src/postoffice/resender.h); this resend, at 1000 ms, is
-// then the backstop. Replication (PS_REPLICAS):
-// ReplicaRoutes (src/kv/replica_takeover.h) says who serves each server's
-// keys. When a server dies and its replica takes over (OnFailure:
-// ReplicaRoutes::Cover, then FailOver), its slices go to the replica naming
-// the dead server's rank (Meta.shard), what it left unanswered among them
-// at once; when it dies for good (ReplicaRoutes::Lose), its keys and those
-// it had taken over are lost, and requests touching them are refused.
+// then the backstop. Replication (PS_REPLICAS): the node's routes
+// (src/postoffice/routes.h, published with the membership) say who serves
+// each server's keys. When a server dies and its replica takes over
+// (OnFailure: Routes::ServerOf is the replica, then FailOver), its slices
+// go to the replica naming the dead server's rank (Meta.shard), what it
+// left unanswered among them at once; when it dies for good, its keys and
+// those it had taken over (Routes::CoveredBy) are lost, and requests
+// touching them are refused (Routes::Unserved).
 #include <chrono>
 #include <cstring>
 #include <unordered_set>
@@ -49,7 +50,6 @@ KVWorkerCore::Impl::Impl(Node* node, int app_id, int customer_id, int val_type,
       customer_id_(customer_id),
       val_type_(val_type),
       val_size_(val_size),
-      routes_(node->num_servers()),
       tracker_(node->config().wait_spin_us,
                [post = post_](int id) { return post->DescribeNode(id); }) {
   placement_ = Placement::EvenKeys(node->num_servers(), node->config().max_key);
@@ -58,20 +58,14 @@ KVWorkerCore::Impl::Impl(Node* node, int app_id, int customer_id, int val_type,
   post_->RegisterCustomer(
       false, app_id, customer_id,
       [this](Message&& msg) { OnResponse(std::move(msg)); },
-      [this, gate = gate_](int id, const Status& why) {
-        gate->Call([&] { OnFailure(id, why); });
+      [this, gate = gate_](const core::PeerEvent& e) {
+        if (e.kind == core::PeerEvent::kPeerRejoined) return;
+        gate->Call([&] { OnFailure(e.id, e.Told()); });
       },
       resend_ms_ == 0 ? Postoffice::TickHandler()
                       : [this, gate = gate_](
                             Postoffice::Clock::time_point
                                 now) { gate->Call([&] { Resend(now); }); });
-  // Servers whose replica took their keys over before this worker was
-  // made (or before this node rejoined the job): their keys go there.
-  if (node->config().replicas > 0) {
-    for (int id : post_->GetNodeIds(kServerGroup)) {
-      if (post_->TakenOver(id)) routes_.Cover(id);
-    }
-  }
 }
 
 KVWorkerCore::Impl::~Impl() {
@@ -155,8 +149,13 @@ std::vector<int> KVWorkerCore::Impl::TouchedServers(
     if (!slices[s].touched) continue;
     servers.push_back(ServerRankToId(static_cast<int>(s)));
   }
-  Status why = routes_.Unserved(servers);
-  if (!why.ok()) *lost = why;
+  // Keys a server lost for good, or that its replica lost with it.
+  const std::shared_ptr<const core::Routes> routes = post_->routes();
+  if (routes->down.empty()) return servers;
+  for (int id : servers) {
+    Status why = routes->Unserved(id);
+    if (!why.ok()) *lost = why;
+  }
   return servers;
 }
 

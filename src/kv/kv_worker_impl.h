@@ -12,7 +12,7 @@
 // threads; OnResponse on the van's receive thread; OnFailure and Resend on
 // any thread, through gate_ (never after ~Impl). kept_mu_ and resend_mu_
 // guard what they name; the rest is set at construction, or thread-safe
-// itself (RequestTracker, ReplicaRoutes, FilterChain). placement_ and
+// itself (RequestTracker, FilterChain, the postoffice's routes). placement_ and
 // slicer_ are set before the first request.
 #ifndef PS_SRC_KV_KV_WORKER_IMPL_H_
 #define PS_SRC_KV_KV_WORKER_IMPL_H_
@@ -116,7 +116,10 @@ class KVWorkerCore::Impl {
   void FinishRequest(int ts, const std::shared_ptr<PullState>& state);
 
   // Kept slices and replica routing (kv_worker_resend.cc).
-  // To whoever serves server `slot`'s keys now (its replica, once it died).
+  // Who serves server `slot`'s keys now: the server, or its replica once
+  // the scheduler marked it covered (the node's routes, core/routes.h).
+  int ServerOf(int slot) const;
+  // Addresses m to ServerOf(slot), naming the slot if it moved.
   void Route(int slot, pb::Meta* m) const;
   // The server whose keys answer `msg` is for: its sender, or the dead
   // server whose keys the sender (its replica) took over; none (counted as
@@ -151,7 +154,7 @@ class KVWorkerCore::Impl {
   const int val_type_;
   const size_t val_size_;
   const std::shared_ptr<CallGate> gate_ = std::make_shared<CallGate>();
-  ReplicaRoutes routes_;
+  const bool replicated_ = post_->config().replicas > 0;
   RequestTracker tracker_;
 
   const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never

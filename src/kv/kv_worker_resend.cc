@@ -13,8 +13,12 @@
 namespace ps {
 namespace detail {
 
+int KVWorkerCore::Impl::ServerOf(int slot) const {
+  return replicated_ ? post_->routes()->ServerOf(slot) : slot;
+}
+
 void KVWorkerCore::Impl::Route(int slot, pb::Meta* m) const {
-  const int to = routes_.RouteOf(slot);
+  const int to = ServerOf(slot);
   m->set_recver(to);
   if (to != slot) {
     m->set_shard(IdToRank(slot));  // taken over
@@ -32,7 +36,7 @@ std::optional<int> KVWorkerCore::Impl::AnsweredSlot(const Message& msg) const {
   }
   if (msg.meta.has_shard()) {
     const int slot = ServerRankToId(msg.meta.shard());
-    if (routes_.RouteOf(slot) != sender) {
+    if (ServerOf(slot) != sender) {
       post_->CountDropped(sender, "an answer for server " +
                                       std::to_string(msg.meta.shard()) +
                                       "'s keys, which it does not serve");
@@ -40,7 +44,7 @@ std::optional<int> KVWorkerCore::Impl::AnsweredSlot(const Message& msg) const {
     }
     return slot;
   }
-  if (routes_.RouteOf(sender) != sender) {
+  if (ServerOf(sender) != sender) {
     // Its keys moved to its replica: it was declared dead, and is back
     // (frozen or cut off): fenced, whatever it answers is of the past.
     post_->CountDropped(sender,
@@ -124,13 +128,14 @@ KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {
 }
 
 void KVWorkerCore::Impl::OnFailure(int id, const Status& why) {
-  if (id >= 0 && post_->config().replicas > 0 && post_->TakenOver(id)) {
-    return FailOver(routes_.Cover(id));
-  }
   // id < 0: no one server (the node stops): every request fails.
-  std::vector<int> slots =
-      id >= 0 ? routes_.Lose(id, why) : std::vector<int>{id};
-  for (int slot : slots) tracker_.FailServer(slot, why);
+  if (id < 0) return tracker_.FailServer(id, why);
+  const std::shared_ptr<const core::Routes> routes = post_->routes();
+  const int to = routes->ServerOf(id);
+  if (to != id) return FailOver(Takeover{id, to});
+  // Lost for good: its keys, and those of the servers it had taken over.
+  tracker_.FailServer(id, why);
+  for (int slot : routes->CoveredBy(id)) tracker_.FailServer(slot, why);
 }
 
 void KVWorkerCore::Impl::FailOver(const Takeover& takeover) {

@@ -1,5 +1,4 @@
-// ReplicaRoutes and ReplicaHold: the replica takeover's two sides (see the
-// header).
+// ReplicaHold: the primary's side of the replica takeover (see the header).
 #include "kv/replica_takeover.h"
 
 #include <iterator>
@@ -9,43 +8,6 @@
 namespace ps {
 namespace detail {
 
-// ---- ReplicaRoutes ------------------------------------------------------
-
-int ReplicaRoutes::RouteOf(int slot) const {
-  MutexLock lock(&mu_);
-  auto it = route_.find(slot);
-  return it == route_.end() ? slot : it->second;
-}
-
-Takeover ReplicaRoutes::Cover(int id) {
-  const int replica = ServerRankToId(ReplicaOf(IdToRank(id), num_servers_));
-  MutexLock lock(&mu_);
-  route_[id] = replica;
-  return Takeover{id, replica};
-}
-
-std::vector<int> ReplicaRoutes::Lose(int id, const Status& why) {
-  std::vector<int> slots = {id};
-  MutexLock lock(&mu_);
-  lost_[id] = why;
-  for (const auto& [slot, to] : route_) {
-    if (to != id) continue;
-    lost_[slot] = why;
-    slots.push_back(slot);
-  }
-  return slots;
-}
-
-Status ReplicaRoutes::Unserved(const std::vector<int>& slots) const {
-  Status why;
-  MutexLock lock(&mu_);
-  for (int slot : slots) {
-    auto it = lost_.find(slot);
-    if (it != lost_.end()) why = it->second;
-  }
-  return why;
-}
-
 // ---- ReplicaHold --------------------------------------------------------
 
 int ReplicaHold::replica_id() const {
@@ -54,6 +16,9 @@ int ReplicaHold::replica_id() const {
 
 void ReplicaHold::Forwarded(const KVMeta& req) {
   MutexLock lock(&mu_);
+  // The replica went down since Forwards: OnFailure released what was
+  // held, or will; this answer is not held.
+  if (down_(replica_id())) return;
   held_.emplace(KeyOf(req), Held());
 }
 
@@ -62,6 +27,7 @@ void ReplicaHold::ForwardedStep(const Message& forward,
   const int ticket = forward.meta.timestamp();
   Step step{forward, {}};
   MutexLock lock(&mu_);
+  if (down_(replica_id())) return;  // as in Forwarded
   for (const KVMeta& req : covers) {
     Held& held = held_[KeyOf(req)];
     held.step = ticket;
@@ -136,7 +102,6 @@ ReplicaHold::ReplicaAnswer ReplicaHold::OnReplicaAnswer(int worker,
 std::vector<Message> ReplicaHold::OnFailure(int id) {
   std::vector<Message> answers;
   if (!on_ || id < 0 || id != replica_id()) return answers;
-  replica_dead_.store(true);
   MutexLock lock(&mu_);
   for (auto& [key, held] : held_) {
     if (held.answered) answers.push_back(std::move(held.answer));

@@ -1,11 +1,12 @@
 // The replica takeover (PS_REPLICAS=1, docs/architecture.md "Replicated
-// shards"), its two sides as small protocol objects fed inputs: they do no
-// I/O, they return what changed and what to send, and the KV cores
-// (kv_worker_core.cc, kv_server_core.cc) send it.
+// shards") in the KV layer, as small protocol objects fed inputs: they do
+// no I/O, they return what changed and what to send, and the KV cores
+// (kv_worker_core.cc, kv_server_core.cc) send it. Who serves each
+// server's keys is not theirs to keep: the node's routes say it
+// (src/postoffice/routes.h: Routes::ServerOf, Unserved).
 //
-//   ReplicaRoutes  (worker)   who serves each server's keys now: the server
-//                  itself, its replica once the scheduler marked it covered
-//                  (Cover), or nobody, with why (Lose).
+//   Takeover       (worker)   a covered server's keys moved to its replica:
+//                  which of the unanswered slices go there.
 //   ReplicaHold    (primary)  the answers to forwarded pushes, held until
 //                  the replica answered their copy, or the forward of the
 //                  step they were summed into (ForwardedStep); released
@@ -20,7 +21,6 @@
 #ifndef PS_SRC_KV_REPLICA_TAKEOVER_H_
 #define PS_SRC_KV_REPLICA_TAKEOVER_H_
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
@@ -56,36 +56,6 @@ struct Takeover {
   }
 };
 
-// The worker's side: where a request for each server's keys goes.
-class ReplicaRoutes {
- public:
-  explicit ReplicaRoutes(int num_servers) : num_servers_(num_servers) {}
-
-  // The node that serves server `slot`'s keys now: itself, or its replica
-  // once it was covered (also after that replica died: Unserved says so).
-  int RouteOf(int slot) const EXCLUDES(mu_);
-
-  // Server `id` died and its replica serves its keys (the scheduler marked
-  // it covered), also before this worker was made: its slot goes there.
-  Takeover Cover(int id) EXCLUDES(mu_);
-
-  // Server `id` died for good (`why`): its keys are lost, and those of the
-  // servers it had taken over with them. The slots whose requests fail: id,
-  // then the ones it served, in id order.
-  std::vector<int> Lose(int id, const Status& why) EXCLUDES(mu_);
-
-  // Why a request touching `slots` cannot be served: the reason of the last
-  // of them that is lost; OK when every one is served.
-  Status Unserved(const std::vector<int>& slots) const EXCLUDES(mu_);
-
- private:
-  const int num_servers_;
-  mutable Mutex mu_;
-  std::map<int, Status> lost_ GUARDED_BY(mu_);  // slot -> why
-  // Covered servers: slot -> the id of its replica.
-  std::map<int, int> route_ GUARDED_BY(mu_);
-};
-
 // The primary's side: a push to this server's own keys reaches its replica,
 // copied on its own (Forwarded) or as part of a step's effect that the
 // handle forwards once for all the pushes summed into it (ForwardedStep),
@@ -98,18 +68,22 @@ class ReplicaHold {
  public:
   // `replicas`: Config::replicas (0: no chain, nothing is held).
   // `my_rank`: this server's rank, asked when needed (a server may be made
-  // before its node's rendezvous gave it one).
-  ReplicaHold(int replicas, int num_servers, std::function<int()> my_rank)
+  // before its node's rendezvous gave it one). `down`: whether node `id` is
+  // down now (the node's routes; they hold a death before OnFailure is
+  // called for it).
+  ReplicaHold(int replicas, int num_servers, std::function<int()> my_rank,
+              std::function<bool(int id)> down)
       : on_(replicas > 0),
         num_servers_(num_servers),
-        my_rank_(std::move(my_rank)) {}
+        my_rank_(std::move(my_rank)),
+        down_(std::move(down)) {}
 
   // The id of this server's replica.
   int replica_id() const;
 
   // Whether a push to this server's own keys is copied to the replica: a
-  // chain, and its replica alive.
-  bool Forwards() const { return on_ && !replica_dead_.load(); }
+  // chain, and its replica not down.
+  bool Forwards() const { return on_ && !down_(replica_id()); }
 
   // A copy of push req goes to the replica (before it is sent: the answer
   // may come first): req's answer waits for the replica's. A copy sent
@@ -149,7 +123,8 @@ class ReplicaHold {
 
   // Node `id` failed. When it is the replica, nothing more is forwarded or
   // held: the answers the handle gave are released (returned, in request
-  // order), the others will go as the handle gives them.
+  // order), the others will go as the handle gives them (a push forwarded
+  // meanwhile is not held: the replica is down already).
   std::vector<Message> OnFailure(int id) EXCLUDES(mu_);
 
   // req was refused (ResponseError): its answer is the error, sent now.
@@ -178,7 +153,7 @@ class ReplicaHold {
   const bool on_;
   const int num_servers_;
   const std::function<int()> my_rank_;
-  std::atomic<bool> replica_dead_{false};
+  const std::function<bool(int)> down_;
   mutable Mutex mu_;
   std::map<Key, Held> held_ GUARDED_BY(mu_);
   std::map<int, Step> steps_ GUARDED_BY(mu_);  // by ticket

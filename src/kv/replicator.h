@@ -16,7 +16,8 @@
 //   replica copy  set_replica_handle / set_replica_failure_handle (first:
 //                 before the server's own shard, kv_app.h)
 //
-// and the rank whose keys the shard holds (HeldRank). Destroying it
+// and the rank whose keys the shard holds (HeldRank), and whether that
+// server is down (ServerDown). Destroying it
 // unregisters the handle (waiting out a running one), so the shard may die
 // before its server.
 //
@@ -29,8 +30,10 @@
 #include <functional>
 #include <utility>
 
+#include "postoffice/postoffice.h"
 #include "ps/base.h"
 #include "ps/kv_app.h"
+#include "ps/node.h"
 #include "ps/status.h"
 
 namespace ps {
@@ -75,6 +78,13 @@ class Replicator {
   }
 
   bool replica() const { return replica_; }
+
+  // Whether server `rank` is down now, as the node's routes say (a replica
+  // stands in for its primary once it is); false for rank -1.
+  bool ServerDown(int rank) const {
+    return rank >= 0 && server_->node()->postoffice()->routes()->IsDown(
+                            ServerRankToId(rank));
+  }
 
   // The server rank whose keys a shard of server `my_rank` holds: its own,
   // or (a replica) its primary's.

@@ -111,10 +111,6 @@ void Postoffice::AwaitGoodbyes() {
   }
 }
 
-bool Postoffice::TakenOver(int id) const {
-  return membership_.state(id) == PeerState::kCovered;
-}
-
 // ---- Monitor thread and failures -------------------------------------------
 
 void Postoffice::MonitorLoop() {

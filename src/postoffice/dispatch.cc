@@ -18,7 +18,7 @@ bool Postoffice::FastDispatch(Message* msg) {
   }
   const NodeInfo* claimed = routes->table.Find(sender);
   if (claimed == nullptr || !claimed->HasIdentity(msg->from) ||
-      std::binary_search(routes->down.begin(), routes->down.end(), sender)) {
+      routes->IsDown(sender)) {
     return false;  // the slow path says why, under mu_
   }
   if (DropForTest(*msg)) return true;
@@ -248,14 +248,12 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
                                   DataHandler on_data,
-                                  FailureHandler on_failure,
-                                  TickHandler on_tick, JoinHandler on_join,
+                                  EventHandler on_event, TickHandler on_tick,
                                   bool paused) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
-  customer->on_failure = std::move(on_failure);
+  customer->on_event = std::move(on_event);
   customer->on_tick = std::move(on_tick);
-  customer->on_join = std::move(on_join);
   bool drain = false;
   {
     MutexLock lock(&customers_mu_);

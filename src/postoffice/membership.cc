@@ -107,6 +107,8 @@ const char* PeerEventName(PeerEvent::Kind kind) {
       return "PeerRejoined";
     case PeerEvent::kPeerDeparted:
       return "PeerDeparted";
+    case PeerEvent::kStopped:
+      return "Stopped";
   }
   return "unknown";
 }
@@ -139,6 +141,8 @@ Status Membership::Apply(int id, PeerInput input, const std::string& why,
   const Clock::time_point now = advanced_ ? now_ : Clock::now();
   r.state = to;
   r.reason = why;
+  r.by = to == PeerState::kCovered ? by : -1;
+  r.status = status;
   r.since = now;
   if (from == PeerState::kAbsent) r.last_heard = now;
   line = SelfLocked() + "membership: " + DescribeId(id) + " " +
@@ -313,6 +317,20 @@ std::vector<int> Membership::DownIds() const {
     if (DownState(r.state)) ids.push_back(id);
   }
   return ids;
+}
+
+std::vector<Membership::DownPeer> Membership::Down() const {
+  std::vector<DownPeer> down;
+  MutexLock lock(&mu_);
+  for (const auto& [id, r] : nodes_) {
+    if (!DownState(r.state)) continue;
+    down.push_back({id, r.state, r.by,
+                    r.status.ok() ? Status::PeerFailed(DescribeId(id) + " is " +
+                                                       PeerStateName(r.state) +
+                                                       ": " + r.reason)
+                                  : r.status});
+  }
+  return down;
 }
 
 std::vector<int> Membership::InState(PeerState state) const {

@@ -112,6 +112,9 @@ struct PeerEvent {
     kPeerCovered,   // -> kCovered: `by` holds its keys
     kPeerRejoined,  // kAwaited or kRejoining -> kLive
     kPeerDeparted,  // -> kDeparted
+    // Not a transition: this node itself stopped (id -1), to its
+    // customers, so that every wait on a peer ends.
+    kStopped,
   };
   Kind kind;
   int id;
@@ -125,6 +128,14 @@ struct PeerEvent {
 
   // kPeerLost: whether the node may yet come back (PS_MAX_RESTARTS).
   bool awaited() const { return to == PeerState::kAwaited; }
+  // What a failure handle is told of a lost, covered or stopped node: the
+  // status, as Unavailable while the node is awaited back (a DenseShard
+  // keeps waiting for it), PeerFailed once it is dead for good.
+  Status Told() const {
+    return awaited() ? Status::Unavailable(status.message() +
+                                           "; awaited back (PS_MAX_RESTARTS)")
+                     : status;
+  }
 };
 
 const char* PeerEventName(PeerEvent::Kind kind);
@@ -192,6 +203,16 @@ class Membership {
   bool IsDown(int id) const EXCLUDES(mu_);
   // The ids IsDown holds for, ascending.
   std::vector<int> DownIds() const EXCLUDES(mu_);
+  // Those nodes, ascending by id: the state, who covers it, and why it
+  // went down (the status of the input that took it there, or one made of
+  // its reason).
+  struct DownPeer {
+    int id;
+    PeerState state;
+    int covered_by;  // kCovered: the replica holding its keys; else -1
+    Status why;
+  };
+  std::vector<DownPeer> Down() const EXCLUDES(mu_);
   // The ids in `state`, ascending.
   std::vector<int> InState(PeerState state) const EXCLUDES(mu_);
   // How many nodes are in any of `states`.
@@ -212,6 +233,8 @@ class Membership {
   struct Record {
     PeerState state = PeerState::kAbsent;
     std::string reason;
+    int by = -1;    // kCovered: the replica holding its keys
+    Status status;  // of the input that took it to its state
     Clock::time_point since;
     Clock::time_point last_heard;
     bool watched = false;

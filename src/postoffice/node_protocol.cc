@@ -145,7 +145,11 @@ bool NodeProtocol::Apply(int id, PeerInput input, const std::string& why,
     VLOG(1) << st.message();
     return false;
   }
-  if (ready_ && membership_.IsDown(id) != was_down) out->routes_changed = true;
+  // The routes hold each down node's state and who covers it: a change of
+  // either, or of whether it is down, is published.
+  if (ready_ && (was_down || membership_.IsDown(id))) {
+    out->routes_changed = true;
+  }
   return true;
 }
 

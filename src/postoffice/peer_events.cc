@@ -193,27 +193,17 @@ void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
        e.kind == PeerEvent::kPeerCovered)) {
     resender_->ForgetPeer(e.id);
   }
-  if (e.kind == PeerEvent::kPeerRejoined) {
-    // A member's KV layer forgets the old process's requests before the
-    // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for
-    // this).
-    if (IsScheduler() || !IsWorkerId(e.id)) return;
-    for (auto& c : Customers()) {
-      if (c->on_join) c->on_join(e.id);
-    }
+  // A member's KV layer forgets a rejoined worker's old process before the
+  // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for
+  // this).
+  const bool rejoined = e.kind == PeerEvent::kPeerRejoined && !IsScheduler() &&
+                        IsWorkerId(e.id);
+  if (!rejoined && e.kind != PeerEvent::kPeerLost &&
+      e.kind != PeerEvent::kPeerCovered) {
     return;
   }
-  if (e.kind != PeerEvent::kPeerLost && e.kind != PeerEvent::kPeerCovered) {
-    return;
-  }
-  // The KV layer tells a death awaited back (Unavailable) from one for
-  // good (PeerFailed): a DenseShard keeps waiting for the first.
-  const Status told =
-      e.awaited() ? Status::Unavailable(e.status.message() +
-                                        "; awaited back (PS_MAX_RESTARTS)")
-                  : e.status;
   for (auto& c : Customers()) {
-    if (c->on_failure) c->on_failure(e.id, told);
+    if (c->on_event) c->on_event(e);
   }
 }
 

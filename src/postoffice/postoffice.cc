@@ -356,7 +356,7 @@ void Postoffice::PublishRoutesLocked() {
   next.table = protocol_.table();
   next.my_id = my_id_.load();
   next.ready = true;
-  next.down = protocol_.membership().DownIds();
+  next.down = protocol_.membership().Down();
   routes_.Update([&](Routes& routes) { routes = std::move(next); });
 }
 
@@ -563,9 +563,11 @@ void Postoffice::Stop() {
   van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);
   metrics_->StopServing();
   const std::vector<std::shared_ptr<Customer>> customers = Customers();
-  Status aborted = Status::Aborted("node stopped");
+  PeerEvent stopped{PeerEvent::kStopped,   -1, PeerState::kAbsent,
+                    PeerState::kAbsent,    "node stopped",
+                    -1,                    Status::Aborted("node stopped")};
   for (auto& c : customers) {
-    if (c->on_failure) c->on_failure(-1, aborted);
+    if (c->on_event) c->on_event(stopped);
   }
 }
 

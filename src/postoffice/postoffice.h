@@ -38,6 +38,7 @@
 #include "postoffice/node_protocol.h"
 #include "postoffice/node_table.h"
 #include "postoffice/rendezvous_coordinator.h"
+#include "postoffice/routes.h"
 #include "postoffice/resender.h"
 #include "ps/config.h"
 #include "ps/status.h"
@@ -64,19 +65,17 @@ class Postoffice {
   using Clock = std::chrono::steady_clock;
   // Gets each data message for a customer; runs on the receive thread.
   using DataHandler = std::function<void(Message&& msg)>;
-  // Told that node `id` failed (-1: this node stops); receive, monitor,
-  // watch or caller thread, never under a lock. A node awaited back
-  // (PS_MAX_RESTARTS) is told with Unavailable, one dead for good with
-  // PeerFailed.
-  using FailureHandler = std::function<void(int id, const Status& why)>;
+  // Told of the membership's events that concern a customer: a node lost
+  // (PeerEvent::Told: Unavailable while awaited back, PeerFailed for
+  // good), covered by its replica, or rejoined (a restarted worker, at
+  // members: later messages of that id come from the new process; told
+  // before the new process may send to this node), and this node's own
+  // stop (kStopped). Receive, monitor, watch or caller thread, never under
+  // a lock; Postoffice::routes() already holds the change.
+  using EventHandler = std::function<void(const PeerEvent& event)>;
   // Called by the monitor thread every few hundred ms at most (resends);
   // never under a lock.
   using TickHandler = std::function<void(Clock::time_point now)>;
-  // Told that worker `id`, declared dead, was restarted and rejoined
-  // (PS_MAX_RESTARTS): later messages of that id come from the new
-  // process. Receive thread, before the new process may send to this node;
-  // never under a lock.
-  using JoinHandler = std::function<void(int id)>;
 
   explicit Postoffice(const Config& config);
   ~Postoffice();
@@ -105,9 +104,12 @@ class Postoffice {
   StatusOr<SArray<char>> ResolveShared(const pb::SharedRef& ref,
                                        size_t bytes) const;
   Status peer_failure() const;
+  // The node table and who is down, as of the last change (routes.h):
+  // lock-free, never null; published before that change's events.
+  std::shared_ptr<const Routes> routes() const { return routes_.Load(); }
   // Replication: whether dead server `id`'s keys were taken over by its
   // replica (the job goes on without it).
-  bool TakenOver(int id) const EXCLUDES(mu_);
+  bool TakenOver(int id) const { return routes()->ServerOf(id) != id; }
   // Whether this node rejoined a running job (a restarted worker, see
   // PS_MAX_RESTARTS): it skips the start barrier the others passed.
   bool rejoined() const EXCLUDES(mu_);
@@ -120,9 +122,8 @@ class Postoffice {
   // A `paused` customer gets no request (those held for it included) until
   // ResumeCustomer; answers reach it as ever.
   void RegisterCustomer(bool requests, int app_id, int customer_id,
-                        DataHandler on_data, FailureHandler on_failure,
-                        TickHandler on_tick = nullptr,
-                        JoinHandler on_join = nullptr, bool paused = false);
+                        DataHandler on_data, EventHandler on_event,
+                        TickHandler on_tick = nullptr, bool paused = false);
   // Hands a paused customer the requests that waited, on this thread unless
   // its deliverer runs (then on that one); later ones come as to any other.
   // No-op if it is not paused.
@@ -190,9 +191,8 @@ class Postoffice {
   using CustomerKey = std::tuple<bool, int, int>;
   struct Customer {
     DataHandler on_data;
-    FailureHandler on_failure;
+    EventHandler on_event;
     TickHandler on_tick;
-    JoinHandler on_join;
     Mutex mu;
     CondVar cv{&mu};
     // Messages not yet handled, whether a thread is draining them (handlers
@@ -207,15 +207,6 @@ class Postoffice {
     std::deque<Message> waiting GUARDED_BY(mu);
   };
   using CustomerMap = std::map<CustomerKey, std::shared_ptr<Customer>>;
-  // What the data path needs to check a member's message without mu_.
-  struct Routes {
-    NodeTable table;
-    int my_id = 0;
-    bool ready = false;  // a member with its node table
-    // Ascending ids of the nodes declared down (Membership::IsDown): their
-    // data messages take the slow path, which drops them (fenced).
-    std::vector<int> down;
-  };
 
   // Receive thread.
   void OnMessage(Message&& msg);
@@ -385,8 +376,8 @@ class Postoffice {
   // told: each reacts to the events that concern it, under no lock.
   // The line for the person running the job (and the launcher).
   void OnPeerEventForLog(const PeerEvent& e) const;
-  // The KV layer: on_failure for a lost or taken-over node (Unavailable if
-  // awaited back), on_join for a rejoined worker (members).
+  // The KV layer: on_event for a lost or covered node, and for a rejoined
+  // worker (members).
   void OnPeerEventForCustomers(const PeerEvent& e) EXCLUDES(customers_mu_);
   // The user's peer-failure handler: a node lost for good.
   void OnPeerEventForUser(const PeerEvent& e) EXCLUDES(mu_);

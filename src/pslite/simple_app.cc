@@ -35,10 +35,11 @@ class SimpleApp::Impl {
     // made first). They wait for the request handle, or kGrace.
     node_->postoffice()->RegisterCustomer(
         false, app_id_, key_, [this](Message&& msg) { OnMessage(msg); },
-        [this, gate = gate_](int id, const Status& why) {
-          gate->Call([&] { OnFailure(id, why); });
+        [this, gate = gate_](const core::PeerEvent& e) {
+          if (e.kind == core::PeerEvent::kPeerRejoined) return;
+          gate->Call([&] { OnFailure(e.id, e.Told()); });
         },
-        nullptr, nullptr, /*paused=*/true);
+        nullptr, /*paused=*/true);
     grace_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(grace_mu_);
       if (!grace_cv_.wait_for(lock, kGrace,

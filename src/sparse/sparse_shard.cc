@@ -453,18 +453,13 @@ class SparseShard::Impl {
   }
 
   bool HeldRankDown() const REQUIRES(mu_) {
-    return options_.replica && servers_down_.count(held_rank_) > 0;
+    return options_.replica && replicator_.ServerDown(held_rank_);
   }
 
   void OnFailure(int id, const Status& why) EXCLUDES(mu_) {
     std::vector<Completed> done;
     {
       MutexLock lock(&mu_);
-      if (IsServerId(id)) {
-        // Maybe the primary whose rows a replica holds (held_rank_).
-        servers_down_.insert(IdToRank(id));
-        return;
-      }
       if (!IsWorkerId(id) || why.code() == Status::kUnavailable) return;
       if (!dead_.insert(id).second) return;
       LOG(WARNING) << "sparse shard: sync points go on without "
@@ -509,10 +504,9 @@ class SparseShard::Impl {
   std::map<int, SyncPoint> syncs_ GUARDED_BY(mu_);
   int last_point_ GUARDED_BY(mu_) = -1;
   std::set<int> dead_ GUARDED_BY(mu_);  // workers lost for good
-  // A replica's primary (KVMeta::shard of the requests it gets), and the
-  // servers declared dead.
+  // A replica's primary (KVMeta::shard of the requests it gets); whether it
+  // is down, the node's routes say (Replicator::ServerDown).
   int held_rank_ GUARDED_BY(mu_) = -1;
-  std::set<int> servers_down_ GUARDED_BY(mu_);
 
   mutable Mutex sync_mu_;
   mutable CondVar sync_cv_{&sync_mu_};

@@ -1,11 +1,16 @@
-// The replica takeover's two sides (src/kv/replica_takeover.h) fed inputs,
-// without sockets: ReplicaRoutes (a worker's routes) and ReplicaHold (a
-// primary's held answers).
+// The replica takeover's two sides fed inputs, without sockets: a worker's
+// routes (src/postoffice/routes.h, made from a membership) and
+// ReplicaHold (a primary's held answers, src/kv/replica_takeover.h).
 #include "kv/replica_takeover.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
 #include <vector>
+
+#include "postoffice/membership.h"
+#include "postoffice/routes.h"
 
 namespace ps {
 namespace detail {
@@ -39,49 +44,96 @@ class ReplicaTakeover : public ::testing::Test {
     return hold_.OnReplicaAnswer(req.sender, req.customer_id, req.timestamp);
   }
 
+  // The replica's death as the node's routes hold it before OnFailure.
+  std::vector<Message> ReplicaDies(int id) {
+    down_.insert(id);
+    return hold_.OnFailure(id);
+  }
+
   int rank_ = 0;
-  ReplicaHold hold_{1, kServers, [this] { return rank_; }};
+  std::set<int> down_;
+  ReplicaHold hold_{1, kServers, [this] { return rank_; },
+                    [this](int id) { return down_.count(id) > 0; }};
 };
 
-// ---- ReplicaRoutes (the worker's side) ----------------------------------
+// ---- Routes (the worker's side: who serves each server's keys) ----------
+//
+// The node's routes (src/postoffice/routes.h) as the postoffice publishes
+// them: made from a membership fed the scheduler's verdicts.
 
-TEST_F(ReplicaTakeover, RoutesEachServerServesItsOwnKeysUntilCovered) {
-  ReplicaRoutes routes(kServers);
-  for (int slot : {kServer0, kServer1, kServer2}) {
-    EXPECT_EQ(routes.RouteOf(slot), slot);
+class TakeoverRoutes : public ::testing::Test {
+ protected:
+  TakeoverRoutes() {
+    for (int id : {kServer0, kServer1, kServer2, kWorker0, kWorker1}) {
+      Apply(id, core::PeerInput::kRegister);
+      Apply(id, core::PeerInput::kAdmit);
+    }
   }
-  EXPECT_TRUE(routes.Unserved({kServer0, kServer1, kServer2}).ok());
+  void Apply(int id, core::PeerInput input, int by = -1,
+             const Status& why = Status::OK()) {
+    std::vector<core::PeerEvent> events;
+    ASSERT_TRUE(membership_.Apply(id, input, "test", &events, by, why).ok());
+  }
+  // Server `id` died and its replica covers it.
+  void Cover(int id, int by) {
+    Apply(id, core::PeerInput::kCover, by,
+          Status::PeerFailed("server " + std::to_string(id) + " covered"));
+  }
+  void Lose(int id, const std::string& why) {
+    Apply(id, core::PeerInput::kLose, -1, Status::PeerFailed(why));
+  }
+  core::Routes Routes() const {
+    core::Routes routes;
+    routes.down = membership_.Down();
+    return routes;
+  }
+  Status Unserved(const core::Routes& routes, std::vector<int> ids) const {
+    Status why;
+    for (int id : ids) {
+      Status st = routes.Unserved(id);
+      if (!st.ok()) why = st;
+    }
+    return why;
+  }
+
+  core::Membership membership_;
+};
+
+TEST_F(TakeoverRoutes, EachServerServesItsOwnKeysUntilCovered) {
+  core::Routes routes = Routes();
+  for (int slot : {kServer0, kServer1, kServer2}) {
+    EXPECT_EQ(routes.ServerOf(slot), slot);
+  }
+  EXPECT_TRUE(Unserved(routes, {kServer0, kServer1, kServer2}).ok());
 }
 
-TEST_F(ReplicaTakeover, RoutesACoverRoutesTheServersSlotToItsReplica) {
-  ReplicaRoutes routes(kServers);
-  Takeover t = routes.Cover(kServer1);
-  EXPECT_EQ(t.server, kServer1);
-  EXPECT_EQ(t.replica, kServer2);
-  EXPECT_EQ(routes.RouteOf(kServer0), kServer0);
-  EXPECT_EQ(routes.RouteOf(kServer1), kServer2);
-  EXPECT_EQ(routes.RouteOf(kServer2), kServer2);
+TEST_F(TakeoverRoutes, ACoverRoutesTheServersSlotToItsReplica) {
+  Cover(kServer1, kServer2);
+  core::Routes routes = Routes();
+  EXPECT_EQ(routes.ServerOf(kServer0), kServer0);
+  EXPECT_EQ(routes.ServerOf(kServer1), kServer2);
+  EXPECT_EQ(routes.ServerOf(kServer2), kServer2);
+  EXPECT_TRUE(routes.IsDown(kServer1));
+  EXPECT_EQ(routes.CoveredBy(kServer2), (std::vector<int>{kServer1}));
   // A covered server's keys are still served.
-  EXPECT_TRUE(routes.Unserved({kServer0, kServer1, kServer2}).ok());
+  EXPECT_TRUE(Unserved(routes, {kServer0, kServer1, kServer2}).ok());
 }
 
-TEST_F(ReplicaTakeover, RoutesTheLastServersReplicaIsTheFirst) {
-  ReplicaRoutes routes(kServers);
-  Takeover t = routes.Cover(kServer2);
-  EXPECT_EQ(t.server, kServer2);
-  EXPECT_EQ(t.replica, kServer0);
-  EXPECT_EQ(routes.RouteOf(kServer2), kServer0);
+TEST_F(TakeoverRoutes, TheLastServersReplicaIsTheFirst) {
+  Cover(kServer2, kServer0);
+  EXPECT_EQ(Routes().ServerOf(kServer2), kServer0);
 }
 
-TEST_F(ReplicaTakeover, RoutesACoverMovesOnlyThatServersUnansweredSlices) {
+TEST_F(TakeoverRoutes, ACoverMovesOnlyThatServersUnansweredSlices) {
   struct Slice {
     int ts;
     int slot;
   };
   std::vector<Slice> unanswered = {{1, kServer0}, {1, kServer1}, {2, kServer2},
                                    {2, kServer1}, {3, kServer1}, {4, kServer0}};
-  ReplicaRoutes routes(kServers);
-  Takeover t = routes.Cover(kServer1);
+  Cover(kServer1, kServer2);
+  Takeover t{kServer1, Routes().ServerOf(kServer1)};
+  EXPECT_EQ(t.replica, kServer2);
   EXPECT_FALSE(t.Moves(kServer0));
   EXPECT_TRUE(t.Moves(kServer1));
   EXPECT_FALSE(t.Moves(kServer2));
@@ -96,48 +148,58 @@ TEST_F(ReplicaTakeover, RoutesACoverMovesOnlyThatServersUnansweredSlices) {
   EXPECT_TRUE(t.Moved(&none).empty());
 }
 
-TEST_F(ReplicaTakeover,
-       RoutesALostServerFailsItsSlotAndRefusesRequestsTouchingIt) {
-  ReplicaRoutes routes(kServers);
-  const Status why = Status::PeerFailed("server 1 is gone");
-  EXPECT_EQ(routes.Lose(kServer1, why), (std::vector<int>{kServer1}));
-  EXPECT_EQ(routes.RouteOf(kServer1), kServer1);  // not taken over
-  Status st = routes.Unserved({kServer0, kServer1, kServer2});
+TEST_F(TakeoverRoutes, ALostServerFailsItsSlotAndRefusesRequestsTouchingIt) {
+  Lose(kServer1, "server 1 is gone");
+  core::Routes routes = Routes();
+  EXPECT_EQ(routes.ServerOf(kServer1), kServer1);  // not taken over
+  EXPECT_TRUE(routes.CoveredBy(kServer1).empty());
+  Status st = Unserved(routes, {kServer0, kServer1, kServer2});
   EXPECT_EQ(st.code(), Status::kPeerFailed);
   EXPECT_EQ(st.message(), "server 1 is gone");
-  EXPECT_TRUE(routes.Unserved({kServer0, kServer2}).ok());
-  EXPECT_TRUE(routes.Unserved({}).ok());
+  EXPECT_TRUE(Unserved(routes, {kServer0, kServer2}).ok());
+  EXPECT_TRUE(Unserved(routes, {}).ok());
 }
 
-TEST_F(ReplicaTakeover, RoutesAReplicaLostLosesTheKeysItHadTakenOver) {
-  ReplicaRoutes routes(kServers);
-  routes.Cover(kServer0);  // served by server 1 now
-  const Status why = Status::PeerFailed("server 1 is gone");
-  EXPECT_EQ(routes.Lose(kServer1, why), (std::vector<int>{kServer1, kServer0}));
+TEST_F(TakeoverRoutes, AReplicaLostLosesTheKeysItHadTakenOver) {
+  Cover(kServer0, kServer1);  // served by server 1 now
+  Lose(kServer1, "server 1 is gone");
+  core::Routes routes = Routes();
+  // The worker fails server 1's slot and those it covered.
+  EXPECT_EQ(routes.CoveredBy(kServer1), (std::vector<int>{kServer0}));
   // Still routed to the dead replica, but refused before anything is sent.
-  EXPECT_EQ(routes.RouteOf(kServer0), kServer1);
-  EXPECT_EQ(routes.Unserved({kServer0}).message(), "server 1 is gone");
-  EXPECT_EQ(routes.Unserved({kServer1}).message(), "server 1 is gone");
-  EXPECT_TRUE(routes.Unserved({kServer2}).ok());
+  EXPECT_EQ(routes.ServerOf(kServer0), kServer1);
+  EXPECT_EQ(routes.Unserved(kServer0).message(), "server 1 is gone");
+  EXPECT_EQ(routes.Unserved(kServer1).message(), "server 1 is gone");
+  EXPECT_TRUE(routes.Unserved(kServer2).ok());
 }
 
-TEST_F(ReplicaTakeover, RoutesUnservedNamesTheLastLostSlotAsked) {
-  ReplicaRoutes routes(kServers);
-  routes.Lose(kServer0, Status::PeerFailed("server 0 is gone"));
-  routes.Lose(kServer2, Status::Unavailable("server 2 is awaited back"));
-  EXPECT_EQ(routes.Unserved({kServer0, kServer1, kServer2}).message(),
-            "server 2 is awaited back");
-  EXPECT_EQ(routes.Unserved({kServer2, kServer0}).message(),
+TEST_F(TakeoverRoutes, UnservedNamesTheLastLostSlotAsked) {
+  Lose(kServer0, "server 0 is gone");
+  Lose(kServer2, "server 2 is gone too");
+  core::Routes routes = Routes();
+  EXPECT_EQ(Unserved(routes, {kServer0, kServer1, kServer2}).message(),
+            "server 2 is gone too");
+  EXPECT_EQ(Unserved(routes, {kServer2, kServer0}).message(),
             "server 0 is gone");
-  // A server lost again: the later reason.
-  routes.Lose(kServer0, Status::PeerFailed("server 0 is gone again"));
-  EXPECT_EQ(routes.Unserved({kServer0}).message(), "server 0 is gone again");
+}
+
+TEST_F(TakeoverRoutes, ANodeDownWithoutAStatusIsNamedWithItsReason) {
+  // As a rejoining node learns of deaths from its node table.
+  std::vector<core::PeerEvent> events;
+  ASSERT_TRUE(membership_
+                  .Apply(kServer1, core::PeerInput::kLose,
+                         "dead when this node joined", &events)
+                  .ok());
+  Status st = Routes().Unserved(kServer1);
+  EXPECT_EQ(st.code(), Status::kPeerFailed);
+  EXPECT_NE(st.message().find("dead when this node joined"), std::string::npos)
+      << st.message();
 }
 
 // ---- ReplicaHold (the primary's side) -----------------------------------
 
 TEST_F(ReplicaTakeover, HoldWithoutAChainNothingIsForwardedOrHeld) {
-  ReplicaHold off(0, kServers, [] { return 0; });
+  ReplicaHold off(0, kServers, [] { return 0; }, [](int) { return false; });
   EXPECT_FALSE(off.Forwards());
   KVMeta req = Push(kWorker0, 1);
   Message msg = AnswerTo(req);
@@ -234,13 +296,13 @@ TEST_F(ReplicaTakeover,
   EXPECT_TRUE(hold_.Hold(a, &msg_a));
 
   // Another node's death changes nothing.
-  EXPECT_TRUE(hold_.OnFailure(kServer2).empty());
-  EXPECT_TRUE(hold_.OnFailure(kWorker0).empty());
+  EXPECT_TRUE(ReplicaDies(kServer2).empty());
+  EXPECT_TRUE(ReplicaDies(kWorker0).empty());
   EXPECT_TRUE(hold_.OnFailure(-1).empty());
   EXPECT_TRUE(hold_.Forwards());
   EXPECT_TRUE(hold_.Awaits(b));
 
-  std::vector<Message> released = hold_.OnFailure(kServer1);
+  std::vector<Message> released = ReplicaDies(kServer1);
   ASSERT_EQ(released.size(), 2u);  // in request order: a, then c
   EXPECT_EQ(released[0].meta.timestamp(), 1);
   EXPECT_EQ(released[1].meta.timestamp(), 3);
@@ -253,6 +315,12 @@ TEST_F(ReplicaTakeover,
   // A late answer of the dead replica finds nothing.
   EXPECT_TRUE(ReplicaAnswers(a).duplicate);
   EXPECT_TRUE(hold_.OnFailure(kServer1).empty());
+  // A push forwarded after the death was published, before OnFailure ran,
+  // is not held either.
+  KVMeta d = Push(kWorker1, 4);
+  hold_.Forwarded(d);
+  Message msg_d = AnswerTo(d);
+  EXPECT_FALSE(hold_.Hold(d, &msg_d));
 }
 
 TEST_F(ReplicaTakeover, HoldAResentCopyLeavesTheHeldAnswerAsItWas) {
@@ -345,7 +413,7 @@ TEST_F(ReplicaTakeover, HoldTheReplicasDeathReleasesTheStepsPushes) {
   hold_.ForwardedStep(forward, {a});
   Message msg = AnswerTo(a);
   EXPECT_TRUE(hold_.Hold(a, &msg));
-  EXPECT_EQ(hold_.OnFailure(kServer1).size(), 1u);
+  EXPECT_EQ(ReplicaDies(kServer1).size(), 1u);
   EXPECT_FALSE(hold_.StepOf(a).has_value());
   EXPECT_TRUE(hold_.OnReplicaAnswer(kServer0, 0, 2).duplicate);
 }
