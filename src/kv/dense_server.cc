@@ -481,8 +481,7 @@ void DenseShard::Impl::MaybeSnapshot() {
   int steps;
   // A replica writes once it stands in for the server whose keys it holds.
   const bool standing_in =
-      !options_.replica ||
-      replicator_.ServerDown(held_rank_);
+      !options_.replica || replicator_.ServerDown(held_rank_);
   if (!snapshot_ || options_.consistency != Consistency::kBsp ||
       workers_lost_.load() > 0 || !aggregator_.Uniform(&steps) ||
       !schedule_.Due(steps) || !standing_in) {

@@ -74,9 +74,10 @@ class KVServerCore::Impl {
         app_id_(app_id),
         val_type_(val_type),
         val_size_(val_size),
-        hold_(post_->config().replicas, post_->config().num_servers,
-              [post = post_] { return post->rank(); },
-              [post = post_](int id) { return post->routes()->IsDown(id); }) {}
+        hold_(
+            post_->config().replicas, post_->config().num_servers,
+            [post = post_] { return post->rank(); },
+            [post = post_](int id) { return post->routes()->IsDown(id); }) {}
   Node* node() const { return node_; }
   ~Impl() {
     ClearHandle(false);

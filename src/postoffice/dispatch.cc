@@ -247,9 +247,8 @@ void Postoffice::Deliver(const std::shared_ptr<Customer>& customer) {
 }
 
 void Postoffice::RegisterCustomer(bool requests, int app_id, int customer_id,
-                                  DataHandler on_data,
-                                  EventHandler on_event, TickHandler on_tick,
-                                  bool paused) {
+                                  DataHandler on_data, EventHandler on_event,
+                                  TickHandler on_tick, bool paused) {
   auto customer = std::make_shared<Customer>();
   customer->on_data = std::move(on_data);
   customer->on_event = std::move(on_event);

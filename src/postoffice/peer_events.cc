@@ -196,8 +196,8 @@ void Postoffice::OnPeerEventForCustomers(const PeerEvent& e) {
   // A member's KV layer forgets a rejoined worker's old process before the
   // new one can be heard (NodeProtocol::OnNodeJoined's answer waits for
   // this).
-  const bool rejoined = e.kind == PeerEvent::kPeerRejoined && !IsScheduler() &&
-                        IsWorkerId(e.id);
+  const bool rejoined =
+      e.kind == PeerEvent::kPeerRejoined && !IsScheduler() && IsWorkerId(e.id);
   if (!rejoined && e.kind != PeerEvent::kPeerLost &&
       e.kind != PeerEvent::kPeerCovered) {
     return;

@@ -563,9 +563,12 @@ void Postoffice::Stop() {
   van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);
   metrics_->StopServing();
   const std::vector<std::shared_ptr<Customer>> customers = Customers();
-  PeerEvent stopped{PeerEvent::kStopped,   -1, PeerState::kAbsent,
-                    PeerState::kAbsent,    "node stopped",
-                    -1,                    Status::Aborted("node stopped")};
+  PeerEvent stopped;
+  stopped.kind = PeerEvent::kStopped;
+  stopped.id = -1;
+  stopped.from = stopped.to = PeerState::kAbsent;
+  stopped.why = "node stopped";
+  stopped.status = Status::Aborted(stopped.why);
   for (auto& c : customers) {
     if (c->on_event) c->on_event(stopped);
   }

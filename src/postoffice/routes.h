@@ -44,8 +44,7 @@ struct Routes {
   // it was covered (also after that replica went down: Unserved says so).
   int ServerOf(int id) const {
     const Membership::DownPeer* d = DownOf(id);
-    return d != nullptr && d->state == PeerState::kCovered ? d->covered_by
-                                                           : id;
+    return d != nullptr && d->state == PeerState::kCovered ? d->covered_by : id;
   }
 
   // Why server `id`'s keys cannot be served: the reason it went down, or

@@ -87,7 +87,8 @@ class TakeoverRoutes : public ::testing::Test {
     routes.down = membership_.Down();
     return routes;
   }
-  Status Unserved(const core::Routes& routes, std::vector<int> ids) const {
+  Status Unserved(const core::Routes& routes,
+                  const std::vector<int>& ids) const {
     Status why;
     for (int id : ids) {
       Status st = routes.Unserved(id);
@@ -199,7 +200,8 @@ TEST_F(TakeoverRoutes, ANodeDownWithoutAStatusIsNamedWithItsReason) {
 // ---- ReplicaHold (the primary's side) -----------------------------------
 
 TEST_F(ReplicaTakeover, HoldWithoutAChainNothingIsForwardedOrHeld) {
-  ReplicaHold off(0, kServers, [] { return 0; }, [](int) { return false; });
+  ReplicaHold off(
+      0, kServers, [] { return 0; }, [](int) { return false; });
   EXPECT_FALSE(off.Forwards());
   KVMeta req = Push(kWorker0, 1);
   Message msg = AnswerTo(req);
