@@ -263,6 +263,20 @@ class KVWorker {
   detail::KVWorkerCore core_;
 };
 
+// A server's request handler as an object (a shard: ps::DenseShard,
+// ps::SparseShard): the request handle and the failure handle in one,
+// called directly, without a function object of its own per request.
+// Handle runs on the receive thread, one request at a time; OnFailure when
+// node `id` is declared dead (-1: this node stops), on the receive, monitor
+// or watch thread.
+template <typename Val>
+class KVRequestHandler {
+ public:
+  virtual ~KVRequestHandler() = default;
+  virtual void Handle(const KVMeta& meta, const KVPairs<Val>& data) = 0;
+  virtual void OnFailure(int /*id*/, const Status& /*why*/) {}
+};
+
 template <typename Val>
 class KVServer {
  public:
@@ -279,6 +293,21 @@ class KVServer {
 
   // Requests are delivered once a handle is set (earlier ones are held).
   void set_request_handle(const ReqHandle& handle) { SetHandle(handle, false); }
+
+  // The same with a handler object (not owned: clear_request_handle, or
+  // clear_replica_handle, before it dies), which is also the failure
+  // handle; `replica`: as set_replica_handle.
+  void set_request_handler(KVRequestHandler<Val>* handler,
+                           bool replica = false) {
+    core_.SetFailureHandle(
+        [handler](int id, const Status& why) { handler->OnFailure(id, why); },
+        replica);
+    core_.SetHandle(
+        [handler](const KVMeta& meta, const detail::RawKVPairs& raw) {
+          handler->Handle(meta, Typed(raw));
+        },
+        replica);
+  }
 
   // Appends a filter (ps/filter.h) to this server's chain, before the
   // request handle is set: requests are undone by it on the way in, answers
@@ -357,15 +386,18 @@ class KVServer {
   }
 
  private:
+  static KVPairs<Val> Typed(const detail::RawKVPairs& raw) {
+    KVPairs<Val> kvs;
+    kvs.keys = raw.keys;
+    kvs.vals = SArray<Val>(raw.vals);
+    kvs.lens = raw.lens;
+    kvs.priority = raw.priority;
+    return kvs;
+  }
   void SetHandle(const ReqHandle& handle, bool replica) {
     core_.SetHandle(
         [this, handle](const KVMeta& meta, const detail::RawKVPairs& raw) {
-          KVPairs<Val> kvs;
-          kvs.keys = raw.keys;
-          kvs.vals = SArray<Val>(raw.vals);
-          kvs.lens = raw.lens;
-          kvs.priority = raw.priority;
-          handle(meta, kvs, this);
+          handle(meta, Typed(raw), this);
         },
         replica);
   }

@@ -29,9 +29,9 @@ namespace ps {
 
 class Node;
 class Filter;
-namespace pb {
-class SharedRef;
-}  // namespace pb
+namespace detail {
+struct RequestInternals;  // src/kv/request_internals.h
+}  // namespace detail
 
 // What the server's handler learns about a request.
 struct KVMeta {
@@ -51,25 +51,14 @@ struct KVMeta {
   // and write into them (nothing else reads them once it has them; the
   // copy a primary forwards to its replica has its own bytes).
   bool vals_borrowed = false;
-  // Internal (set by the transport): where in the worker's shared memory
-  // the answer to a pull goes; Response writes it there when it fits.
-  std::shared_ptr<const pb::SharedRef> reply_into;
-  // Internal (replication): the server rank whose keys the request is for
-  // when not this server's own (-1: its own), and the node the answer goes
-  // to when not `sender` (the primary that forwarded a push; -1: sender).
+  // Replication (a replica handle, KVServer::set_replica_handle): the
+  // server rank whose keys the request is for when not this server's own
+  // (-1: its own).
   int shard = -1;
-  int reply_to = -1;
-  // Internal (restarts, PS_MAX_RESTARTS): how many times the sender had
-  // rejoined when the request came; an answer to an earlier process of it
-  // is not sent.
-  int incarnation = 0;
-  // Internal (pulls): the request's keys. An answer whose keys are this
-  // very array (res.keys = req_data.keys) goes without them: the worker
-  // has them. Holds the received keys while a copy of the meta lives.
-  SArray<Key> asked_keys;
-  // Internal (pulls): the worker copies the values out of the answer, so
-  // large ones may go to a co-located worker in shared memory of their own.
-  bool share_answer = false;
+  // Internal: how the server answers the request (the replica chain, the
+  // sender's process, a pull's asked keys and where its answer may go in
+  // shared memory). A handle copies it with the meta and never reads it.
+  std::shared_ptr<const detail::RequestInternals> internal;
 };
 
 namespace detail {

@@ -88,6 +88,13 @@ PrometheusMetrics::PrometheusMetrics(Role role)
       registry_(std::make_shared<prometheus::Registry>()),
       labelled_(std::make_shared<Labelled>(this)) {
   prometheus::Registry& r = *registry_;
+  RegisterPeerFamilies(r);
+  RegisterNodeCounters(r);
+  RegisterTimings(r);
+}
+
+// Per peer: traffic, membership state, heartbeat age.
+void PrometheusMetrics::RegisterPeerFamilies(prometheus::Registry& r) {
   bytes_sent_ = &BuildCounter()
                      .Name("ps_bytes_sent_total")
                      .Help("Bytes sent to each peer (header and data)")
@@ -112,6 +119,10 @@ PrometheusMetrics::PrometheusMetrics(Role role)
                         .Name("ps_peer_heartbeat_age_seconds")
                         .Help("Seconds since each watched peer was heard from")
                         .Register(r);
+}
+
+// The node's own counters: resends, duplicates, refusals.
+void PrometheusMetrics::RegisterNodeCounters(prometheus::Registry& r) {
   resent_ = &BuildCounter()
                  .Name("ps_resent_total")
                  .Help("Requests sent again for want of an answer")
@@ -132,6 +143,10 @@ PrometheusMetrics::PrometheusMetrics(Role role)
     refused_[i] = &refused.Add(
         {{"reason", RefusalReasonName(static_cast<RefusalReason>(i))}});
   }
+}
+
+// Requests and checkpoints (histograms and their gauges), replication.
+void PrometheusMetrics::RegisterTimings(prometheus::Registry& r) {
   auto& requests = BuildHistogram()
                        .Name("ps_request_seconds")
                        .Help(

@@ -103,6 +103,10 @@ class PrometheusMetrics : public Metrics {
   std::string Text() const;
 
  private:
+  // The constructor's parts: each registers its families in r.
+  void RegisterPeerFamilies(prometheus::Registry& r);
+  void RegisterNodeCounters(prometheus::Registry& r);
+  void RegisterTimings(prometheus::Registry& r);
   struct PeerSeries;
   class Labelled;
 

@@ -92,13 +92,13 @@ StatusOr<DenseCmd> DecodeDenseCmd(int cmd) {
   return c;
 }
 
-class DenseShard::Impl {
+class DenseShard::Impl : public KVRequestHandler<float> {
  public:
   Impl(KVServer<float>* server, const DenseLayout& layout, Key first_key,
        Key end_key, std::vector<float> weights,
        const DenseShardOptions& options, DenseUpdater updater,
        DenseSnapshot snapshot);
-  ~Impl();
+  ~Impl() override;
 
   bool WaitAllDone(std::chrono::milliseconds timeout) EXCLUDES(done_mu_);
   Status failure() const EXCLUDES(done_mu_);
@@ -125,7 +125,8 @@ class DenseShard::Impl {
     int step = 0;
   };
 
-  void Handle(const KVMeta& meta, const KVPairs<float>& data) EXCLUDES(mu_);
+  void Handle(const KVMeta& meta, const KVPairs<float>& data) override
+      EXCLUDES(mu_);
   // False when the push was rejected (and answered).
   bool OnPush(const KVMeta& meta, const DenseCmd& cmd,
               const KVPairs<float>& data) REQUIRES(mu_);
@@ -151,7 +152,7 @@ class DenseShard::Impl {
   void Reject(const KVMeta& meta, const std::string& why);
   // A peer died: a worker still expected fails the shard, or is taken as
   // done (see Failures).
-  void OnFailure(int id, const Status& why) EXCLUDES(mu_, done_mu_);
+  void OnFailure(int id, const Status& why) override EXCLUDES(mu_, done_mu_);
   // Stops serving steps with `why` (once): pending and later step requests
   // are refused with it, and WaitAllDone returns. The number refused now.
   size_t StopServing(const Status& why) REQUIRES(mu_) EXCLUDES(done_mu_);
@@ -254,10 +255,7 @@ DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
       return cmd.ok() && cmd->op == DenseOp::kStep;
     });
   }
-  replicator_.Attach(
-      [this](const KVMeta& meta, const KVPairs<float>& data,
-             KVServer<float>* /*server*/) { Handle(meta, data); },
-      [this](int id, const Status& why) { OnFailure(id, why); });
+  replicator_.Attach(this);
 }
 
 DenseShard::Impl::~Impl() { replicator_.Detach(); }

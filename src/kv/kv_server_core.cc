@@ -41,6 +41,7 @@
 #include "kv/dedup.h"
 #include "kv/filter_chain.h"
 #include "kv/replica_takeover.h"
+#include "kv/request_internals.h"
 #include "kv/slicer.h"
 #include "postoffice/postoffice.h"
 #include "postoffice/replica_chain.h"
@@ -198,7 +199,10 @@ class KVServerCore::Impl {
   // Whether req came from an earlier process of its worker than the one
   // now behind its id: its answer would reach the wrong process.
   bool Outlived(const KVMeta& req) {
-    if (!restarts_ || req.incarnation == Incarnation(req.sender)) return false;
+    if (!restarts_ ||
+        RequestInternals::Of(req).incarnation == Incarnation(req.sender)) {
+      return false;
+    }
     LOG(INFO) << "not answering a request of the process "
               << post_->DescribeNode(req.sender) << " replaced";
     return true;
@@ -226,7 +230,6 @@ class KVServerCore::Impl {
     // The only answers a server gets: its replica's.
     if (!m.request()) return OnReplicaAnswer(m);
     KVMeta meta = RequestMeta(m);
-    if (restarts_) meta.incarnation = Incarnation(meta.sender);
     const int me = post_->rank();
     const bool for_replica = meta.shard >= 0 && meta.shard != me;
     if (for_replica &&
@@ -259,7 +262,10 @@ class KVServerCore::Impl {
       if (done == Done::kNew && dedup_on_) dedup_.Unsee(meta);
       return ResponseError(meta, kvs.status());
     }
-    if (m.pull()) meta.asked_keys = kvs->keys;
+    if (m.pull()) {
+      RequestInternals::Change(
+          &meta, [&](RequestInternals* in) { in->asked_keys = kvs->keys; });
+    }
     if (done != Done::kNew)
       return Repeat(meta, done, awaits && !stepped, awaits && stepped,
                     for_replica, &*kvs);
@@ -269,7 +275,9 @@ class KVServerCore::Impl {
         std::any_of(m.shared().begin(), m.shared().end(),
                     [](const pb::SharedRef& ref) { return !ref.once(); });
     if (m.has_reply_into()) {
-      meta.reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
+      RequestInternals::Change(&meta, [&](RequestInternals* in) {
+        in->reply_into = std::make_shared<pb::SharedRef>(m.reply_into());
+      });
     }
     // From here on the received frames are the handle's: it may keep them
     // and write into them (KVMeta::vals_borrowed says when it may not), so
@@ -335,13 +343,14 @@ class KVServerCore::Impl {
     if (dedup_on_) dedup_.MarkAnswered(req, Status::OK());
     Message msg = AnswerTo(req);
     if (req.pull) {
+      const RequestInternals& in = RequestInternals::Of(req);
       // The keys as asked (the request's own array) need not go back; a
       // filter may rewrite frames, so with filters every frame goes.
       const bool keys_asked = filters_.empty() && !res.keys.empty() &&
-                              res.keys.data() == req.asked_keys.data() &&
-                              res.keys.size() == req.asked_keys.size();
+                              res.keys.data() == in.asked_keys.data() &&
+                              res.keys.size() == in.asked_keys.size();
       RawKVPairs out = WriteInPlace(req, res);
-      if (req.share_answer) out = ShareLarge(msg.meta.recver(), std::move(out));
+      if (in.share_answer) out = ShareLarge(msg.meta.recver(), std::move(out));
       AddKVFrames(out, true, val_type_, &msg, keys_asked);
     }
     Status st = filters_.Encode(&msg);
@@ -383,7 +392,7 @@ class KVServerCore::Impl {
                             post_->config().num_servers);
   }
 
-  static KVMeta RequestMeta(const pb::Meta& m) {
+  KVMeta RequestMeta(const pb::Meta& m) EXCLUDES(incarnation_mu_) {
     KVMeta meta;
     meta.cmd = m.head();
     meta.push = m.push();
@@ -391,13 +400,16 @@ class KVServerCore::Impl {
     // A push forwarded by a primary is the worker's (MayAsk checked that it
     // comes from the server this one is the replica of).
     meta.sender = m.has_origin() ? m.origin() : m.sender();
-    meta.reply_to = m.has_origin() ? m.sender() : -1;
     meta.shard = m.has_shard() ? m.shard() : -1;
     meta.timestamp = m.timestamp();
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
     meta.priority = m.priority();
-    meta.share_answer = m.share_answer();
+    RequestInternals::Change(&meta, [&](RequestInternals* in) {
+      in->reply_to = m.has_origin() ? m.sender() : -1;
+      in->share_answer = m.share_answer();
+      if (restarts_) in->incarnation = Incarnation(meta.sender);
+    });
     return meta;
   }
 
@@ -411,9 +423,10 @@ class KVServerCore::Impl {
     m.set_push(req.push);
     m.set_pull(req.pull);
     m.set_head(req.cmd);
-    m.set_recver(req.reply_to >= 0 ? req.reply_to : req.sender);
+    const int reply_to = RequestInternals::Of(req).reply_to;
+    m.set_recver(reply_to >= 0 ? reply_to : req.sender);
     if (req.shard >= 0) m.set_shard(req.shard);
-    if (req.reply_to >= 0) m.set_origin(req.sender);
+    if (reply_to >= 0) m.set_origin(req.sender);
     return msg;
   }
 
@@ -474,12 +487,13 @@ class KVServerCore::Impl {
   // back to sending the bytes when the size differs or the worker's memory
   // cannot be mapped.
   RawKVPairs WriteInPlace(const KVMeta& req, const RawKVPairs& res) {
-    if (req.reply_into == nullptr || !filters_.empty() ||
-        req.reply_into->bytes() != res.vals.size() || res.vals.empty()) {
+    const std::shared_ptr<const pb::SharedRef>& into =
+        RequestInternals::Of(req).reply_into;
+    if (into == nullptr || !filters_.empty() ||
+        into->bytes() != res.vals.size() || res.vals.empty()) {
       return res;
     }
-    StatusOr<SArray<char>> dst =
-        post_->ResolveShared(*req.reply_into, res.vals.size());
+    StatusOr<SArray<char>> dst = post_->ResolveShared(*into, res.vals.size());
     if (!dst.ok()) {
       LOG_FIRST_N(WARNING, 1) << "answering " << post_->DescribeNode(req.sender)
                               << " by socket: " << dst.status();

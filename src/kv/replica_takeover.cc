@@ -3,6 +3,7 @@
 
 #include <iterator>
 
+#include "kv/request_internals.h"
 #include "ps/base.h"
 
 namespace ps {
@@ -52,7 +53,7 @@ std::optional<Message> ReplicaHold::StepOf(const KVMeta& req) const {
 
 bool ReplicaHold::Hold(const KVMeta& req, Message* msg) {
   // Only a worker's request for this server's own keys was forwarded.
-  if (!on_ || req.reply_to >= 0 ||
+  if (!on_ || RequestInternals::Of(req).reply_to >= 0 ||
       (req.shard >= 0 && req.shard != my_rank_())) {
     return false;
   }

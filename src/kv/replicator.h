@@ -12,9 +12,9 @@
 // same order; what a shard needs to take part is to be registered in the
 // right slot, which this class owns:
 //
-//   own keys      set_request_handle / set_failure_handle
-//   replica copy  set_replica_handle / set_replica_failure_handle (first:
-//                 before the server's own shard, kv_app.h)
+//   own keys      set_request_handler(shard)
+//   replica copy  set_request_handler(shard, replica) (first: before the
+//                 server's own shard, kv_app.h)
 //
 // and the rank whose keys the shard holds (HeldRank), and whether that
 // server is down (ServerDown). Destroying it
@@ -41,8 +41,6 @@ namespace ps {
 template <typename Val>
 class Replicator {
  public:
-  using FailureHandle = std::function<void(int id, const Status& why)>;
-
   // `server` must outlive this object. `replica`: the shard holds the keys
   // of the server this one is the replica of, not its own.
   Replicator(KVServer<Val>* server, bool replica)
@@ -51,18 +49,11 @@ class Replicator {
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  // Registers the shard's request and failure handles in its role's slot.
-  // Once: the server takes one handle per slot.
-  void Attach(typename KVServer<Val>::ReqHandle handle,
-              FailureHandle on_failure) {
+  // Registers the shard (its request and failure handles) in its role's
+  // slot. Once: the server takes one handler per slot.
+  void Attach(KVRequestHandler<Val>* shard) {
     attached_ = true;
-    if (replica_) {
-      server_->set_replica_failure_handle(std::move(on_failure));
-      server_->set_replica_handle(std::move(handle));
-    } else {
-      server_->set_failure_handle(std::move(on_failure));
-      server_->set_request_handle(std::move(handle));
-    }
+    server_->set_request_handler(shard, replica_);
   }
 
   // Unregisters them (waits for a running request handle to return); later

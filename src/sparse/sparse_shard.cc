@@ -27,6 +27,7 @@
 
 #include "kv/checkpointer.h"
 #include "kv/replicator.h"
+#include "kv/request_internals.h"
 #include "ps/sparse.h"
 #include "sparse/sparse_table.h"
 #include "van/sync.h"
@@ -147,7 +148,7 @@ StatusOr<SparseCmd> DecodeSparseCmd(int cmd) {
   return c;
 }
 
-class SparseShard::Impl {
+class SparseShard::Impl : public KVRequestHandler<float> {
  public:
   Impl(KVServer<float>* server, const std::vector<SparseTableConfig>& tables,
        const SparseShardOptions& options, SparseSnapshot snapshot)
@@ -163,12 +164,9 @@ class SparseShard::Impl {
       MutexLock lock(&mu_);
       tables_.emplace(t.id, std::make_unique<SparseTable>(t));
     }
-    replicator_.Attach(
-        [this](const KVMeta& meta, const KVPairs<float>& data,
-               KVServer<float>* /*server*/) { Handle(meta, data); },
-        [this](int id, const Status& why) { OnFailure(id, why); });
+    replicator_.Attach(this);
   }
-  ~Impl() { replicator_.Detach(); }
+  ~Impl() override { replicator_.Detach(); }
 
   std::string Save() const EXCLUDES(mu_) {
     MutexLock lock(&mu_);
@@ -268,7 +266,8 @@ class SparseShard::Impl {
     std::vector<KVMeta> waiting;  // held kSync pushes
   };
 
-  void Handle(const KVMeta& meta, const KVPairs<float>& data) EXCLUDES(mu_) {
+  void Handle(const KVMeta& meta, const KVPairs<float>& data) override
+      EXCLUDES(mu_) {
     if (options_.replica && meta.shard >= 0) {
       MutexLock lock(&mu_);
       held_rank_ = meta.shard;
@@ -426,7 +425,10 @@ class SparseShard::Impl {
         // A copy its primary forwarded, now that the primary is gone: the
         // answer goes to the worker itself (whose resend of it this shard
         // holds as pending).
-        if (HeldRankDown()) m.reply_to = -1;
+        if (HeldRankDown()) {
+          detail::RequestInternals::Change(
+              &m, [](detail::RequestInternals* in) { in->reply_to = -1; });
+        }
         c.answer.push_back(m);
       }
       syncs_.erase(it);
@@ -456,7 +458,7 @@ class SparseShard::Impl {
     return options_.replica && replicator_.ServerDown(held_rank_);
   }
 
-  void OnFailure(int id, const Status& why) EXCLUDES(mu_) {
+  void OnFailure(int id, const Status& why) override EXCLUDES(mu_) {
     std::vector<Completed> done;
     {
       MutexLock lock(&mu_);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/request_internals.h"
 #include "postoffice/membership.h"
 #include "postoffice/routes.h"
 
@@ -266,7 +267,8 @@ TEST_F(ReplicaTakeover, HoldOnlyAWorkersRequestForOwnKeysForwardedIsHeld) {
 
   // A copy this server (as a replica) got from its primary: answered to it.
   KVMeta copy = Push(kWorker0, 2);
-  copy.reply_to = kServer2;
+  RequestInternals::Change(
+      &copy, [](RequestInternals* in) { in->reply_to = kServer2; });
   copy.shard = 2;
   hold_.Forwarded(copy);  // (no primary forwards such; still not held)
   msg = AnswerTo(copy);
