@@ -405,11 +405,16 @@ class KVServerCore::Impl {
     meta.customer_id = m.customer_id();
     meta.app_id = m.app_id();
     meta.priority = m.priority();
-    RequestInternals::Change(&meta, [&](RequestInternals* in) {
-      in->reply_to = m.has_origin() ? m.sender() : -1;
-      in->share_answer = m.share_answer();
-      if (restarts_) in->incarnation = Incarnation(meta.sender);
-    });
+    const int incarnation = restarts_ ? Incarnation(meta.sender) : 0;
+    // A worker's request to a job without restarts answers as the defaults
+    // say: no internals of its own to make.
+    if (m.has_origin() || m.share_answer() || incarnation != 0) {
+      RequestInternals::Change(&meta, [&](RequestInternals* in) {
+        in->reply_to = m.has_origin() ? m.sender() : -1;
+        in->share_answer = m.share_answer();
+        in->incarnation = incarnation;
+      });
+    }
     return meta;
   }
 

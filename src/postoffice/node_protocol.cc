@@ -18,11 +18,6 @@ constexpr int kSchedulerTickMs = 100;
 // A control wait reports itself once per this many heartbeat timeouts.
 constexpr int kReportHeartbeatTimeouts = 4;
 
-int64_t MsSince(NodeProtocol::Clock::time_point t,
-                NodeProtocol::Clock::time_point now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-}
-
 pb::Verdict ToProto(PeerInput input) {
   return input == PeerInput::kAwait   ? pb::AWAIT
          : input == PeerInput::kCover ? pb::COVER
@@ -485,115 +480,6 @@ Message NodeProtocol::ReportToScheduler() const {
 }
 
 // ---- The monitor's timer ---------------------------------------------------
-
-void NodeProtocol::Start(Clock::time_point now) {
-  At(now);
-  last_tick_ = last_heartbeat_ = now;
-  if (!IsScheduler()) membership_.Watch(kSchedulerId, now);
-}
-
-bool NodeProtocol::ReportDue(Clock::time_point since, Clock::time_point prev,
-                             Clock::time_point now) const {
-  const int64_t every = ReportEveryMs(config_);
-  return MsSince(since, now) / every >
-         std::max<int64_t>(0, MsSince(since, prev)) / every;
-}
-
-void NodeProtocol::Tick(Clock::time_point now, Output* out) {
-  At(now);
-  const int interval = config_.heartbeat_interval_ms;
-  const int64_t gap = MsSince(last_tick_, now);
-  if (interval > 0 && gap > config_.heartbeat_timeout_ms) {
-    // This node itself was stopped (SIGSTOP, a debugger) or starved of
-    // CPU: the silence it sees is its own, so it blames nobody for it.
-    out->lines.push_back(
-        {Output::Line::kWarning, table_.Describe(self_) + " was stalled for " +
-                                     std::to_string(gap) +
-                                     " ms; not counting that silence "
-                                     "against its peers"});
-    membership_.ForgiveSilence(now);
-  } else if (interval > 0 && gap > 2 * tick_ms_) {
-    // A shorter stall (stopped and resumed within the timeout): the part
-    // past the tick is this node's silence too, not its peers'.
-    membership_.ExcuseStall(std::chrono::milliseconds(gap - tick_ms_), now);
-  }
-  const Clock::time_point prev = last_tick_;
-  last_tick_ = now;
-  std::vector<int> newly_dead, not_back;
-  if (interval > 0) {
-    // Silent past half the timeout: suspected; past it: dead.
-    const auto timeout =
-        std::chrono::milliseconds(config_.heartbeat_timeout_ms);
-    newly_dead = membership_.Tick(now, timeout / 2, timeout);
-  }
-  if (IsScheduler()) {
-    SchedulerTick(prev, now, &not_back, out);
-  } else if (interval > 0) {
-    MemberTick(prev, now, &not_back, out);
-  }
-  if (!newly_dead.empty()) {
-    Declare(newly_dead,
-            "no heartbeat for more than " +
-                std::to_string(config_.heartbeat_timeout_ms) +
-                " ms (PS_HEARTBEAT_TIMEOUT_MS)",
-            out);
-  }
-  if (!not_back.empty()) {
-    // Declared dead a second time: now for good.
-    Declare(not_back,
-            "it did not rejoin within " +
-                std::to_string(config_.rejoin_timeout_ms) +
-                " ms of its death (PS_REJOIN_TIMEOUT_MS)",
-            out);
-  }
-}
-
-void NodeProtocol::SchedulerTick(Clock::time_point prev, Clock::time_point now,
-                                 std::vector<int>* not_back, Output* out) {
-  for (int id : membership_.InState(PeerState::kAwaited)) {
-    // (A worker whose successor's rejoin started is awaited no more.)
-    const Clock::time_point since = membership_.since(id);
-    if (MsSince(since, now) > config_.rejoin_timeout_ms) {
-      not_back->push_back(id);
-    } else if (ReportDue(since, prev, now)) {
-      out->lines.push_back(
-          {Output::Line::kWarning,
-           "the job has waited " + Seconds(MsSince(since, now)) + " for " +
-               table_.Describe(id) + " to be restarted (PS_REJOIN_TIMEOUT_MS=" +
-               std::to_string(config_.rejoin_timeout_ms) + ")"});
-    }
-  }
-  RejoinTick(now, out);
-  AnswerBarriers(barriers_.Tick(now), out);
-  for (const BarrierCoordinator::Report& r : barriers_.Reports(now)) {
-    out->lines.push_back({Output::Line::kWarning, r.line});
-  }
-}
-
-void NodeProtocol::MemberTick(Clock::time_point prev, Clock::time_point now,
-                              std::vector<int>* not_back, Output* out) {
-  // While the scheduler is awaited back (restarts), this node reports
-  // itself instead of a heartbeat, until a restarted one answers.
-  const bool away = membership_.state(kSchedulerId) == PeerState::kAwaited;
-  if (MsSince(last_heartbeat_, now) + tick_ms_ / 2 >=
-      config_.heartbeat_interval_ms) {
-    out->messages.push_back(
-        away ? ReportToScheduler()
-             : ControlMessage(pb::HEARTBEAT, kSchedulerId, true));
-    last_heartbeat_ = now;
-  }
-  const Clock::time_point gone = membership_.since(kSchedulerId);
-  if (away && MsSince(gone, now) > config_.rejoin_timeout_ms) {
-    not_back->push_back(kSchedulerId);
-  } else if (away && ReportDue(gone, prev, now)) {
-    out->lines.push_back(
-        {Output::Line::kWarning,
-         table_.Describe(self_) + " has waited " + Seconds(MsSince(gone, now)) +
-             " for the scheduler at " + config_.SchedulerAddress() +
-             " to come back (restarted; PS_REJOIN_TIMEOUT_MS=" +
-             std::to_string(config_.rejoin_timeout_ms) + ")"});
-  }
-}
 
 }  // namespace core
 }  // namespace ps

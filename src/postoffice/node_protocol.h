@@ -275,6 +275,14 @@ class NodeProtocol {
   // awaited back.
   void MemberTick(Clock::time_point prev, Clock::time_point now,
                   std::vector<int>* not_back, Output* out);
+  // Scheduler, each tick with members `silent` past the timeout or while
+  // it withholds verdicts: whether it hears a majority of the job (itself
+  // and the watched members neither suspected nor silent, of itself and
+  // every watched member), the quorum its verdicts on silence need. When it
+  // does not, it says so (then once per report period) and nobody's
+  // silence is judged; when it does again, it says that too.
+  bool HearsQuorum(const std::vector<int>& silent, Clock::time_point prev,
+                   Clock::time_point now, Output* out);
   // Whether a report of a wait since `since` falls due in (prev, now].
   bool ReportDue(Clock::time_point since, Clock::time_point prev,
                  Clock::time_point now) const;
@@ -295,6 +303,9 @@ class NodeProtocol {
   Status peer_failure_;
   Clock::time_point last_tick_;
   Clock::time_point last_heartbeat_;
+  // Scheduler: verdicts on silence withheld for want of a quorum, since.
+  bool withholding_ = false;
+  Clock::time_point withheld_since_;
 };
 
 }  // namespace core

@@ -424,7 +424,10 @@ bool Van::ReceiveOne() {
 }
 
 std::function<int(int)> Van::SharedPid(const std::string& from) const {
-  return [this, from](int) {
+  // Two pointers: the function keeps them in place (no allocation per
+  // message). Called, if at all, within the Decode it is given to, while
+  // the caller's `from` lives.
+  return [this, &from](int) {
     // By the connection, not by the sender the header claims.
     std::shared_ptr<const Routes> routes = routes_.Load();
     auto it = routes->accept_pid.find(from);

@@ -124,7 +124,8 @@ class WireHost {
   virtual void Answer(const std::string& to, const std::string& frame) = 0;
   // Every DEALER of the routing table now.
   virtual std::vector<std::shared_ptr<Peer>> Peers() const = 0;
-  // Whose shared memory connection `from` may name (codec.h's Decode).
+  // Whose shared memory connection `from` may name (codec.h's Decode): a
+  // function valid while `from` is (the Decode call it is given to).
   virtual std::function<int(int)> SharedPid(const std::string& from) const = 0;
 };
 
