@@ -150,6 +150,41 @@ elif mode == "dead":
     elif scenario == "frozen-late" and me == "scheduler":
         wait_until(lambda: state("worker0") == "gone")
         declare_dead("server 0", HEARTBEAT)
+    elif scenario == "cut" and me == "worker0":
+        # Cut off from the scheduler alone: the scheduler and the other
+        # members are well and say nothing.
+        declare_dead("scheduler", HEARTBEAT)
+        sys.exit(1)
+    elif scenario == "scheduler-restarted" and me == "scheduler":
+        # Its first run freezes; the second (the launcher restarted it on
+        # the members' word) says so and ends.
+        marker = os.path.join(out, "scheduler.froze")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        open(os.path.join(out, "scheduler.back"), "w").close()
+        sys.exit(0)
+    elif scenario == "scheduler-restarted":
+        back = os.path.join(out, "scheduler.back")
+        # (The launcher may kill it on the others' word first.)
+        wait_until(lambda: state("scheduler") in ("T", "gone")
+                   or os.path.exists(back))
+        if not os.path.exists(back):
+            declare_dead("scheduler", HEARTBEAT)
+        wait_until(lambda: os.path.exists(back))
+        sys.exit(0)
+    elif scenario == "scheduler-frozen" and me == "scheduler":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif scenario == "scheduler-frozen" and me != "scheduler":
+        wait_until(lambda: state("scheduler") == "T")
+        declare_dead("scheduler", HEARTBEAT)
+        open(os.path.join(out, me + ".said"), "w").close()
+        if me == "worker0":
+            # Exits once every member said so (the launcher read them all).
+            wait_until(lambda: all(
+                os.path.exists(os.path.join(out, m + ".said"))
+                for m in ("server0", "worker1")))
+            sys.exit(1)
     elif scenario == "finalize" and me == "worker1":
         sys.exit(3)
     elif scenario == "finalize" and me == "scheduler":
@@ -508,6 +543,42 @@ class CulpritTest(LaunchCase):
             f"scheduler: {self.HEARTBEAT}; worker 0 (pid {pid['worker0']}) "
             "exited with code 1; stopped the other 2 processes")
         self.assert_all_dead()
+
+    def test_a_member_that_alone_lost_the_scheduler_is_named_cut_off(self):
+        # Its word on the scheduler's silence is not a verdict: one member
+        # of three is not a majority.
+        result, pid = self.launch_dead("cut")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(
+            self.last_line(result),
+            f"launch: worker 0 (pid {pid['worker0']}) was cut off: it lost "
+            f"the scheduler ({self.HEARTBEAT}), and 1 of 3 members did, not "
+            "a majority: cut off from it; it exited with code 1; stopped "
+            "the other 3 processes")
+        self.assert_all_dead()
+
+    def test_a_scheduler_every_member_lost_is_named(self):
+        result, pid = self.launch_dead("scheduler-frozen")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(
+            self.last_line(result),
+            rf"^launch: scheduler \(pid {pid['scheduler']}\) was declared "
+            rf"dead by (server 0|worker [01]): {re.escape(self.HEARTBEAT)}; "
+            rf"worker 0 \(pid {pid['worker0']}\) exited with code 1; "
+            "stopped the other 2 processes$")
+        self.assert_all_dead()  # The frozen scheduler too.
+
+    def test_a_scheduler_most_members_lost_is_restarted(self):
+        # Frozen for good: the launcher kills it on the members' word and
+        # starts it again (--max-restarts), as a killed one.
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--max-restarts", "1", "--timeout", "8"],
+                             "dead", "4", "scheduler-restarted")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stderr,
+                         r"(?m)^launch: scheduler \(pid \d+\) was declared "
+                         r"dead by the job and killed by the launcher; "
+                         r"restarting it \(1 of 1, --max-restarts 1\)$")
 
     def test_declared_dead_process_that_exited(self):
         # The scheduler reports after it saw worker 1 gone: the grace must

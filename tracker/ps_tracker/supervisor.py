@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from . import reports as reports_mod
 from .common import (DEAD_REPORT_GRACE, POLL_SECONDS, describe_exit, plural)
 from .metrics import MetricsTargets
 
@@ -41,6 +42,7 @@ GLOG_LINE = re.compile(rb"[IWEF]\d{8} \d\d:\d\d:\d\d")
 # The reason a node gives for a peer that left without Finalize: its
 # process exited (src/postoffice, on the departure or the closed connection).
 LEFT_ON_ITS_OWN = "stopped without Finalize"
+
 
 # How much of a process's last line the launcher repeats.
 LAST_WORDS_CHARS = 500
@@ -108,8 +110,9 @@ class Job:
     Anything else that exits non-zero stops the job. A process that the
     scheduler declared dead and that the job goes on without (tolerated,
     covered, or awaited back for a restart) is killed: a frozen one would
-    never exit. (Only the scheduler's word counts there: a node cut off
-    from the others declares them all dead.)
+    never exit. (Only the scheduler's word counts there, and the word of
+    more than half of the members on the scheduler: a node cut off from
+    the others declares them all dead.)
     """
 
     def __init__(self, args, mux):
@@ -225,6 +228,12 @@ class Job:
             self._reports.append((name, reason, reporter))
         if reporter == "scheduler":
             self._declared.put(name)  # Its verdict: the others follow it.
+        elif name == "scheduler":
+            with self._reports_lock:
+                quorum = reports_mod.quorum_lost(self._reports,
+                                                 self.num_members())
+            if quorum:
+                self._declared.put(name)  # A majority of the members' word.
         self._reported.set()
 
     def _read_event(self, reporter, line):
@@ -273,21 +282,24 @@ class Job:
             self.mux.say(f"cannot write {self.metrics.path}: {err}")
 
     def first_report(self):
-        """(declared name, reason, reporter's name) read first, or None.
-
-        Reports that name a restarted process are left out, whenever they
-        were read: one read before the restart is about the run that
-        died, and one read after it may be too (the other nodes notice a
-        death late, after missed heartbeats) or be about the new run; the
-        launcher cannot tell which, so it never names a restarted process
-        as the cause of a failure on that ground. A failure is then put
-        on the first process that exited non-zero, which for a restarted
-        worker whose restarts are spent is itself.
+        """(declared name, reason, reporter's name) whose word counts, read
+        first, or None (reports.first_verdict). Reports that name a
+        restarted process are left out, whenever they were read: one read
+        before the restart is about the run that died, and one read after
+        it may be too (the other nodes notice a death late, after missed
+        heartbeats) or be about the new run; the launcher cannot tell
+        which, so it never names a restarted process as the cause of a
+        failure on that ground. A failure is then put on the first process
+        that exited non-zero, which for a restarted worker whose restarts
+        are spent is itself.
         """
         restarted = {c.name for c in self.children if c.restarts}
         with self._reports_lock:
-            return next((r for r in self._reports if r[0] not in restarted),
-                        None)
+            reports = [r for r in self._reports if r[0] not in restarted]
+        return reports_mod.first_verdict(reports, self.num_members())
+
+    def num_members(self):
+        return sum(1 for c in self.children if c.role != "scheduler")
 
     def _await_report(self, deadline):
         """Waits up to DEAD_REPORT_GRACE (and deadline) for a report that
@@ -560,7 +572,9 @@ class Job:
             name, reason, reporter = report
             dead = next((c for c in self.children if c.name == name), None)
             who = name if dead is None else dead.label
-            parts.append(f"{who} was declared dead by {reporter}: {reason}")
+            parts.append(f"{who} was cut off: {reason}" if name == reporter
+                         else f"{who} was declared dead by {reporter}: "
+                         f"{reason}")
             named.append(dead)
         how = failed.describe_exit(returncode) + self.restart_note(failed)
         if report is not None and named[1] is failed:

@@ -83,7 +83,9 @@ class ToolJob(Job):
         report = self.first_report()
         if report is not None:
             name, reason, reporter = report
-            parts.append(f"{name} was declared dead by {reporter}: {reason}")
+            parts.append(f"{name} was cut off: {reason}" if name == reporter
+                         else f"{name} was declared dead by {reporter}: "
+                         f"{reason}")
         with self._reports_lock:
             first_exit = self._rank_exits[0] if self._rank_exits else None
         if first_exit is not None:
