@@ -89,6 +89,19 @@ struct KVPairs {
 constexpr int kAdd = 0;     // stored += pushed
 constexpr int kAssign = 1;  // stored = pushed
 
+namespace detail {
+// The typed view of a request's or a slice's bytes (no copy).
+template <typename Val>
+KVPairs<Val> TypedKVPairs(const RawKVPairs& raw) {
+  KVPairs<Val> kvs;
+  kvs.keys = raw.keys;
+  kvs.vals = SArray<Val>(raw.vals);
+  kvs.lens = raw.lens;
+  kvs.priority = raw.priority;
+  return kvs;
+}
+}  // namespace detail
+
 template <typename Val>
 class KVWorker {
  public:
@@ -184,13 +197,8 @@ class KVWorker {
     core_.SetSlicer([slicer](const detail::RawKVPairs& raw,
                              const std::vector<Range>& ranges,
                              detail::RawSliced* out) {
-      KVPairs<Val> send;
-      send.keys = raw.keys;
-      send.vals = SArray<Val>(raw.vals);
-      send.lens = raw.lens;
-      send.priority = raw.priority;
       SlicedKVs sliced;
-      slicer(send, ranges, &sliced);
+      slicer(detail::TypedKVPairs<Val>(raw), ranges, &sliced);
       out->resize(sliced.size());
       for (size_t i = 0; i < sliced.size(); ++i) {
         (*out)[i].first = sliced[i].first;
@@ -304,7 +312,7 @@ class KVServer {
         replica);
     core_.SetHandle(
         [handler](const KVMeta& meta, const detail::RawKVPairs& raw) {
-          handler->Handle(meta, Typed(raw));
+          handler->Handle(meta, detail::TypedKVPairs<Val>(raw));
         },
         replica);
   }
@@ -386,18 +394,10 @@ class KVServer {
   }
 
  private:
-  static KVPairs<Val> Typed(const detail::RawKVPairs& raw) {
-    KVPairs<Val> kvs;
-    kvs.keys = raw.keys;
-    kvs.vals = SArray<Val>(raw.vals);
-    kvs.lens = raw.lens;
-    kvs.priority = raw.priority;
-    return kvs;
-  }
   void SetHandle(const ReqHandle& handle, bool replica) {
     core_.SetHandle(
         [this, handle](const KVMeta& meta, const detail::RawKVPairs& raw) {
-          handle(meta, Typed(raw), this);
+          handle(meta, detail::TypedKVPairs<Val>(raw), this);
         },
         replica);
   }

@@ -7,13 +7,6 @@
 namespace ps {
 namespace core {
 
-namespace {
-int64_t MsSince(BarrierCoordinator::Clock::time_point t,
-                BarrierCoordinator::Clock::time_point now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-}
-}  // namespace
-
 std::vector<BarrierCoordinator::Release> BarrierCoordinator::Arrive(
     int group, int sender, Clock::time_point now) {
   Barrier& b = barriers_[group];

@@ -14,13 +14,6 @@
 
 namespace ps {
 
-namespace {
-int64_t MsSince(Postoffice::Clock::time_point t,
-                Postoffice::Clock::time_point now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-}
-}  // namespace
-
 // ---- Barrier ---------------------------------------------------------------
 
 Status Postoffice::Barrier(int group) {

@@ -7,6 +7,7 @@
 
 #include <glog/logging.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +25,12 @@ void Tell(google::LogSeverity severity, const std::string& line);
 
 // `ms` milliseconds as the lines about long waits say them: "10.0 s".
 std::string Seconds(int64_t ms);
+
+// Whole milliseconds from `t` to `now` (negative if now is earlier).
+inline int64_t MsSince(std::chrono::steady_clock::time_point t,
+                       std::chrono::steady_clock::time_point now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+}
 
 }  // namespace ps
 

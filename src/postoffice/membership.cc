@@ -310,15 +310,6 @@ bool DownState(PeerState s) {
 
 bool Membership::IsDown(int id) const { return DownState(state(id)); }
 
-std::vector<int> Membership::DownIds() const {
-  std::vector<int> ids;
-  MutexLock lock(&mu_);
-  for (const auto& [id, r] : nodes_) {
-    if (DownState(r.state)) ids.push_back(id);
-  }
-  return ids;
-}
-
 std::vector<Membership::DownPeer> Membership::Down() const {
   std::vector<DownPeer> down;
   MutexLock lock(&mu_);

@@ -201,11 +201,9 @@ class Membership {
   Clock::time_point since(int id) const EXCLUDES(mu_);
   // Awaited, dead or covered: not in the job now.
   bool IsDown(int id) const EXCLUDES(mu_);
-  // The ids IsDown holds for, ascending.
-  std::vector<int> DownIds() const EXCLUDES(mu_);
-  // Those nodes, ascending by id: the state, who covers it, and why it
-  // went down (the status of the input that took it there, or one made of
-  // its reason).
+  // The nodes IsDown holds for, ascending by id: the state, who covers it, and
+  // why it went down (the status of the input that took it there, or one made
+  // of its reason).
   struct DownPeer {
     int id;
     PeerState state;

@@ -12,13 +12,6 @@
 namespace ps {
 namespace core {
 
-namespace {
-int64_t MsSince(NodeProtocol::Clock::time_point t,
-                NodeProtocol::Clock::time_point now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-}
-}  // namespace
-
 void NodeProtocol::Start(Clock::time_point now) {
   At(now);
   last_tick_ = last_heartbeat_ = now;

@@ -4,15 +4,10 @@
 
 #include <utility>
 
+#include "postoffice/logging.h"
+
 namespace ps {
 namespace core {
-
-namespace {
-int64_t MsSince(RejoinCoordinator::Clock::time_point t,
-                RejoinCoordinator::Clock::time_point now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
-}
-}  // namespace
 
 Status RejoinCoordinator::Check(
     const NodeInfo& node,
