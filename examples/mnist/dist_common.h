@@ -107,10 +107,12 @@ struct TrainOptions {
   // worker sleeps slow_worker_ms per step.
   int die_after_steps = 0;
   std::string die_node;
-  bool die_freezes = false;  // a server: SIGSTOP instead of SIGKILL
+  bool die_freezes = false;  // SIGSTOP instead of SIGKILL
   // A server: as the first push of step die_after_steps arrives, before it
   // is summed (nothing of that step went to the replica), instead of in
   // the optimizer step of update die_after_steps (its sum went already).
+  // A worker: in step die_after_steps, once the first server answered its
+  // push, before it pushes to the others, instead of after the step.
   bool die_at_push = false;
   int slow_worker_ms = 0;
 };

@@ -5,6 +5,7 @@
 // RunLocal, which make the Net, rejoin or restore (worker_checkpoint.h),
 // train and print the final line.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -54,7 +55,15 @@ class LocalExchange : public Exchange {
 class PsExchange : public Exchange {
  public:
   PsExchange(const TrainOptions& options, ps::model::Net* net, bool overlap)
-      : kv_(0, 0), layout_(ModelLayout(options)), overlap_(overlap) {
+      : kv_(0, 0),
+        layout_(ModelLayout(options)),
+        overlap_(overlap),
+        die_in_step_(options.die_at_push && options.die_after_steps > 0 &&
+                             options.die_node ==
+                                 "worker:" + std::to_string(ps::MyRank())
+                         ? options.die_after_steps
+                         : -1),
+        die_freezes_(options.die_freezes) {
     auto placement =
         ModelPlacement(layout_, ps::NumServers(), options.placement);
     if (!placement.ok()) Die(placement.status().ToString());
@@ -166,11 +175,26 @@ class PsExchange : public Exchange {
       r.push_ts =
           kv_.ZPush(r.keys, r.grads, r.lens,
                     ps::EncodeDenseCmd(ps::DenseOp::kStep, step, lr_period));
+      if (step == die_in_step_) DieBetweenServers(r.push_ts, step);
       r.pull_ts = kv_.ZPull(
           r.keys, &r.params, nullptr,
           ps::EncodeDenseCmd(ps::DenseOp::kStep, step + 1, lr_period));
       r.sent = true;
     }
+  }
+  // --die_point push (a test): once the first server answered push `ts`
+  // of `step`, before the others go, this worker kills or freezes itself.
+  void DieBetweenServers(int ts, int step) {
+    die_in_step_ = -1;
+    ps::Status st = kv_.Wait(ts);
+    if (!st.ok())
+      Die("push of step " + std::to_string(step) + ": " + st.ToString());
+    std::fprintf(stderr,
+                 "worker %d: %s itself between its pushes of step %d to two "
+                 "servers (test)\n",
+                 ps::MyRank(), die_freezes_ ? "freezing" : "killing", step);
+    std::fflush(stderr);
+    std::raise(die_freezes_ ? SIGSTOP : SIGKILL);
   }
   ps::Status Wait(std::vector<KeyRange>* ranges) {
     ps::Status first;
@@ -187,6 +211,8 @@ class PsExchange : public Exchange {
   ps::KVWorker<float> kv_;
   ps::DenseLayout layout_;
   const bool overlap_;
+  int die_in_step_;  // --die_point push: the step, else -1
+  const bool die_freezes_;
   ps::SArray<ps::Key> keys_;
   ps::SArray<int> lens_;
   std::vector<ps::Key> first_keys_;
@@ -230,10 +256,11 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
               const ps::model::Dataset& test) {
   const int rank = ps::MyRank(), num_workers = ps::NumWorkers();
   auto net = MakeNet(options, true);
-  PsExchange exchange(options, net.get(), UseOverlap(options));
-  Position from;
   const bool rejoined = ps::DefaultNode()->rejoined();
   TrainOptions run = options;
+  if (rejoined) run.die_after_steps = 0;  // the test hook killed the one before
+  PsExchange exchange(run, net.get(), UseOverlap(options));
+  Position from;
   if (rejoined) {
     // A restart: the servers say where the job stands; the position in the
     // data follows from the step (every worker has as many per epoch).
@@ -246,7 +273,6 @@ int RunWorker(const TrainOptions& options, const ps::model::Dataset& train,
     from.epoch = per_epoch > 0 ? *step / per_epoch : 0;
     from.batches_in_epoch = per_epoch > 0 ? *step % per_epoch : 0;
     net->SeedDropout(options.seed * 1000003ull + rank);
-    run.die_after_steps = 0;  // the test hook killed the one before
     std::printf("worker %d rejoined at step %d (epoch %d, batch %d)\n", rank,
                 from.steps, from.epoch, from.batches_in_epoch);
     std::fflush(stdout);

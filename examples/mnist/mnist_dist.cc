@@ -115,15 +115,17 @@ DEFINE_bool(local, false, "train in this process, without a parameter server");
 DEFINE_int32(die_after_steps, 0, "test: --die_node kills itself after N steps");
 DEFINE_string(die_node, "", "test: worker:R or server:R");
 DEFINE_string(die_signal, "kill",
-              "test: a --die_node server kills itself (kill) or freezes "
-              "itself (stop: SIGSTOP), at --die_point");
+              "test: the --die_node kills itself (kill) or freezes itself "
+              "(stop: SIGSTOP), at --die_point");
 DEFINE_string(die_point, "update",
-              "test: where a --die_node server dies or freezes: update (in "
-              "its optimizer step, once the step's sum went to its "
+              "test: where the --die_node dies or freezes. A server: update "
+              "(in its optimizer step, once the step's sum went to its "
               "replica, before it answers the workers) or push (as the "
               "first worker's push of the step after --die_after_steps "
               "updates arrives, before it is summed or goes to the "
-              "replica)");
+              "replica). A worker: update (after --die_after_steps steps) "
+              "or push (in the step after them, once the first server "
+              "answered its push, before it pushes to the others)");
 DEFINE_int32(slow_worker_ms, 0, "test: the last worker sleeps this per step");
 DEFINE_bool(allow_non_finite, false,
             "servers accept gradients that hold a NaN or an infinity (by "

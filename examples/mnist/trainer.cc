@@ -134,7 +134,7 @@ class Trainer {
             1.0,
             options.eval_every * std::max(batcher_.batches_per_epoch(), 1))),
         slow_(options.slow_worker_ms > 0 && rank == num_workers - 1),
-        die_(options.die_after_steps > 0 &&
+        die_(options.die_after_steps > 0 && !options.die_at_push &&
              options.die_node == "worker:" + std::to_string(rank)),
         planned_(
             static_cast<double>(ScheduleOf(options, num_workers).total_steps)),
@@ -196,7 +196,8 @@ class Trainer {
   Evaluator evaluator_;
   const bool target_ = options_.target_accuracy > 0;
   const double eval_interval_;
-  const bool slow_, die_;
+  const bool slow_;
+  bool die_;
   const double planned_;  // steps of the whole run (label smoothing decay)
   Clock::time_point start_;
   double eval_s_ = 0;  // in evaluations (and waits for them)
@@ -287,10 +288,11 @@ void Trainer::AfterStep() {
   ++at_.batches_in_epoch;
   MaybeCheckpoint(options_, rank_, at_, *net_);
   if (die_ && sum_.steps == options_.die_after_steps) {
-    std::fprintf(stderr, "worker %d: killing itself after %d steps (test)\n",
-                 rank_, sum_.steps);
+    std::fprintf(stderr, "worker %d: %s itself after %d steps (test)\n", rank_,
+                 options_.die_freezes ? "freezing" : "killing", sum_.steps);
     std::fflush(stderr);
-    std::raise(SIGKILL);
+    std::raise(options_.die_freezes ? SIGSTOP : SIGKILL);
+    die_ = false;  // let go (SIGCONT): it trains on
   }
 }
 

@@ -86,15 +86,22 @@
 //              resume (kJoin), pulls and pushes from there; the pushes its
 //              predecessor made already (summed or applied) are answered
 //              and not summed again, so every update still has all
-//              workers' gradients. The step in flight: where the old
-//              process had pushed a range of it and that range was applied,
-//              the successor computes the rest of the step on weights that
-//              hold that range's update (under BSP, with no dropout, a
-//              worker killed between steps resumes bit-exactly). Under
-//              kAsync, which applies pushes as they come, it resumes after
-//              the last step it pushed to the shard that answers the least:
-//              a step it had pushed to some shards but not others is pushed
-//              to those again (approximate, as async is). Declared dead for
+//              workers' gradients. The step in flight: every shard
+//              answers kJoin, the worker resumes at the least answer, and
+//              under kBsp a pull for that step gets that step's weights on
+//              every shard, also for the ranges where the old process's
+//              push had arrived and been applied already (the shard keeps
+//              each range's weights from before its last update, a copy
+//              per update, and refuses a pull for an older step). So under
+//              BSP, with no dropout, a worker that died anywhere in a step,
+//              between its pushes to two servers too, resumes bit-exactly.
+//              Under kBounded a range may be several updates ahead: the
+//              successor computes the rest of the step on weights that hold
+//              them (approximate). Under kAsync, which applies pushes as
+//              they come, it resumes after the last step it pushed to the
+//              shard that answers the least: a step it had pushed to some
+//              shards but not others is pushed to those again
+//              (approximate, as async is). Declared dead for
 //              good (PeerFailed: it did not rejoin within
 //              PS_REJOIN_TIMEOUT_MS): as kStop.
 //

@@ -109,6 +109,10 @@ class DenseAggregator {
   // kJoin: the step a restarted `worker` resumes at (dense_server.h).
   int ResumeStep(int worker) const;
 
+  // Updates applied to key k; -1 for a key not of the shard.
+  int Applied(Key k) const {
+    return k < first_key_ || k >= end_key_ ? -1 : AppliedOf(k);
+  }
   // Per-key updates applied (index: key - first key).
   const std::vector<int>& key_applied() const { return key_applied_; }
   // The least per key (first_step for a shard without keys).

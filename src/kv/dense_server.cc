@@ -255,6 +255,13 @@ DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
       return cmd.ok() && cmd->op == DenseOp::kStep;
     });
   }
+  // Under BSP the keys of all shards are at most one update apart: a
+  // restarted worker resumes at the least step (kJoin) and pulls it, where
+  // some keys may hold that step's update already (see AnswerPull).
+  if (options_.consistency == Consistency::kBsp &&
+      options_.on_worker_failure == WorkerFailure::kRestart) {
+    slice_.KeepPrevious();
+  }
   replicator_.Attach(this);
 }
 
@@ -493,7 +500,28 @@ void DenseShard::Impl::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
                                   int step) {
   KVPairs<float> res;
   std::string why;
-  if (!slice_.Answer(keys, &res, &why)) return Reject(meta, why);
+  // A pull for a step some of its keys have applied already (a restarted
+  // worker's, see kRestart) gets what they held before: the weights of
+  // that step. Nothing keeps older ones.
+  bool behind = false;
+  for (Key k : keys) {
+    const int applied = aggregator_.Applied(k);
+    if (!slice_.keeps_previous() || applied <= step) continue;
+    if (applied > step + 1) {
+      return Reject(meta, "the weights of step " + std::to_string(step) +
+                              " of key " + std::to_string(k) +
+                              " are gone: it has " + std::to_string(applied) +
+                              " updates applied");
+    }
+    behind = true;
+  }
+  const bool answered =
+      behind
+          ? slice_.AnswerBefore(
+                keys, [&](Key k) { return aggregator_.Applied(k) == step + 1; },
+                &res, &why)
+          : slice_.Answer(keys, &res, &why);
+  if (!answered) return Reject(meta, why);
   if (options_.consistency != Consistency::kAsync) {
     const int missing = aggregator_.Missing(keys, step);
     if (missing > max_staleness_.load()) max_staleness_.store(missing);

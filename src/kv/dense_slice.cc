@@ -33,9 +33,19 @@ bool DenseSlice::Apply(Key begin, Key end, const float* grad_sum, int num_grads,
     weights_ = fresh;
   }
   const size_t offset = Offset(begin);
+  if (!previous_.empty()) {
+    std::memcpy(previous_.data() + offset, weights_.data() + offset,
+                (Offset(end) - offset) * sizeof(float));
+  }
   updater_(weights_.data() + offset, grad_sum, offset, Offset(end) - offset,
            num_grads, step, tag);
   return copy;
+}
+
+void DenseSlice::KeepPrevious() {
+  // Before any update, a key's previous floats are its floats: a pull one
+  // step behind a restored slice's first step is refused by the shard.
+  previous_.assign(weights_.begin(), weights_.end());
 }
 
 bool DenseSlice::SumRange(const SArray<Key>& keys, size_t num_vals, Key* begin,
@@ -125,6 +135,26 @@ bool DenseSlice::Answer(const SArray<Key>& keys, KVPairs<float>* res,
     std::memcpy(dst, weights_.data() + offset, length * sizeof(float));
     dst += length;
   }
+  return true;
+}
+
+bool DenseSlice::AnswerBefore(const SArray<Key>& keys,
+                              const std::function<bool(Key)>& before_last,
+                              KVPairs<float>* res, std::string* why) const {
+  CHECK(keeps_previous()) << "a slice that keeps no previous weights";
+  if (!Answer(keys, res, why)) return false;
+  SArray<float> own;
+  own.CopyFrom(res->vals);
+  float* dst = own.data();
+  for (Key k : keys) {
+    size_t offset, length;
+    Locate(k, &offset, &length);
+    if (before_last(k)) {
+      std::memcpy(dst, previous_.data() + offset, length * sizeof(float));
+    }
+    dst += length;
+  }
+  res->vals = own;
   return true;
 }
 

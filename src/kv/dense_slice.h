@@ -6,6 +6,11 @@
 // An update that finds the weights still shared with an answer ZeroMQ has
 // not finished sending writes to a fresh copy first (copy on write).
 //
+// A slice may also keep, for each key, the weights it had before its last
+// update (KeepPrevious): a restarted worker that resumes at a step some
+// keys have already applied (its predecessor's push had reached them) pulls
+// that step's weights from there. It costs a copy of each range updated.
+//
 // What a push's keys must be (a contiguous, ascending run inside the slice
 // with the floats to match) is checked here too: it is the slice's
 // geometry.
@@ -17,6 +22,7 @@
 #define PS_SRC_KV_DENSE_SLICE_H_
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +39,11 @@ class DenseSlice {
   // that their number matches.
   DenseSlice(const DenseLayout& layout, Key first_key, Key end_key,
              std::vector<float> weights, DenseUpdater updater);
+
+  // From now on, Apply copies a range's floats aside before it updates
+  // them (see AnswerBefore).
+  void KeepPrevious();
+  bool keeps_previous() const { return !previous_.empty(); }
 
   // The optimizer step: runs the updater on the floats of [begin, end) with
   // `grad_sum`, the sum of `num_grads` gradients of `step` (tag: its cmd
@@ -58,6 +69,13 @@ class DenseSlice {
   bool Answer(const SArray<Key>& keys, KVPairs<float>* res,
               std::string* why) const;
 
+  // As Answer, but the keys for which before_last(k) holds are answered
+  // with the floats they had before their last update (always a copy).
+  // CHECKs that the slice keeps them (KeepPrevious).
+  bool AnswerBefore(const SArray<Key>& keys,
+                    const std::function<bool(Key)>& before_last,
+                    KVPairs<float>* res, std::string* why) const;
+
   // Whether key k is ours; where its floats are within weights() if so.
   bool Locate(Key k, size_t* offset, size_t* length) const;
   // "[first, end)", for messages.
@@ -74,6 +92,8 @@ class DenseSlice {
   const DenseUpdater updater_;
   // Shared with pull answers in flight.
   SArray<float> weights_;
+  // Each range as it was before its last update (KeepPrevious), else empty.
+  std::vector<float> previous_;
 };
 
 }  // namespace ps

@@ -840,6 +840,68 @@ TEST(DenseShard, RestartedWorkerRepeatsAPushNotAppliedYet) {
   EXPECT_EQ(job.updates.size(), static_cast<size_t>(3 * (t + 1)));
 }
 
+// Worker 1 died after its push of key 1 in step 2, and worker 0's pushes
+// of step 2 applied key 1 (its shard is one update ahead of the other's
+// keys). The successor resumes at step 2 and its pull of step 2 gets the
+// weights of step 2 for every key, key 1 as it was before that update: the
+// gradient it computes on them is the one its predecessor would have
+// pushed. A pull for an older step is refused, naming the key.
+TEST(DenseShard, RestartedWorkerPullsTheWeightsOfTheStepItResumesAt) {
+  RestartJob job(/*rejoin_timeout_ms=*/20000);
+  ASSERT_TRUE(job.StartAndKillWorker1());
+  const int t = RestartJob::kDeathStep;
+  std::vector<float> w0;
+  const int pull0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t, &w0);
+  Config c = TestConfig(Role::kWorker, 2, 2);
+  c.root_port = job.cluster.scheduler->port();
+  job.tweak(&c);
+  c.rank = 1;
+  Node successor(c);
+  Status st = successor.Start();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(successor.rejoined());
+  {
+    auto kv = job.MakeKV(&successor);
+    std::vector<float> resume, w1;
+    st = kv->Wait(kv->Pull(job.first_keys, &resume, nullptr,
+                           EncodeDenseCmd(DenseOp::kJoin, 0)));
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(*std::min_element(resume.begin(), resume.end()),
+              static_cast<float>(t));
+    st = kv->Wait(
+        kv->Pull({0, 1, 2}, &w1, nullptr, EncodeDenseCmd(DenseOp::kStep, t)));
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(w1, RestartJob::WeightsAfter(t));
+    std::vector<float> old;
+    st = kv->Wait(kv->Pull({RestartJob::kKeyPushedBeforeDeath}, &old, nullptr,
+                           EncodeDenseCmd(DenseOp::kStep, t - 1)));
+    EXPECT_EQ(st.code(), Status::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("the weights of step 1 of key 1 are gone: it "
+                                "has 3 updates applied"),
+              std::string::npos)
+        << st;
+    w1.clear();
+    st = kv->Wait(RestartJob::PushStepAndPull(kv.get(), 1, t, &w1));
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(w1, RestartJob::WeightsAfter(t + 1));
+    ASSERT_TRUE(job.kv0->Wait(pull0).ok());
+    EXPECT_EQ(w0, RestartJob::WeightsAfter(t + 1));
+    EXPECT_TRUE(job.Done(job.kv0.get(), t + 1).ok());
+    EXPECT_TRUE(job.Done(kv.get(), t + 1).ok());
+  }
+  for (auto& shard : job.shards) {
+    EXPECT_TRUE(shard->WaitAllDone(std::chrono::seconds(10)));
+    EXPECT_TRUE(shard->failure().ok()) << shard->failure();
+    EXPECT_EQ(shard->updates_applied(), t + 1);
+  }
+  EXPECT_EQ(job.ShardWeights(), RestartJob::WeightsAfter(t + 1));
+  std::lock_guard<std::mutex> lock(job.updates_mu);
+  for (const RestartJob::Update& u : job.updates) {
+    EXPECT_EQ(u.num_grads, 2) << "step " << u.step << " key " << u.key;
+  }
+  EXPECT_EQ(job.updates.size(), static_cast<size_t>(3 * (t + 1)));
+}
+
 // Worker 1 dies and no process rejoins under its rank within
 // PS_REJOIN_TIMEOUT_MS (1500 ms): it is declared dead a second time, for
 // good, and the shards fail as under kStop, naming it; worker 0's pending

@@ -602,6 +602,50 @@ TEST(Restart, WorkerKilledBetweenStepsResumesBitExactly) {
   ExpectSameWeights(clean, restarted, "after the restart");
 }
 
+// Worker 1 freezes itself (SIGSTOP) in a step drawn at random, between its
+// pushes to the two servers: the first server got its push (and applies
+// that range once worker 0's comes), the other did not. It is declared
+// dead, the launcher kills it and starts it again, and every server
+// answers where it resumes; it resumes at the least answer and pulls that
+// step's weights everywhere, the range applied ahead as it was before that
+// update. So the job ends with the fault-free weights, bit for bit, on
+// either transport (`shm`: --ps_shm).
+void ExpectFrozenBetweenServersResumesBitExactly(const std::string& shm) {
+  const unsigned seed = FaultSeed();
+  const int step = 5 + static_cast<int>(std::mt19937(seed)() % 85);  // of 100
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": worker 1 frozen in step " +
+               std::to_string(step) + ", --ps_shm " + shm);
+  const std::string flags = "--train_limit 3200 --overlap off --ps_shm " + shm;
+  std::string clean = TempPath("clean.bin"), restarted = TempPath("re.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  Result b = Launch("--max-restarts 1 --env PS_HEARTBEAT_TIMEOUT_MS=1500",
+                    flags + " --dump_weights " + restarted +
+                        " --die_node worker:1 --die_signal stop --die_point "
+                        "push --die_after_steps " +
+                        std::to_string(step));
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("worker 1: freezing itself between its pushes of step " +
+                       std::to_string(step) + " to two servers"),
+            std::string::npos)
+      << b.out;
+  EXPECT_NE(b.out.find("restarting it"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("worker 1 rejoined at step " + std::to_string(step)),
+            std::string::npos)
+      << b.out;
+  ExpectEveryStepWhole(b.out);
+  EXPECT_EQ(FinalAccuracy(b.out), FinalAccuracy(a.out)) << b.out;
+  ExpectSameWeights(clean, restarted, "after the restart");
+}
+
+TEST(Restart, WorkerFrozenBetweenItsPushesResumesBitExactlyThroughSockets) {
+  ExpectFrozenBetweenServersResumesBitExactly("0");
+}
+
+TEST(Restart, WorkerFrozenBetweenItsPushesResumesBitExactlyInSharedMemory) {
+  ExpectFrozenBetweenServersResumesBitExactly("1");
+}
+
 // The pid of worker 1 of the job on `port` (its PS_RESTART_COUNT, when
 // restarted), or -1.
 // The scheduler of the job whose scheduler listens on `port`.
