@@ -237,7 +237,7 @@ class DenseShard {
   // (weights.size() must equal their total length). Registers itself as the
   // request handle of `server`, which must outlive this shard.
   DenseShard(KVServer<float>* server, const DenseLayout& layout, Key first_key,
-             Key end_key, std::vector<float> weights,
+             Key end_key, const std::vector<float>& weights,
              const DenseShardOptions& options, DenseUpdater updater,
              DenseSnapshot snapshot = nullptr);
   ~DenseShard();

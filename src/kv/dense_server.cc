@@ -95,7 +95,7 @@ StatusOr<DenseCmd> DecodeDenseCmd(int cmd) {
 class DenseShard::Impl : public KVRequestHandler<float> {
  public:
   Impl(KVServer<float>* server, const DenseLayout& layout, Key first_key,
-       Key end_key, std::vector<float> weights,
+       Key end_key, const std::vector<float>& weights,
        const DenseShardOptions& options, DenseUpdater updater,
        DenseSnapshot snapshot);
   ~Impl() override;
@@ -230,15 +230,15 @@ DenseAggregator::Options AggregatorOptions(const DenseShardOptions& o) {
 }  // namespace
 
 DenseShard::Impl::Impl(KVServer<float>* server, const DenseLayout& layout,
-                       Key first_key, Key end_key, std::vector<float> weights,
+                       Key first_key, Key end_key,
+                       const std::vector<float>& weights,
                        const DenseShardOptions& options, DenseUpdater updater,
                        DenseSnapshot snapshot)
     : server_(server),
       options_(options),
       snapshot_(std::move(snapshot)),
       aggregator_(AggregatorOptions(options), first_key, end_key),
-      slice_(layout, first_key, end_key, std::move(weights),
-             std::move(updater)),
+      slice_(layout, first_key, end_key, weights, std::move(updater)),
       schedule_(options.snapshot_every, options.first_step),
       applied_(options.first_step),
       replicator_(server, options.replica) {
@@ -500,25 +500,12 @@ void DenseShard::Impl::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
                                   int step) {
   KVPairs<float> res;
   std::string why;
-  // A pull for a step some of its keys have applied already (a restarted
-  // worker's, see kRestart) gets what they held before: the weights of
-  // that step. Nothing keeps older ones.
-  bool behind = false;
-  for (Key k : keys) {
-    const int applied = aggregator_.Applied(k);
-    if (!slice_.keeps_previous() || applied <= step) continue;
-    if (applied > step + 1) {
-      return Reject(meta, "the weights of step " + std::to_string(step) +
-                              " of key " + std::to_string(k) +
-                              " are gone: it has " + std::to_string(applied) +
-                              " updates applied");
-    }
-    behind = true;
-  }
+  // A restarted worker's pull may be for a step some keys have applied
+  // already (see kRestart): KeepPrevious answers it.
   const bool answered =
-      behind
-          ? slice_.AnswerBefore(
-                keys, [&](Key k) { return aggregator_.Applied(k) == step + 1; },
+      slice_.keeps_previous()
+          ? slice_.AnswerStep(
+                keys, step, [this](Key k) { return aggregator_.Applied(k); },
                 &res, &why)
           : slice_.Answer(keys, &res, &why);
   if (!answered) return Reject(meta, why);
@@ -583,12 +570,13 @@ void DenseShard::Impl::Reject(const KVMeta& meta, const std::string& why) {
 }
 
 DenseShard::DenseShard(KVServer<float>* server, const DenseLayout& layout,
-                       Key first_key, Key end_key, std::vector<float> weights,
+                       Key first_key, Key end_key,
+                       const std::vector<float>& weights,
                        const DenseShardOptions& options, DenseUpdater updater,
                        DenseSnapshot snapshot)
-    : impl_(std::make_unique<Impl>(server, layout, first_key, end_key,
-                                   std::move(weights), options,
-                                   std::move(updater), std::move(snapshot))) {}
+    : impl_(std::make_unique<Impl>(server, layout, first_key, end_key, weights,
+                                   options, std::move(updater),
+                                   std::move(snapshot))) {}
 DenseShard::~DenseShard() = default;
 bool DenseShard::WaitAllDone(std::chrono::milliseconds timeout) {
   return impl_->WaitAllDone(timeout);

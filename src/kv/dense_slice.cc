@@ -10,7 +10,7 @@
 namespace ps {
 
 DenseSlice::DenseSlice(const DenseLayout& layout, Key first_key, Key end_key,
-                       std::vector<float> weights, DenseUpdater updater)
+                       const std::vector<float>& weights, DenseUpdater updater)
     : layout_(layout),
       first_key_(first_key),
       end_key_(end_key),
@@ -138,18 +138,30 @@ bool DenseSlice::Answer(const SArray<Key>& keys, KVPairs<float>* res,
   return true;
 }
 
-bool DenseSlice::AnswerBefore(const SArray<Key>& keys,
-                              const std::function<bool(Key)>& before_last,
-                              KVPairs<float>* res, std::string* why) const {
+bool DenseSlice::AnswerStep(const SArray<Key>& keys, int step,
+                            const std::function<int(Key)>& applied,
+                            KVPairs<float>* res, std::string* why) const {
   CHECK(keeps_previous()) << "a slice that keeps no previous weights";
   if (!Answer(keys, res, why)) return false;
+  bool behind = false;
+  for (Key k : keys) {
+    const int n = applied(k);
+    if (n > step + 1) {
+      *why = "the weights of step " + std::to_string(step) + " of key " +
+             std::to_string(k) + " are gone: it has " + std::to_string(n) +
+             " updates applied";
+      return false;
+    }
+    behind = behind || n == step + 1;
+  }
+  if (!behind) return true;
   SArray<float> own;
   own.CopyFrom(res->vals);
   float* dst = own.data();
   for (Key k : keys) {
     size_t offset, length;
     Locate(k, &offset, &length);
-    if (before_last(k)) {
+    if (applied(k) == step + 1) {
       std::memcpy(dst, previous_.data() + offset, length * sizeof(float));
     }
     dst += length;

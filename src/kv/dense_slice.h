@@ -38,7 +38,7 @@ class DenseSlice {
   // `weights`: the floats of keys [first_key, end_key) of `layout`; CHECKs
   // that their number matches.
   DenseSlice(const DenseLayout& layout, Key first_key, Key end_key,
-             std::vector<float> weights, DenseUpdater updater);
+             const std::vector<float>& weights, DenseUpdater updater);
 
   // From now on, Apply copies a range's floats aside before it updates
   // them (see AnswerBefore).
@@ -69,12 +69,13 @@ class DenseSlice {
   bool Answer(const SArray<Key>& keys, KVPairs<float>* res,
               std::string* why) const;
 
-  // As Answer, but the keys for which before_last(k) holds are answered
-  // with the floats they had before their last update (always a copy).
-  // CHECKs that the slice keeps them (KeepPrevious).
-  bool AnswerBefore(const SArray<Key>& keys,
-                    const std::function<bool(Key)>& before_last,
-                    KVPairs<float>* res, std::string* why) const;
+  // As Answer, for a pull of the weights of `step`, where key k has had
+  // applied(k) updates: a key one update past the step is answered with
+  // the floats it had before it (a copy), and one further past is refused
+  // (false, and why). CHECKs that the slice keeps them (KeepPrevious).
+  bool AnswerStep(const SArray<Key>& keys, int step,
+                  const std::function<int(Key)>& applied, KVPairs<float>* res,
+                  std::string* why) const;
 
   // Whether key k is ours; where its floats are within weights() if so.
   bool Locate(Key k, size_t* offset, size_t* length) const;

@@ -217,10 +217,9 @@ int KVWorkerCore::Impl::TrackRequest(const std::vector<int>& servers,
 void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
                                     std::vector<KVSlice>* slices,
                                     const PullState* state) {
-  Postoffice::Clock::time_point due;  // of the first resend
-  if (resend_ms_ > 0) {
-    due = Postoffice::Clock::now() + std::chrono::milliseconds(resend_ms_);
-  }
+  const Postoffice::Clock::time_point sent = Postoffice::Clock::now();
+  const Postoffice::Clock::time_point due =  // of the first resend
+      sent + std::chrono::milliseconds(resend_ms_);
   for (size_t s = 0; s < slices->size(); ++s) {
     KVSlice& slice = (*slices)[s];
     if (!slice.touched) continue;
@@ -236,7 +235,7 @@ void KVWorkerCore::Impl::SendSlices(int ts, bool push, bool pull, int cmd,
       tracker_.FailServer(slot, st);
       continue;
     }
-    if (resend_ms_ > 0) KeepForResend({ts, slot, msg, due});
+    if (resend_ms_ > 0) KeepForResend({ts, slot, msg, due, sent});
     pb::SharedRef into;
     if (state != nullptr && ReplyInto(*state, s, &into)) {
       // The van drops it for remote servers; a resend goes without it.

@@ -63,8 +63,10 @@ class KVWorkerCore::Impl {
     int ts;
     int slot;  // the server whose keys it asks for
     Message msg;
-    Postoffice::Clock::time_point due;  // of the next resend
+    Postoffice::Clock::time_point due;   // of the next resend
+    Postoffice::Clock::time_point sent;  // first
     int sends = 1;
+    bool reported = false;  // as stalled (kStallGraceMs)
   };
 
   // The request (kv_worker_core.cc).
@@ -127,6 +129,8 @@ class KVWorkerCore::Impl {
   std::optional<int> AnsweredSlot(const Message& msg) const;
   // Keeps a slice (before it is sent: the answer may come first).
   void KeepForResend(Unanswered&& u) EXCLUDES(resend_mu_);
+  // The line that reports `u` as stalled after `waited_ms`.
+  std::string DescribeStalled(const Unanswered& u, int64_t waited_ms) const;
   // Sends kept slices again (counted as resent). Their frames are the
   // caller's arrays, not copies: unchanged until the slice is answered
   // (the caller waits). A resend ZeroMQ still sends once the answer came
@@ -158,6 +162,12 @@ class KVWorkerCore::Impl {
   RequestTracker tracker_;
 
   const int resend_ms_ = post_->config().resend_timeout_ms;  // 0: never
+  // A request unanswered this long is reported as stalled, once: a dead
+  // server is declared within the heartbeat timeout, and a BSP step waits
+  // for the slowest worker's step besides (docs/failures.md).
+  static constexpr int kStallGraceMs = 5000;
+  const int64_t stall_ms_ =
+      int64_t{post_->config().heartbeat_timeout_ms} + kStallGraceMs;
   // The last large key list copied (CopyKeys): never written after its
   // copy, so a request may send it again while another holds it.
   Mutex kept_mu_;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kv/kv_worker_impl.h"
+#include "postoffice/logging.h"
 
 namespace ps {
 namespace detail {
@@ -82,6 +83,7 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
   // message on a slow link is not sent again and again while it travels.
   constexpr int kMaxBackoff = 16;
   std::vector<Unanswered> due;
+  std::vector<std::string> stalled;
   {
     MutexLock lock(&resend_mu_);
     for (size_t i = 0; i < unanswered_.size();) {
@@ -97,11 +99,32 @@ void KVWorkerCore::Impl::Resend(Postoffice::Clock::time_point now) {
         ++u.sends;
         due.push_back(u);
       }
+      const int64_t waited_ms = MsSince(u.sent, now);
+      if (!u.reported && waited_ms >= stall_ms_) {
+        u.reported = true;
+        stalled.push_back(DescribeStalled(u, waited_ms));
+      }
       ++i;
     }
   }
+  for (const std::string& s : stalled) LOG(WARNING) << s;
   // To whoever serves those keys now (a replica, after a failover).
   SendAgain(due);
+}
+
+std::string KVWorkerCore::Impl::DescribeStalled(const Unanswered& u,
+                                                int64_t waited_ms) const {
+  const pb::Meta& m = u.msg.meta;
+  std::string what = m.push() && m.pull() ? "push+pull"
+                     : m.push()           ? "push"
+                                          : "pull";
+  return "stalled: request " + std::to_string(u.ts) + " (" + what + ", cmd " +
+         std::to_string(m.head()) + ") for " + post_->DescribeNode(u.slot) +
+         "'s keys unanswered for " + Seconds(waited_ms) + ", sent " +
+         std::to_string(u.sends) + " times, now to " +
+         post_->DescribeNode(ServerOf(u.slot)) +
+         " (reported once, after PS_HEARTBEAT_TIMEOUT_MS + " +
+         std::to_string(kStallGraceMs) + " ms)";
 }
 
 KVWorkerCore::Impl::Answer KVWorkerCore::Impl::Answered(int ts, int server) {

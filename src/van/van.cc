@@ -85,6 +85,11 @@ Status Van::Bind(const std::string& host, int port, int range_lo,
   SetIntOption(router_, ZMQ_RCVHWM, options_.water_mark);
   SetIntOption(router_, ZMQ_LINGER, 0);
   SetIntOption(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
+  // A peer's connection made again (its old one timed out while this
+  // process was stopped) takes its routing id over: without it ZeroMQ
+  // ignores the new connection for as long as the old pipe lingers, and
+  // never reads it after (everything that peer sends is lost, silently).
+  SetIntOption(router_, ZMQ_ROUTER_HANDOVER, 1);
   SetHeartbeats(router_);
   const int64_t max_bytes = wire_->max_frame_bytes();
   CHECK_EQ(

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -621,6 +622,33 @@ TEST(Hostile, WorkerDeclaredDeadIsFencedWhenItComesBack) {
   EXPECT_GE(fenced, 1u) << out;  // the push, and maybe its resends
   EXPECT_EQ(keys, 100u) << out;
   EXPECT_EQ(sum, 15150u) << out;
+}
+
+// Worker 0 and servers 0 and 1, 3 of the 5 members, frozen together for
+// 9 s (past the 3 s heartbeat timeout): the scheduler hears no majority and
+// declares nobody dead, and says so; worker 1, whose push to them waits,
+// reports it stalled once the heartbeat timeout and 5 s have passed, naming
+// the server; and the job goes on once they are let go: the second round
+// completes with exact sums.
+TEST(Hostile, MajorityFrozenTogetherIsNotJudgedAndGoesOn) {
+  Job job(LaunchArgs(3, 2, {}, "freeze-majority"));
+  EXPECT_EQ(job.Finish(kLaunchTimeoutSeconds + 30), 0) << job.output();
+  const std::string out = job.output();
+  for (const char* line :
+       {"worker 0 freezes", "server 0 freezes", "server 1 freezes",
+        "worker 0 pulled 481200 ok", "worker 1 pulled 481200 ok"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_EQ(out.find("was declared dead"), std::string::npos) << out;
+  EXPECT_NE(out.find("more than half of the job at once"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("a majority; it judges silence again"), std::string::npos)
+      << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(\[worker 1\] .*stalled: request \d+ \(push, cmd 0\) )"
+                      R"(for server [01] \(tcp://[0-9.:]+\)'s keys unanswered )"
+                      R"(for 8\.\d s)")))
+      << out;
 }
 
 TEST(Hostile, FrozenServerIsNamedNotTheHealthyNodes) {

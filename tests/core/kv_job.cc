@@ -34,6 +34,14 @@
 //                values at once. The server holds on until it fenced a
 //                message (at most 60 s) and prints its sum: exact only if
 //                the late push was dropped (fenced)
+//   freeze-majority  3 servers, 2 workers: a round as in sum; then worker 0,
+//                server 0 and server 1 (3 of the 5 members) freeze
+//                themselves (SIGSTOP) at once for 9 s, past the heartbeat
+//                timeout and past the stall report's bound: the scheduler,
+//                hearing no majority, declares nobody dead, and worker 1
+//                reports its push as stalled. Once let go on (each by a
+//                child of its own) the second round must complete: each
+//                worker pulls exactly twice the sum
 //   until-go     as sum, but each worker first pushes zeros every 50 ms
 //                until the file $KV_JOB_GO exists (at most 5 minutes): a
 //                job that runs, with traffic, as long as a test watches it
@@ -80,17 +88,19 @@ ps::Placement MakePlacement(bool varlen) {
 }
 
 // "worker R pulled TOTAL ok|WRONG": ok when value i of `out` is exactly
-// (1 + .. + W) * (i + 1) and there are n of them.
-int Verdict(const float* out, size_t size, size_t n, bool lens_ok) {
+// rounds * (1 + .. + W) * (i + 1) and there are n of them.
+int Verdict(const float* out, size_t size, size_t n, bool lens_ok,
+            int rounds = 1) {
   int rank = ps::MyRank(), w = ps::NumWorkers();
   double total = 0;
   bool exact = size == n && lens_ok;
   for (size_t i = 0; exact && i < n; ++i) {
-    exact = out[i] == w * (w + 1) / 2.0f * (i + 1);
+    exact = out[i] == rounds * (w * (w + 1) / 2.0f) * (i + 1);
     total += out[i];
   }
   std::printf("worker %d pulled %.0f %s\n", rank, total,
               exact ? "ok" : "WRONG");
+  std::fflush(stdout);
   return exact ? 0 : 1;
 }
 
@@ -335,6 +345,70 @@ int RunWorker(const std::string& mode) {
   return Verdict(out.data(), out.size(), n, out_lens == lens);
 }
 
+// This process stops itself (SIGSTOP) for `seconds`; a child of its own
+// lets it go on.
+void FreezeFor(int seconds) {
+  const pid_t me = getpid();
+  if (fork() == 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    kill(me, SIGCONT);
+    _exit(0);
+  }
+  std::printf("%s %d freezes\n", ps::RoleName(ps::DefaultNode()->role()),
+              ps::MyRank());
+  std::fflush(stdout);
+  std::raise(SIGSTOP);
+}
+
+// freeze-majority (above).
+int RunFreezeMajority() {
+  if (ps::IsServer()) {
+    ps::KVServer<float> server(0);
+    ps::KVServerDefaultHandle<float> store;
+    // Round 1 is 2 pushes and 2 pulls; the handle runs on one thread.
+    int requests = ps::MyRank() < 2 ? 0 : -1000;
+    server.set_request_handle([&](const ps::KVMeta& m,
+                                  const ps::KVPairs<float>& d,
+                                  ps::KVServer<float>* s) {
+      if (++requests == 5) FreezeFor(9);
+      store(m, d, s);
+    });
+    ps::Finalize(0, true);
+    return 0;
+  }
+  if (!ps::IsWorker()) {
+    ps::Finalize(0, true);
+    return 0;
+  }
+  ps::KVWorker<float> kv(0, 0);
+  kv.SetPlacement(MakePlacement(false));
+  const std::vector<ps::Key> keys = Keys();
+  std::vector<float> vals(4 * keys.size()), out;  // 4 a key (Lens)
+  for (size_t i = 0; i < vals.size(); ++i) {
+    vals[i] = (ps::MyRank() + 1.0f) * (i + 1);
+  }
+  for (int round = 1; round <= 2; ++round) {
+    if (round == 2 && ps::MyRank() == 0) FreezeFor(9);
+    ps::Status st = kv.Wait(kv.Push(keys, vals));
+    if (st.ok()) {
+      ps::Barrier(ps::kWorkerGroup);
+      st = kv.Wait(kv.Pull(keys, &out));
+    }
+    if (!st.ok()) {
+      std::printf("worker %d round %d failed: %s\n", ps::MyRank(), round,
+                  st.ToString().c_str());
+      std::fflush(stdout);
+      return 1;
+    }
+    if (Verdict(out.data(), out.size(), vals.size(), true, round) != 0) {
+      return 1;
+    }
+    ps::Barrier(ps::kWorkerGroup);
+  }
+  ps::Finalize(0, true);
+  return 0;
+}
+
 // fenced-worker (above). Every node goes on without the dead worker, and
 // only the scheduler and the server wait for each other at the end.
 int RunFencedWorker() {
@@ -428,6 +502,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (mode == "fenced-worker") return RunFencedWorker();
+  if (mode == "freeze-majority") return RunFreezeMajority();
   if (mode == "cut-member") {
     if (ps::IsServer()) return RunCutMemberServer();
     if (ps::IsWorker()) return RunCutMemberWorker();

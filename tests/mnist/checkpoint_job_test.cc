@@ -420,9 +420,12 @@ TEST(Flood, IdleConnectionsStarveNoCheckpoint) {
   const int lo = 30000 + getpid() % 20000, hi = lo + 5;
   const std::string launch =
       "--env PS_PORT_RANGE=" + std::to_string(lo) + "-" + std::to_string(hi);
+  // The last worker sleeps 25 ms a step: the job's 120 steps last at
+  // least 3 s, however fast the machine, so the flood outgrows the limit.
   const std::string flags =
-      " --epochs 6 --checkpoint_every_steps 10 --checkpoint_dir " + dir +
-      " --dump_weights " + bin;
+      " --epochs 6 --checkpoint_every_steps 10 --slow_worker_ms 25"
+      " --checkpoint_dir " +
+      dir + " --dump_weights " + bin;
   Result quiet = Shell("ulimit -n 512 && " + LaunchCommand(launch, flags));
   ASSERT_EQ(quiet.rc, 0) << quiet.out;
   const std::string quiet_bytes = ReadBytes(bin);
@@ -477,9 +480,12 @@ TEST(Flood, HeldIdleConnectionsPastTheDescriptorLimitCostNoCheckpoint) {
   const std::string launch = "--env PS_PORT_RANGE=" + std::to_string(lo) + "-" +
                              std::to_string(hi) +
                              " --env PS_HANDSHAKE_TIMEOUT_MS=60000";
+  // The last worker sleeps 40 ms a step: the job's 80 steps last at least
+  // 3.2 s, however fast the machine, so each node is offered its limit.
   const std::string flags =
-      " --epochs 4 --checkpoint_every_steps 5 --checkpoint_dir " + dir +
-      " --dump_weights " + bin;
+      " --epochs 4 --checkpoint_every_steps 5 --slow_worker_ms 40"
+      " --checkpoint_dir " +
+      dir + " --dump_weights " + bin;
   Result quiet = Shell("ulimit -n 1024 && " + LaunchCommand(launch, flags));
   ASSERT_EQ(quiet.rc, 0) << quiet.out;
   const std::string quiet_bytes = ReadBytes(bin);
