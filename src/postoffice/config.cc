@@ -435,8 +435,7 @@ std::string Config::ToString() const {
      << " max_message_bytes=" << max_message_bytes
      << " water_mark=" << water_mark
      << " handshake_timeout_ms=" << handshake_timeout_ms
-     << " max_idle_connections_per_source="
-     << max_idle_connections_per_source
+     << " max_idle_connections_per_source=" << max_idle_connections_per_source
      << " max_idle_connections=" << max_idle_connections
      << " resend_timeout_ms=" << resend_timeout_ms
      << " resend_adaptive=" << resend_adaptive

@@ -251,6 +251,12 @@ class NodeProtocol {
   // answered, and the servers they report taken over (`covered`) enter the
   // table covered by their replica. Ready after.
   void TakeOver(const std::vector<NodeInfo>& covered, Output* out);
+  // Scheduler, restarted, each tick: once a majority of the job reported
+  // and the others stayed silent for the heartbeat timeout since the first
+  // report, it takes the job over from those that did and declares the
+  // others dead (a member that died while no scheduler was up to judge
+  // it), each with the verdict a death gets.
+  void TakeoverTick(Clock::time_point now, Output* out);
   // Whether a death of node `id` may be undone by a restart: a worker's,
   // or (at a member) the scheduler's.
   bool Restartable(int id) const;
@@ -295,8 +301,9 @@ class NodeProtocol {
   NodeTable table_;
   Membership membership_;
   BarrierCoordinator barriers_;
-  RejoinCoordinator rejoins_;     // scheduler: restarted workers rejoining
-  TakeoverCoordinator takeover_;  // scheduler, restarted: members' reports
+  RejoinCoordinator rejoins_;       // scheduler: restarted workers rejoining
+  TakeoverCoordinator takeover_;    // scheduler, restarted: members' reports
+  Clock::time_point first_report_;  // of the takeover
   bool rejoined_ = false;
   Clock::time_point now_;  // the time of the input being taken
   BarrierWaits barrier_waits_;

@@ -95,6 +95,7 @@ void NodeProtocol::SchedulerTick(Clock::time_point prev, Clock::time_point now,
     }
   }
   RejoinTick(now, out);
+  TakeoverTick(now, out);
   AnswerBarriers(barriers_.Tick(now), out);
   for (const BarrierCoordinator::Report& r : barriers_.Reports(now)) {
     out->lines.push_back({Output::Line::kWarning, r.line});

@@ -216,6 +216,7 @@ void NodeProtocol::OnReport(const NodeInfo& node,
     case TakeoverCoordinator::Outcome::kNew:
       break;
   }
+  if (takeover_.reported() == 0) first_report_ = now;
   out->connect.push_back(node);
   table_.Add(node);
   Apply(node.id, PeerInput::kRegister, "it reported to the restarted scheduler",
@@ -264,6 +265,38 @@ void NodeProtocol::TakeOver(const std::vector<NodeInfo>& covered, Output* out) {
                              " was taken over before the scheduler's "
                              "restart"));
   }
+}
+
+void NodeProtocol::TakeoverTick(Clock::time_point now, Output* out) {
+  const int reported = takeover_.reported();
+  const int job = config_.num_servers + config_.num_workers;
+  if (ready_ || reported == 0 || takeover_.complete() ||
+      2 * (reported + 1) <= job + 1 ||
+      MsSince(first_report_, now) <= config_.heartbeat_timeout_ms) {
+    return;
+  }
+  const std::vector<NodeInfo> missing = takeover_.MissingNodes();
+  rejoined_ = true;
+  TakeOver(takeover_.Covered(), out);
+  out->lines.push_back(
+      {Output::Line::kTell,
+       "the restarted scheduler took the running job over from " +
+           std::to_string(reported) + " of its " + std::to_string(job) +
+           " members, a majority; " + takeover_.Missing() + " did not report"});
+  std::vector<int> ids;
+  for (const NodeInfo& node : missing) {
+    table_.Add(node);
+    Apply(node.id, PeerInput::kRegister, "the job's member, not reported", out);
+    Apply(node.id, PeerInput::kAdmit, "the job's member, not reported", out);
+    ids.push_back(node.id);
+  }
+  Declare(ids,
+          "it did not report to the restarted scheduler within " +
+              std::to_string(config_.heartbeat_timeout_ms) +
+              " ms (PS_HEARTBEAT_TIMEOUT_MS), while " +
+              std::to_string(reported) + " of the job's " +
+              std::to_string(job) + " members did",
+          out);
 }
 
 void NodeProtocol::OnSchedulerBack(Clock::time_point now, Output* out) {

@@ -10,7 +10,7 @@ std::string NodeInfo::Describe() const {
                         ? "scheduler"
                         : std::string(RoleName(role)) + " " +
                               (rank >= 0 ? std::to_string(rank) : "?");
-  return who + " (" + Address() + ")";
+  return who + " (" + (host.empty() ? "address unknown" : Address()) + ")";
 }
 
 NodeInfo FromProto(const pb::NodeInfo& p) {

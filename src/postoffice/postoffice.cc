@@ -141,12 +141,20 @@ Status Postoffice::Start() {
       [this](int id) { OnConnectionRegained(id); });
   van_.Start([this](Message&& msg) { OnMessage(std::move(msg)); });
   if (resender_) resender_->Start();
+  // The scheduler ticks from the start, as in the protocol's simulator: a
+  // restarted one takes a running job over without a member that died
+  // while no scheduler was up (NodeProtocol::TakeoverTick) before it is
+  // ready. A member ticks once it has its id.
+  const auto start_monitor = [this] {
+    monitor_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ps-monitor");
+      MonitorLoop();
+    });
+  };
+  if (IsScheduler()) start_monitor();
   Status st = IsScheduler() ? StartScheduler() : StartMember();
   if (!st.ok()) return st;
-  monitor_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ps-monitor");
-    MonitorLoop();
-  });
+  if (!IsScheduler()) start_monitor();
   if (config_.verbose >= 1) {
     LOG(INFO) << DescribeNode(id()) << " is ready";
   }

@@ -75,18 +75,29 @@ std::vector<NodeInfo> TakeoverCoordinator::Covered() const {
   return nodes;
 }
 
-std::string TakeoverCoordinator::Missing() const {
-  std::string missing;
+std::vector<NodeInfo> TakeoverCoordinator::MissingNodes() const {
+  std::vector<NodeInfo> missing;
+  auto add = [&](Role role, int rank, int id) {
+    if (reported_.count(id) > 0 || covered_.count(id) > 0) return;
+    NodeInfo node;
+    node.id = id;
+    node.role = role;
+    node.rank = rank;
+    missing.push_back(node);
+  };
   for (int r = 0; r < num_servers_; ++r) {
-    if (reported_.count(ServerRankToId(r)) == 0 &&
-        covered_.count(ServerRankToId(r)) == 0) {
-      missing += (missing.empty() ? "" : ", ") + DescribeId(ServerRankToId(r));
-    }
+    add(Role::kServer, r, ServerRankToId(r));
   }
   for (int r = 0; r < num_workers_; ++r) {
-    if (reported_.count(WorkerRankToId(r)) == 0) {
-      missing += (missing.empty() ? "" : ", ") + DescribeId(WorkerRankToId(r));
-    }
+    add(Role::kWorker, r, WorkerRankToId(r));
+  }
+  return missing;
+}
+
+std::string TakeoverCoordinator::Missing() const {
+  std::string missing;
+  for (const NodeInfo& node : MissingNodes()) {
+    missing += (missing.empty() ? "" : ", ") + DescribeId(node.id);
   }
   return missing;
 }

@@ -68,6 +68,8 @@ class TakeoverCoordinator {
   // Who has neither reported nor been named taken over, for the timeout:
   // "server 1, worker 0".
   std::string Missing() const;
+  // Their ids and roles, as nodes of unknown address.
+  std::vector<NodeInfo> MissingNodes() const;
   int reported() const { return static_cast<int>(reported_.size()); }
   // The servers named taken over that did not report themselves.
   std::vector<NodeInfo> Covered() const;
