@@ -610,6 +610,15 @@ struct RestartJob {
     return true;
   }
 
+  // The configuration of a new process of worker 1 (PS_RANK=1).
+  Config SuccessorConfig() {
+    Config c = TestConfig(Role::kWorker, 2, 2);
+    c.root_port = cluster.scheduler->port();
+    tweak(&c);
+    c.rank = 1;
+    return c;
+  }
+
   std::unique_ptr<KVWorker<float>> MakeKV(Node* node) {
     auto kv = std::make_unique<KVWorker<float>>(node, 0, 0);
     kv->SetPlacement(TwoServers());
@@ -703,11 +712,7 @@ TEST(DenseShard, RestartedWorkerRejoinsAndResumes) {
     EXPECT_TRUE(shard->failure().ok()) << shard->failure();
   }
 
-  Config c = TestConfig(Role::kWorker, 2, 2);
-  c.root_port = job.cluster.scheduler->port();
-  job.tweak(&c);
-  c.rank = 1;
-  auto successor = std::make_unique<Node>(c);
+  auto successor = std::make_unique<Node>(job.SuccessorConfig());
   const auto registered = std::chrono::steady_clock::now();
   Status st = successor->Start();
   ASSERT_TRUE(st.ok()) << st;
@@ -795,11 +800,7 @@ TEST(DenseShard, RestartedWorkerRepeatsAPushNotAppliedYet) {
   RestartJob job(/*rejoin_timeout_ms=*/20000);
   ASSERT_TRUE(job.StartAndKillWorker1());
   const int t = RestartJob::kDeathStep;
-  Config c = TestConfig(Role::kWorker, 2, 2);
-  c.root_port = job.cluster.scheduler->port();
-  job.tweak(&c);
-  c.rank = 1;
-  Node successor(c);
+  Node successor(job.SuccessorConfig());
   Status st = successor.Start();
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_TRUE(successor.rejoined());
@@ -852,11 +853,7 @@ TEST(DenseShard, RestartedWorkerPullsTheWeightsOfTheStepItResumesAt) {
   const int t = RestartJob::kDeathStep;
   std::vector<float> w0;
   const int pull0 = RestartJob::PushStepAndPull(job.kv0.get(), 0, t, &w0);
-  Config c = TestConfig(Role::kWorker, 2, 2);
-  c.root_port = job.cluster.scheduler->port();
-  job.tweak(&c);
-  c.rank = 1;
-  Node successor(c);
+  Node successor(job.SuccessorConfig());
   Status st = successor.Start();
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(successor.rejoined());
