@@ -147,6 +147,62 @@ if me != "worker1":
     wait_until(lambda: runs("worker1") >= 2)
 '''
 
+# -s 2 -w 1 --max-restarts 1: the scheduler freezes; server 1 then dies,
+# so no scheduler is up to judge it; the members declare the scheduler
+# dead, the launcher restarts it, and only its successor, more than the
+# heartbeat timeout plus the grace after the death, says that server 0
+# took over server 1's keys.
+SCHEDULER_AWAY = r"""
+import json, os, signal, sys, time
+out = sys.argv[2]
+role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
+me = role if rank is None else f"{role}{rank}"
+run = int(os.environ.get("PS_RESTART_COUNT", "0")) + 1
+
+def event(**fields):
+    print("ps-event: " + json.dumps(fields, separators=(",", ":")),
+          file=sys.stderr, flush=True)
+
+def wait_until(test):
+    end = time.time() + 15
+    while not test() and time.time() < end:
+        time.sleep(0.01)
+
+def mark(name):
+    open(os.path.join(out, name), "w").close()
+
+def marked(name):
+    return os.path.exists(os.path.join(out, name))
+
+with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+if me == "scheduler":
+    event(event="job", servers=2, workers=1, replicas=1,
+          heartbeat_timeout_ms=1000)
+    if run == 1:
+        wait_until(lambda: len(os.listdir(out)) >= 4)
+        mark("frozen")
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(60)
+    time.sleep(2.5)  # Its takeover: the members report, the timeout runs.
+    print("W1126 11:22:33.444555  4242 peer_events.cc:178] server 1 "
+          "(tcp://127.0.0.1:40125) was declared dead: no heartbeat",
+          file=sys.stderr, flush=True)
+    event(event="dead", node="server 1", covered_by="server 0")
+    mark("verdict")
+elif me == "server1":
+    wait_until(lambda: marked("frozen"))
+    os.kill(os.getpid(), signal.SIGKILL)
+else:
+    wait_until(lambda: marked("frozen"))
+    time.sleep(1.0)  # Its heartbeat timeout.
+    print(f"W1126 11:22:33.444555  4242 peer_events.cc:178] scheduler "
+          f"(tcp://127.0.0.1:40123) was declared dead: no heartbeat for "
+          f"more than 1000 ms (PS_HEARTBEAT_TIMEOUT_MS)",
+          file=sys.stderr, flush=True)
+    wait_until(lambda: marked("verdict"))
+"""
+
 COVERED = "the scheduler said server 0 took over its keys"
 
 
@@ -264,6 +320,32 @@ class FrozenWorkerTest(LaunchCase):
                          r"worker 1 was restarted 1 time "
                          r"\(--max-restarts 1\)$", result.stderr)
         self.assertFalse(alive(first))
+
+
+class SchedulerAwayTest(LaunchCase):
+
+    def test_a_server_dead_while_no_scheduler_is_up_awaits_its_successor(
+            self):
+        self.child.write_text(SCHEDULER_AWAY)
+        result = self.launch(["-s", "2", "-w", "1", "--grace", "0.5",
+                              "--max-restarts", "1", "--timeout", "20"],
+                             "scheduler-away")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        lines = result.stderr.splitlines()
+        self.assertIn(f"launch: scheduler (pid {pid['scheduler.run1']}) was "
+                      "declared dead by the job and killed by the launcher; "
+                      "restarting it (1 of 1, --max-restarts 1)", lines)
+        self.assertIn(f"launch: server 1 (pid {pid['server1.run1']}) was "
+                      "killed by signal SIGKILL; the job goes on "
+                      f"({COVERED})", lines)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: 3 processes exited 0 in [\d.]+ s; the "
+                         r"job survived the loss of server 1 \(the "
+                         r"scheduler said server 0 took over its keys\); "
+                         r"scheduler was restarted 1 time \(--max-restarts "
+                         r"1\)$")
+        self.assert_all_dead()
 
 
 class NoServerTest(unittest.TestCase):

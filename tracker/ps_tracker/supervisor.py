@@ -62,6 +62,7 @@ class Child:
         self.readers = []  # Of every run's output.
         self.restarts = 0  # How many times it was started again.
         self.killed_as_dead = None  # The run the launcher killed (below).
+        self.started_at = None  # time.monotonic() of its current run's start
 
     @property
     def name(self):
@@ -135,6 +136,8 @@ class Job:
         self._reported = threading.Event()
         self.job_event = None  # The scheduler's {"event":"job",...}.
         self.verdicts = {}  # node name: the scheduler's first "dead" event
+        # time.monotonic() of the last report of a member on the scheduler.
+        self.scheduler_lost_at = None
         self._declared = queue.Queue()  # Names declared dead, to act on.
         self._last_said = {}  # node name: its last line that is not a log
         # --metrics DIR: the nodes' /metrics addresses (DIR/targets.json).
@@ -182,6 +185,7 @@ class Job:
         for child in self.plan():
             try:
                 child.proc = self.popen(child, port)
+                child.started_at = time.monotonic()
             except OSError as err:
                 self.mux.say(f"cannot start {child.name}: {err}")
                 self.stop(self.children)
@@ -229,6 +233,7 @@ class Job:
         if reporter == "scheduler":
             self._declared.put(name)  # Its verdict: the others follow it.
         elif name == "scheduler":
+            self.scheduler_lost_at = time.monotonic()
             with self._reports_lock:
                 quorum = reports_mod.quorum_lost(self._reports,
                                                  self.num_members())
@@ -322,13 +327,25 @@ class Job:
 
     def wait(self, deadline):
         """Returns ('done'|'failed'|'timeout'|'signal', failed child, rc)."""
-        remaining = len(self.children)
-        while remaining:
+        left = len(self.children)
+        # Dead servers awaiting the scheduler's verdict: {child: (rc, when)}.
+        # The loop goes on meanwhile: the verdict may have to come from a
+        # successor of the scheduler, which this loop starts.
+        unjudged = {}
+        while left:
             if self.signal_received is not None:
                 return "signal", None, None
             if deadline is not None and time.monotonic() >= deadline:
                 return "timeout", None, None
             self.kill_declared_dead()
+            for child, returncode, why in self.judged(unjudged):
+                if why is None:
+                    self._await_report(deadline)
+                    return "failed", child, returncode
+                self.go_on_without(child, returncode, why)
+                left -= 1
+            if not left:
+                break
             try:
                 child, returncode = self.exits.get(timeout=POLL_SECONDS)
             except queue.Empty:
@@ -337,32 +354,43 @@ class Job:
                 if self.restart(child, returncode):
                     continue  # Still one of the remaining, as a new run.
                 return "failed", child, returncode
-            remaining -= 1
             if returncode == 0:
-                continue
-            why = self.why_survived(child, deadline)
-            if why is not None:
-                self.mux.say(f"{child.label} "
-                             f"{child.describe_exit(returncode)}"
-                             f"{self.restart_note(child)}; the job "
-                             f"goes on ({why})")
-                self.tolerated.append(child)
-                self.survived[child.name] = why
-                continue
-            self._await_report(deadline)
-            return "failed", child, returncode
+                left -= 1
+            elif child.role in getattr(self.args, "tolerate", ()):
+                self.go_on_without(child, returncode,
+                                   f"--tolerate {child.role}")
+                left -= 1
+            elif child.role == "server":
+                unjudged[child] = (returncode, time.monotonic())
+            else:
+                self._await_report(deadline)
+                return "failed", child, returncode
         return "done", None, None
 
-    def why_survived(self, child, deadline):
-        """Why the job goes on without child, which failed (its restarts,
-        if any, spent), or None: it fails the job."""
-        if child.role in getattr(self.args, "tolerate", ()):
-            return f"--tolerate {child.role}"
-        if child.role != "server":
-            return None
-        heir = self.await_heir(child, deadline)
-        return None if heir is None else (f"the scheduler said {heir} took "
-                                          "over its keys")
+    def go_on_without(self, child, returncode, why):
+        """Says that the job goes on without child (failed), and why."""
+        self.mux.say(f"{child.label} {child.describe_exit(returncode)}"
+                     f"{self.restart_note(child)}; the job goes on ({why})")
+        self.tolerated.append(child)
+        self.survived[child.name] = why
+
+    def judged(self, unjudged):
+        """[(child, rc, why the job goes on without it, or None: it fails
+        the job)] for the dead servers in `unjudged` whose verdict came or
+        is overdue (verdict_due); those leave `unjudged`."""
+        now = time.monotonic()
+        out = []
+        for child, (returncode, since) in list(unjudged.items()):
+            with self._reports_lock:
+                verdict = self.verdicts.get(child.name)
+            if verdict is None and now < self.verdict_due(since):
+                continue
+            del unjudged[child]
+            heir = None if verdict is None else verdict.get("covered_by")
+            out.append((child, returncode,
+                        f"the scheduler said {heir} took over its keys"
+                        if isinstance(heir, str) else None))
+        return out
 
     def replicated(self):
         """Whether the job said it has replicated servers (PS_REPLICAS)."""
@@ -370,29 +398,30 @@ class Job:
         replicas = event.get("replicas")
         return isinstance(replicas, int) and replicas > 0
 
-    def await_heir(self, server, deadline):
-        """The server that took over the keys of `server` (dead), as the
-        scheduler said, or None. In a job that replicates, waits for the
-        scheduler's verdict up to its heartbeat timeout (a closed
-        connection is noticed far sooner) plus DEAD_REPORT_GRACE; in one
-        that does not (or never said), looks only."""
-        end = time.monotonic()
-        if self.replicated():
-            timeout_ms = self.job_event.get("heartbeat_timeout_ms")
-            if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-                timeout_ms = 0
-            end += timeout_ms / 1000 + DEAD_REPORT_GRACE
-        if deadline is not None:
-            end = min(end, deadline)
-        while True:
-            with self._reports_lock:
-                verdict = self.verdicts.get(server.name)
-            if verdict is not None:
-                heir = verdict.get("covered_by")
-                return heir if isinstance(heir, str) else None
-            if self.signal_received is not None or time.monotonic() >= end:
-                return None
-            time.sleep(POLL_SECONDS)
+    def verdict_due(self, since):
+        """When the scheduler's verdict on a server that died at `since` is
+        due. In a job that does not replicate (or never said), at once: no
+        replica takes its keys. Else DEAD_REPORT_GRACE after the scheduler's
+        heartbeat timeout (a closed connection is noticed far sooner). And
+        when the scheduler itself was away about then (a member declared it
+        dead, or a new run of it started, at most that timeout before the
+        death or after it), the timeout plus 2 graces after the last such
+        sign: a successor judges the members that died while no scheduler
+        was up once the timeout has passed (docs/failures.md)."""
+        if not self.replicated():
+            return since
+        timeout_ms = self.job_event.get("heartbeat_timeout_ms")
+        if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+            timeout_ms = 0
+        timeout = timeout_ms / 1000
+        due = since + timeout + DEAD_REPORT_GRACE
+        scheduler = next(c for c in self.children if c.role == "scheduler")
+        signs = [t for t in (self.scheduler_lost_at, scheduler.started_at
+                             if scheduler.restarts else None)
+                 if t is not None]
+        if signs and max(signs) >= since - timeout:
+            due = max(due, max(signs) + timeout + 2 * DEAD_REPORT_GRACE)
+        return due
 
     def goes_on_without(self, child):
         """Whether the job survives child's death (named by a report)."""
@@ -455,6 +484,7 @@ class Job:
         child.restarts += 1
         try:
             child.proc = self.popen(child, self.port)
+            child.started_at = time.monotonic()
         except OSError as err:
             child.restarts -= 1
             self.mux.say(f"cannot restart {child.name}: {err}")
