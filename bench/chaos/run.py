@@ -72,7 +72,10 @@ MODEL_BYTES = 1199882 * 4
 DISK_MB = 64  # the tmpfs of a disk fault: two checkpoint sets fit
 NAMED = re.compile(r"(scheduler|server \d+|worker \d+) \(pid \d+\)")
 RESTORED = re.compile(r"restore: resuming from the checkpoint of step (\d+)")
-KINDS = ("kill", "stop", "drops", "disk", "link")
+KINDS = ("kill", "stop", "drops", "disk", "link", "partition")
+# The kinds a schedule drawn before partitions existed was drawn from:
+# `--faults kill,stop,drops,disk,link --seed S` replays it.
+NETNS_KINDS = ("link", "partition")
 
 
 # -- Schedules ------------------------------------------------------------
@@ -83,7 +86,8 @@ def node_name(role, rank):
 
 def draw(seed, steps, kinds):
     """The faults of schedule `seed`: 2 or 3 dicts {kind, node, step,
-    delay_ms, hold_s (None: never undone)}, in the order they fire."""
+    delay_ms, hold_s (None: never undone)}, in the order they fire; a
+    partition's also `side`, the [(role, rank)] it cuts off from the rest."""
     rng = random.Random(seed)
     faults = []
     for _ in range(rng.choice((2, 3))):
@@ -103,12 +107,70 @@ def draw(seed, steps, kinds):
                  None))
         elif kind == "disk":
             fault["hold_s"] = rng.choice((round(rng.uniform(1, 5), 1), None))
-        if kind in ("drops", "disk"):
+        elif kind == "partition":
+            fault["side"] = draw_side(rng)
+            fault["hold_s"] = rng.choice((round(rng.uniform(0.3, 8), 1),
+                                          None))
+        if kind in ("drops", "disk", "partition"):
             fault["node"] = fault["role"] = fault["rank"] = None
         if kind == "drops":
             fault["step"] = 0
         faults.append(fault)
     return sorted(faults, key=lambda f: (f["step"], f["delay_ms"]))
+
+
+def draw_side(rng):
+    """A minority of the hosts, both sides alive: the scheduler alone, a
+    server with its replica (server r+1 holds server r's keys), or a
+    worker with a server."""
+    shape = rng.choice(("scheduler", "server+replica", "worker+server"))
+    if shape == "scheduler":
+        return [("scheduler", None)]
+    server = rng.randrange(SERVERS)
+    if shape == "server+replica":
+        return [("server", server), ("server", (server + 1) % SERVERS)]
+    return [("worker", rng.randrange(WORKERS)), ("server", server)]
+
+
+def faulted_nodes(fault):
+    """The names of the nodes a fault hits (none for drops and disk)."""
+    if fault["kind"] == "partition":
+        return [node_name(role, rank) for role, rank in fault["side"]]
+    return [fault["node"]] if fault["node"] else []
+
+
+def may_lose(fault):
+    """Whether the fault may end the runs of the nodes it hits: the others
+    may declare them dead (a hold within a fifth of the heartbeat timeout
+    counts as long enough)."""
+    return fault["kind"] == "kill" or (
+        fault["kind"] in ("stop", "link", "partition") and (
+            fault["hold_s"] is None
+            or fault["hold_s"] >= 0.8 * HEARTBEAT_TIMEOUT_S))
+
+
+def restore_allowed(faults):
+    """Why the schedule may end the job (and be judged on a --restore), or
+    None: it must end with exit 0. Either two servers may be lost (any two
+    of three hold both copies of a range: server r+1 is server r's
+    replica) or one node may be lost more often than --max-restarts."""
+    servers, runs = set(), {}
+    for fault in faults:
+        if not may_lose(fault):
+            continue
+        for name in faulted_nodes(fault):
+            if name.startswith("server"):
+                servers.add(name)
+            else:
+                runs[name] = runs.get(name, 0) + 1
+    if len(servers) >= 2:
+        return (f"{' and '.join(sorted(servers))} lost: a range lost both "
+                f"copies")
+    restarts = int(LAUNCH_OPTS[LAUNCH_OPTS.index("--max-restarts") + 1])
+    spent = [(n, c) for n, c in sorted(runs.items()) if c > restarts]
+    if spent:
+        return f"{spent[0][0]} lost {spent[0][1]} times: restarts spent"
+    return None
 
 
 def describe(fault):
@@ -124,6 +186,11 @@ def describe(fault):
         return f"SIGSTOP {fault['node']} {at} {hold}"
     if kind == "link":
         return f"link of {fault['node']} cut {at} {hold}"
+    if kind == "partition":
+        hold = ("never healed" if fault["hold_s"] is None
+                else f"healed after {fault['hold_s']} s")
+        side = ", ".join(faulted_nodes(fault))
+        return f"partition {{{side}}} | the rest {at}, {hold}"
     return f"disk full {at} {hold}"
 
 
@@ -150,10 +217,12 @@ def job_processes(tag):
     return found
 
 
-def find_node(tag, role, rank):
-    """The pid of the newest run of that node, or None."""
+def find_node(tag, role, rank, processes=None):
+    """The pid of the newest run of that node, or None (processes: a
+    job_processes(tag) already read)."""
     best = None
-    for pid, env in job_processes(tag).items():
+    found = job_processes(tag) if processes is None else processes
+    for pid, env in found.items():
         if env.get("DMLC_ROLE") != role or (
                 rank is not None and env.get("PS_RANK") != str(rank)):
             continue
@@ -188,6 +257,10 @@ class Job:
         self.lines = []
         self.step = -1
         self.undo = []  # (time, action): SIGCONT, a link up, a disk freed
+        # Cut hosts, healed when their node runs again (a restarted node
+        # is a replacement on a healthy host): [(role, rank, pid, heal)].
+        self.cuts = []
+        self.next_look = 0.0
         self.notes = []
         self.ckpt = None
         self.log = log
@@ -266,6 +339,15 @@ class Job:
         for item in [u for u in self.undo if u[0] <= now]:
             self.undo.remove(item)
             item[1]()
+        if self.cuts and now >= self.next_look:
+            self.next_look = now + 0.2
+            processes = job_processes(self.tag)
+            for cut in list(self.cuts):
+                role, rank, pid, heal = cut
+                if find_node(self.tag, role, rank, processes) not in (None,
+                                                                      pid):
+                    self.cuts.remove(cut)
+                    heal()
 
     def _fire(self, f, now):
         kind, hold = f["kind"], f["hold_s"]
@@ -273,6 +355,9 @@ class Job:
             filler = fill(self.ckpt)
             self._later(now, hold, lambda: Path(filler).unlink(
                 missing_ok=True))
+            return
+        if kind == "partition":
+            self._partition(f, now)
             return
         pid = find_node(self.tag, f["role"], f["rank"])
         if pid is None:
@@ -291,6 +376,23 @@ class Job:
             host = host_of(f["role"], f["rank"])
             self.hosts.set_link(host, False)
             self._later(now, hold, lambda: self.hosts.set_link(host, True))
+            self.cuts.append((f["role"], f["rank"], pid,
+                              lambda: self.hosts.set_link(host, True)))
+
+    def _partition(self, f, now):
+        """Cuts f's side off from the other hosts, both sides running."""
+        side = {host_of(role, rank): (role, rank) for role, rank in f["side"]}
+        rest = [h for h in range(1, len(NODES) + 1) if h not in side]
+        pairs = [(a, b) for a in side for b in rest]
+        self.hosts.set_reach(pairs, False)
+        self._later(now, f["hold_s"], lambda: self.hosts.set_reach(pairs,
+                                                                   True))
+        processes = job_processes(self.tag)
+        for host, (role, rank) in side.items():
+            mine = [p for p in pairs if host in p]
+            self.cuts.append((role, rank,
+                              find_node(self.tag, role, rank, processes),
+                              lambda m=mine: self.hosts.set_reach(m, True)))
 
     def _later(self, now, hold, action):
         if hold is not None:
@@ -403,7 +505,7 @@ class Chaos:
         if "disk" in self.kinds and os.geteuid() != 0:
             print("chaos: disk faults skipped: mounting a tmpfs needs root")
             self.kinds.remove("disk")
-        if "link" in self.kinds:
+        if any(k in NETNS_KINDS for k in self.kinds):
             try:
                 self.hosts_mod = load("netns_hosts", ROOT / "tests" / "net" /
                                       "netns_hosts.py")
@@ -411,8 +513,8 @@ class Chaos:
             except Exception as err:  # noqa: BLE001 - any reason to skip
                 why = str(err)
             if why:
-                print(f"chaos: link faults skipped: {why}")
-                self.kinds.remove("link")
+                print(f"chaos: link and partition faults skipped: {why}")
+                self.kinds = [k for k in self.kinds if k not in NETNS_KINDS]
 
     def make_reference(self):
         digests = []
@@ -435,7 +537,7 @@ class Chaos:
                 sys.exit("chaos: two fault-free runs ended with different "
                          "weights: the job is not repeatable, nothing to "
                          "compare against")
-        if "link" in self.kinds:
+        if any(k in NETNS_KINDS for k in self.kinds):
             ckpt = self.work / "ref-netns.ckpt"
             rc, _, weights, took, _ = self.job("reference-netns", [], ckpt,
                                                netns=True)
@@ -445,9 +547,10 @@ class Chaos:
                   f" {'the same weights' if same else 'OTHER WEIGHTS'}",
                   flush=True)
             if rc != 0 or not same:
-                print("chaos: link faults skipped: the fault-free job on "
-                      "netns hosts does not end with the reference weights")
-                self.kinds.remove("link")
+                print("chaos: link and partition faults skipped: the "
+                      "fault-free job on netns hosts does not end with the "
+                      "reference weights")
+                self.kinds = [k for k in self.kinds if k not in NETNS_KINDS]
 
     def schedule(self, seed):
         """Runs schedule `seed`; returns its row for the table."""
@@ -474,7 +577,7 @@ class Chaos:
         return seed, text, verdict, why, took
 
     def judge(self, seed, faults, ckpt):
-        netns = any(f["kind"] == "link" for f in faults)
+        netns = any(f["kind"] in NETNS_KINDS for f in faults)
         drops = any(f["kind"] == "drops" for f in faults)
         rc, lines, weights, _, notes = self.job(
             f"seed-{seed}", [], ckpt, faults, netns, drops)
@@ -489,7 +592,7 @@ class Chaos:
             return self.fail(seed, rc, lines, "no one-line cause (exit "
                              f"{rc})" + extra)
         blamed = NAMED.search(cause[-1])
-        faulted = {f["node"] for f in faults if f["node"]}
+        faulted = {n for f in faults for n in faulted_nodes(f)}
         if blamed is None or blamed.group(1) not in faulted:
             return self.fail(seed, rc, lines, "stopped, but the last line "
                              f"names {blamed and blamed.group(1)}, not a "
@@ -502,9 +605,15 @@ class Chaos:
         step = next((m.group(1) for l in lines2
                      for m in [RESTORED.search(l)] if m), None)
         stopped = f"stopped: {cause[-1][len('launch: '):]}"
+        allowed = restore_allowed(faults)
+        if rc2 == 0 and weights2 == self.reference and allowed is None:
+            return self.fail(seed, rc, lines, f"{stopped}, though every "
+                             "range kept a live copy and no restarts were "
+                             f"spent (--restore from step {step}: "
+                             f"bit-identical){extra}")
         if rc2 == 0 and weights2 == self.reference:
-            return "PASS-restore", (f"{stopped}; --restore from step {step}: "
-                            f"bit-identical{extra}")
+            return "PASS-restore", (f"{stopped}; {allowed}; --restore from "
+                                    f"step {step}: bit-identical{extra}")
         what = ("weights differ" if rc2 == 0 else f"exit {rc2}")
         return self.fail(seed, rc2, lines2, f"{stopped}; --restore "
                          f"(step {step}): {what}{extra}")

@@ -122,6 +122,7 @@ void Postoffice::MonitorLoop() {
     const Clock::time_point now = Clock::now();
     NodeProtocol::Output out;
     protocol_.Tick(now, &out);
+    TakeHeldRestartsLocked(&out);
     AfterStepLocked(&out);
     lock.Unlock();
     Flush(&out);

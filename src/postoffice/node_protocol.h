@@ -282,13 +282,16 @@ class NodeProtocol {
   void MemberTick(Clock::time_point prev, Clock::time_point now,
                   std::vector<int>* not_back, Output* out);
   // Scheduler, each tick with members `silent` past the timeout or while
-  // it withholds verdicts: whether it hears a majority of the job (itself
-  // and the watched members neither suspected nor silent, of itself and
-  // every watched member), the quorum its verdicts on silence need. When it
-  // does not, it says so (then once per report period) and nobody's
-  // silence is judged; when it does again, it says that too.
-  bool HearsQuorum(const std::vector<int>& silent, Clock::time_point prev,
-                   Clock::time_point now, Output* out);
+  // it withholds verdicts: whether it judges their silence now. That needs
+  // a majority of the job heard (itself and the watched members neither
+  // suspected nor silent, of itself and every watched member). When it
+  // does not hear one, it says so (then once per report period) and
+  // nobody's silence is judged. On the tick it does again it says that
+  // too, and every member's silence counts from then: the silence it took
+  // for its own link's is not held against the ones still unheard (a
+  // member frozen with the others may thaw a moment after them).
+  bool JudgesSilence(const std::vector<int>& silent, Clock::time_point prev,
+                     Clock::time_point now, Output* out);
   // Whether a report of a wait since `since` falls due in (prev, now].
   bool ReportDue(Clock::time_point since, Clock::time_point prev,
                  Clock::time_point now) const;

@@ -59,7 +59,7 @@ void NodeProtocol::Tick(Clock::time_point now, Output* out) {
   }
   // The scheduler judges silence only while it hears a majority of the job.
   if (IsScheduler() && (withholding_ || !newly_dead.empty()) &&
-      !HearsQuorum(newly_dead, prev, now, out)) {
+      !JudgesSilence(newly_dead, prev, now, out)) {
     newly_dead.clear();
   }
   if (!newly_dead.empty()) {
@@ -127,9 +127,9 @@ void NodeProtocol::MemberTick(Clock::time_point prev, Clock::time_point now,
   }
 }
 
-bool NodeProtocol::HearsQuorum(const std::vector<int>& silent,
-                               Clock::time_point prev, Clock::time_point now,
-                               Output* out) {
+bool NodeProtocol::JudgesSilence(const std::vector<int>& silent,
+                                 Clock::time_point prev, Clock::time_point now,
+                                 Output* out) {
   // The voters: the scheduler and each member it watches (live or
   // suspected). Heard: itself, and those neither suspected nor silent.
   int voters = 1;
@@ -152,13 +152,13 @@ bool NodeProtocol::HearsQuorum(const std::vector<int>& silent,
                             " of its " + std::to_string(voters - 1) +
                             " members";
   if (2 * heard > voters) {
-    if (withholding_) {
-      out->lines.push_back({Output::Line::kWarning,
-                            count + " again: a majority; it judges silence "
-                                    "again"});
-      withholding_ = false;
-    }
-    return true;
+    if (!withholding_) return true;
+    out->lines.push_back({Output::Line::kWarning,
+                          count + " again: a majority; it judges silence "
+                                  "again, counted from now"});
+    withholding_ = false;
+    membership_.ForgiveSilence(now);
+    return false;
   }
   if (!withholding_ || ReportDue(withheld_since_, prev, now)) {
     if (!withholding_) withheld_since_ = now;

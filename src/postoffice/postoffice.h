@@ -305,6 +305,10 @@ class Postoffice {
   // all did, it knows the table and the job goes on.
   void SchedulerOnMemberReport(const Message& msg, const NodeInfo& node)
       EXCLUDES(mu_);
+  // A restarted scheduler that took the running job over: the workers
+  // that registered before (restarts, whose predecessors' run was this
+  // job's) are registered as restarts now.
+  void TakeHeldRestartsLocked(NodeProtocol::Output* out) REQUIRES(mu_);
   // Member: the scheduler we awaited is back; barriers in flight are sent
   // to it again.
   void MemberOnSchedulerBack() EXCLUDES(mu_);

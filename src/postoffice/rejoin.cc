@@ -19,6 +19,8 @@
 // rank) until it answers; once every member reported, it holds the table
 // again and answers each (ADD_NODE response with rejoin); they send it
 // again the barriers they were waiting in.
+#include <glog/logging.h>
+
 #include <utility>
 
 #include "postoffice/postoffice.h"
@@ -33,13 +35,38 @@ void Postoffice::SchedulerOnMemberReport(const Message& msg,
   NodeProtocol::Output out;
   {
     MutexLock lock(&mu_);
+    // Only a registered server proves a fresh job: a worker that registered
+    // first may be a restart of this job's (it is taken as one below).
     protocol_.OnReport(node, covered, ctrl.num_servers(), ctrl.num_workers(),
-                       !rendezvous_.arrivals().empty(),
+                       rendezvous_.ServerArrived(),
                        Van::DescribeConnection(msg.from, msg.peer_address),
                        Clock::now(), &out);
+    TakeHeldRestartsLocked(&out);
     AfterStepLocked(&out);
   }
   Flush(&out);
+}
+
+void Postoffice::TakeHeldRestartsLocked(NodeProtocol::Output* out) {
+  // rejoined(): this scheduler holds the job by its members' reports (a
+  // rendezvous that completed leaves its arrivals on the desk).
+  if (!IsScheduler() || !protocol_.ready() || !protocol_.rejoined() ||
+      rendezvous_.arrivals().empty()) {
+    return;
+  }
+  for (const NodeInfo& node : rendezvous_.TakeArrivals()) {
+    const Status st = protocol_.CheckRestart(node);
+    if (!st.ok()) {
+      LOG(WARNING) << st;
+      Message reject = ControlMessage(pb::ADD_NODE, node.id, false);
+      reject.meta.mutable_control()->set_error(st.message());
+      reject.meta.mutable_control()->set_error_code(st.code());
+      out->messages.push_back(std::move(reject));
+      continue;
+    }
+    bool started = false;
+    protocol_.RegisterRestart(node, Clock::now(), &started, out);
+  }
 }
 
 void Postoffice::MemberOnSchedulerBack() {

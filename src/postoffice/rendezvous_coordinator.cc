@@ -43,6 +43,13 @@ bool RendezvousCoordinator::Arrive(const NodeInfo& node) {
   return static_cast<int>(arrivals_.size()) == num_servers_ + num_workers_;
 }
 
+bool RendezvousCoordinator::ServerArrived() const {
+  for (const NodeInfo& n : arrivals_) {
+    if (n.role == Role::kServer) return true;
+  }
+  return false;
+}
+
 std::vector<NodeInfo> RendezvousCoordinator::Assign() const {
   return AssignRanks(arrivals_);
 }

@@ -11,6 +11,7 @@
 #define PS_SRC_POSTOFFICE_RENDEZVOUS_COORDINATOR_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "postoffice/node_table.h"
@@ -42,6 +43,12 @@ class RendezvousCoordinator {
   // order of arrival.
   std::vector<NodeInfo> Assign() const;
   const std::vector<NodeInfo>& arrivals() const { return arrivals_; }
+  // Whether a server arrived: a fresh job's (servers are never restarted;
+  // a worker that registers may be a restart of a running job's).
+  bool ServerArrived() const;
+  // The arrivals, which leave the desk (a restarted scheduler that took
+  // the running job over registers them as restarts).
+  std::vector<NodeInfo> TakeArrivals() { return std::move(arrivals_); }
   // Who arrived and who is missing, for the log and the timeout: "1 of 2
   // servers and 2 of 2 workers arrived (...); missing: server 1".
   std::string Shortfall() const;

@@ -751,6 +751,51 @@ TEST(Restart, KilledSchedulerIsRestartedAndTakesTheJobOver) {
   ExpectSameWeights(clean, restarted, "after the scheduler's restart");
 }
 
+// Both, in the order that made a restarted scheduler refuse the running
+// job (bench/chaos seed 30001): the scheduler is stopped, worker 1 is
+// killed and restarted (its registration waits at the stopped scheduler),
+// then the scheduler is killed and restarted. The new one hears the
+// worker's registration before the members' reports (one per heartbeat
+// interval): it takes the job over from the members, judges worker 1's
+// predecessor dead, and takes the registration as its restart. The job
+// ends with the fault-free weights, bit for bit.
+TEST(Restart, WorkerRegisteredBeforeTheMembersReportToARestartedScheduler) {
+  const std::string flags =
+      "--train_limit 3200 --overlap off --log_every_s 0.1";
+  std::string clean = TempPath("clean.bin"), restarted = TempPath("both.bin");
+  Result a = Launch("", flags + " --dump_weights " + clean);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  BackgroundJob job("scheduler-and-worker-restart");
+  const int port = 20000 + (getpid() + 47) % 20000;
+  ASSERT_TRUE(job.Start(
+      LaunchCommand("--max-restarts 1 --port " + std::to_string(port) +
+                        " --env PS_HEARTBEAT_INTERVAL_MS=1500",
+                    flags + " --dump_weights " + restarted)));
+  ASSERT_TRUE(job.WaitFor("] worker 1 epoch 0 step", 60)) << job.Output();
+  const int scheduler = SchedulerOf(port), worker = WorkerOne(port);
+  ASSERT_GT(scheduler, 0) << job.Output();
+  ASSERT_GT(worker, 0) << job.Output();
+  ASSERT_EQ(kill(scheduler, SIGSTOP), 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  int successor = -1;
+  for (int i = 0; i < 300 && successor <= 0; ++i) {  // 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    successor = WorkerOne(port, "1");
+  }
+  ASSERT_GT(successor, 0) << job.Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(scheduler, SIGKILL), 0);
+  ASSERT_EQ(job.Code(240), "0\n") << job.Output();
+  const std::string out = job.Output();
+  EXPECT_NE(out.find("the restarted scheduler took the running job over "
+                     "from 3 of its 4 members, a majority; worker 1 did not "
+                     "report"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("worker 1 rejoined at step"), std::string::npos) << out;
+  ExpectSameWeights(clean, restarted, "after both restarts");
+}
+
 // Both at once: with --replicas 1, server 1 dies (server 0 takes its keys
 // over), then worker 1 is killed and restarted. The new worker learns that
 // server 1 is dead, sends its keys to server 0, and the job ends with every

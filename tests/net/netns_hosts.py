@@ -265,6 +265,31 @@ class Hosts:
         _in_net(self.bridge, "ip", "link", "set", f"h{host}",
                 "up" if up else "down")
 
+    def set_reach(self, pairs, reach):
+        """Cuts (reach=False) or restores the path between the hosts of each
+        pair (a, b), both ways, with blackhole routes in each host's own
+        namespace: what one sends to the other is dropped on the way out,
+        as by a partitioned network, while both links stay up. (A connect
+        across the cut fails at once, EINVAL, where a real partition lets
+        it time out.)"""
+        others = {}
+        for a, b in pairs:
+            others.setdefault(a, set()).add(b)
+            others.setdefault(b, set()).add(a)
+        verb = "del" if reach else "replace"
+        for host, far in sorted(others.items()):
+            batch = "".join(f"route {verb} blackhole {self.addr(h)}/32\n"
+                            for h in sorted(far))
+            # -force: a route already gone (healed twice) is no error.
+            r = subprocess.run(
+                ["nsenter", "-t", str(self.holders[host]), "-n", "--", "ip",
+                 "-force", "-batch", "-"], input=batch, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                timeout=COMMAND_TIMEOUT)
+            if r.returncode != 0 and not reach:
+                raise HostsError(f"h{host}: ip -batch failed "
+                                 f"({r.returncode}): {r.stdout.strip()}")
+
     def job(self, plan, command, env=None, root_port=9100, key=True,
             out=None):
         """A ps job with each node on its host; see HostJob."""

@@ -9,6 +9,32 @@ more than half of the job's members gave it: a member that alone stopped
 hearing the scheduler was cut off from it, and is the one to name.
 """
 
+import re
+
+# What a node logs when it learns that a node failed; the scheduler logs it
+# too for a node that stopped without Finalize.
+DECLARED_DEAD = re.compile(
+    rb"\b(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) "
+    rb"was declared dead: (.*)")
+
+# The scheduler's machine-readable lines (src/postoffice, PrintEvent), one
+# JSON object each: {"event":"job","replicas":1,"heartbeat_timeout_ms":..}
+# when it starts; {"event":"dead","node":"server 1","covered_by":"server 2"}
+# (covered_by only when a replica took the keys over; "awaited":true for a
+# node the job waits to rejoin) for each node it declares dead. Every node,
+# with PS_METRICS_PORT:
+# {"event":"metrics","role":"server","host":"127.0.0.1","port":40123}.
+EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
+
+# A glog line ("I20261126 20:19:58.944772 24237 file.cc:12] ..."): the
+# log, not what a program says when it gives up.
+GLOG_LINE = re.compile(rb"[IWEF]\d{8} \d\d:\d\d:\d\d")
+
+# The reason a node gives for a peer that left without Finalize: its
+# process exited (src/postoffice, on the departure or the closed connection).
+LEFT_ON_ITS_OWN = "stopped without Finalize"
+
+
 # The reason a member gives for a scheduler it no longer hears: silence,
 # which a cut link makes as well as a dead scheduler.
 SILENCE = "no heartbeat"
@@ -39,3 +65,18 @@ def first_verdict(reports, members):
             f"it lost the scheduler ({lone[1]}), and {saying} of {members} "
             f"members did, not a majority: cut off from it",
             lone[2])
+
+
+def verdict_due(since, timeout, away, grace):
+    """When the launcher gives up waiting for the scheduler's verdict on a
+    server that died at `since` (time.monotonic()): `grace` after the
+    heartbeat `timeout` (a closed connection is noticed far sooner). And
+    when the scheduler itself was away about then (`away`: the times of
+    its signs, a member's report on it and its new run's start; one at
+    most `timeout` before the death counts), `timeout` plus 2 graces after
+    the last sign: a successor judges the members that died while no
+    scheduler was up once the timeout has passed (docs/failures.md)."""
+    due = since + timeout + grace
+    if away and max(away) >= since - timeout:
+        due = max(due, max(away) + timeout + 2 * grace)
+    return due

@@ -9,7 +9,6 @@ decides which exit fails the job, and stops everything on the way out.
 import json
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -17,32 +16,9 @@ import threading
 import time
 
 from . import reports as reports_mod
+from .reports import DECLARED_DEAD, EVENT, GLOG_LINE, LEFT_ON_ITS_OWN
 from .common import (DEAD_REPORT_GRACE, POLL_SECONDS, describe_exit, plural)
 from .metrics import MetricsTargets
-
-# What a node logs when it learns that a node failed; the scheduler logs it
-# too for a node that stopped without Finalize.
-DECLARED_DEAD = re.compile(
-    rb"\b(scheduler|server \d+|worker \d+) \(tcp://[^)]*\) "
-    rb"was declared dead: (.*)")
-
-# The scheduler's machine-readable lines (src/postoffice, PrintEvent), one
-# JSON object each: {"event":"job","replicas":1,"heartbeat_timeout_ms":..}
-# when it starts; {"event":"dead","node":"server 1","covered_by":"server 2"}
-# (covered_by only when a replica took the keys over; "awaited":true for a
-# node the job waits to rejoin) for each node it declares dead. Every node,
-# with PS_METRICS_PORT:
-# {"event":"metrics","role":"server","host":"127.0.0.1","port":40123}.
-EVENT = re.compile(rb"(?:^|\] )ps-event: (\{.*\})\s*$")
-
-# A glog line ("I20261126 20:19:58.944772 24237 file.cc:12] ..."): the
-# log, not what a program says when it gives up.
-GLOG_LINE = re.compile(rb"[IWEF]\d{8} \d\d:\d\d:\d\d")
-
-# The reason a node gives for a peer that left without Finalize: its
-# process exited (src/postoffice, on the departure or the closed connection).
-LEFT_ON_ITS_OWN = "stopped without Finalize"
-
 
 # How much of a process's last line the launcher repeats.
 LAST_WORDS_CHARS = 500
@@ -400,28 +376,19 @@ class Job:
 
     def verdict_due(self, since):
         """When the scheduler's verdict on a server that died at `since` is
-        due. In a job that does not replicate (or never said), at once: no
-        replica takes its keys. Else DEAD_REPORT_GRACE after the scheduler's
-        heartbeat timeout (a closed connection is noticed far sooner). And
-        when the scheduler itself was away about then (a member declared it
-        dead, or a new run of it started, at most that timeout before the
-        death or after it), the timeout plus 2 graces after the last such
-        sign: a successor judges the members that died while no scheduler
-        was up once the timeout has passed (docs/failures.md)."""
+        due (reports.verdict_due); at once in a job that does not replicate
+        (or never said): no replica takes its keys."""
         if not self.replicated():
             return since
         timeout_ms = self.job_event.get("heartbeat_timeout_ms")
         if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
             timeout_ms = 0
-        timeout = timeout_ms / 1000
-        due = since + timeout + DEAD_REPORT_GRACE
         scheduler = next(c for c in self.children if c.role == "scheduler")
         signs = [t for t in (self.scheduler_lost_at, scheduler.started_at
                              if scheduler.restarts else None)
                  if t is not None]
-        if signs and max(signs) >= since - timeout:
-            due = max(due, max(signs) + timeout + 2 * DEAD_REPORT_GRACE)
-        return due
+        return reports_mod.verdict_due(since, timeout_ms / 1000, signs,
+                                       DEAD_REPORT_GRACE)
 
     def goes_on_without(self, child):
         """Whether the job survives child's death (named by a report)."""
