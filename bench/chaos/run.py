@@ -628,6 +628,20 @@ class Chaos:
         return "FAIL", why
 
 
+def by_kind(rows, faults_of):
+    """Per fault kind: how many schedules held it, by verdict."""
+    verdicts = ("PASS", "PASS-restore", "FAIL")
+    print("\nby fault kind (a schedule counts once under each kind it holds)")
+    print("kind       schedules  " + "  ".join(verdicts))
+    for kind in KINDS:
+        held = [r for r in rows if any(f["kind"] == kind
+                                       for f in faults_of(r[0]))]
+        if held:
+            counts = [sum(r[2] == v for r in held) for v in verdicts]
+            print(f"{kind:<10} {len(held):>9}  " + "  ".join(
+                f"{c:>{len(v)}}" for c, v in zip(counts, verdicts)))
+
+
 def table(rows):
     head = ("seed", "faults", "verdict", "seconds")
     body = [(str(s), t, v, f"{d:.0f}") for s, t, v, _, d in rows]
@@ -700,6 +714,7 @@ def main():
     print(f"\n{len(rows)} schedules in "
           f"{(time.monotonic() - start) / 60:.1f} min")
     table(rows)
+    by_kind(rows, lambda seed: draw(seed, args.steps, chaos.kinds))
     counts = {v: sum(r[2] == v for r in rows)
               for v in ("PASS", "PASS-restore", "FAIL")}
     print(", ".join(f"{n} {v}" for v, n in counts.items()))
