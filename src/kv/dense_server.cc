@@ -505,7 +505,11 @@ void DenseShard::Impl::AnswerPull(const KVMeta& meta, const SArray<Key>& keys,
   const bool answered =
       slice_.keeps_previous()
           ? slice_.AnswerStep(
-                keys, step, [this](Key k) { return aggregator_.Applied(k); },
+                keys, step,
+                [this](Key k) {
+                  mu_.AssertHeld();  // called inside AnswerStep, under mu_
+                  return aggregator_.Applied(k);
+                },
                 &res, &why)
           : slice_.Answer(keys, &res, &why);
   if (!answered) return Reject(meta, why);
