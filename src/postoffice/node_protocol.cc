@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "postoffice/logging.h"
@@ -297,6 +298,21 @@ void NodeProtocol::OnConnectionLost(int id, const std::string& why,
   if (!ready_ || table_.Find(id) == nullptr || membership_.IsDown(id) ||
       membership_.state(id) == PeerState::kDeparted ||
       (!IsScheduler() && finalized_)) {
+    return;
+  }
+  // A connection lost is evidence of a death only while the scheduler
+  // hears a majority: one cut off from the job loses every connection
+  // (ZeroMQ's heartbeat closes them, its routes fail the reconnects), and
+  // that proves nothing about the members.
+  std::string count;
+  std::string unheard;
+  if (IsScheduler() &&
+      (!HearsMajority({id}, &count, &unheard) || withholding_)) {
+    out->lines.push_back(
+        {Output::Line::kWarning,
+         table_.Describe(id) + " was not declared dead though " + why + ": " +
+             count +
+             ", so its silence is judged only once a majority is heard"});
     return;
   }
   Declare({id}, why, out);

@@ -292,6 +292,10 @@ class NodeProtocol {
   // member frozen with the others may thaw a moment after them).
   bool JudgesSilence(const std::vector<int>& silent, Clock::time_point prev,
                      Clock::time_point now, Output* out);
+  // The scheduler's count behind that rule, with `unheard` counted silent:
+  // whether it hears a majority, and the line that says how many it hears.
+  bool HearsMajority(const std::vector<int>& unheard, std::string* count,
+                     std::string* silent) const;
   // Whether a report of a wait since `since` falls due in (prev, now].
   bool ReportDue(Clock::time_point since, Clock::time_point prev,
                  Clock::time_point now) const;

@@ -127,14 +127,13 @@ void NodeProtocol::MemberTick(Clock::time_point prev, Clock::time_point now,
   }
 }
 
-bool NodeProtocol::JudgesSilence(const std::vector<int>& silent,
-                                 Clock::time_point prev, Clock::time_point now,
-                                 Output* out) {
+bool NodeProtocol::HearsMajority(const std::vector<int>& unheard,
+                                 std::string* count,
+                                 std::string* silent) const {
   // The voters: the scheduler and each member it watches (live or
-  // suspected). Heard: itself, and those neither suspected nor silent.
+  // suspected). Heard: itself, and those neither suspected nor unheard.
   int voters = 1;
   int heard = 1;
-  std::string unheard;
   for (const Membership::PeerView& p : membership_.Peers()) {
     if (!p.watched ||
         (p.state != PeerState::kLive && p.state != PeerState::kSuspected)) {
@@ -142,16 +141,23 @@ bool NodeProtocol::JudgesSilence(const std::vector<int>& silent,
     }
     ++voters;
     if (p.state == PeerState::kLive &&
-        std::find(silent.begin(), silent.end(), p.id) == silent.end()) {
+        std::find(unheard.begin(), unheard.end(), p.id) == unheard.end()) {
       ++heard;
       continue;
     }
-    unheard += (unheard.empty() ? "" : ", ") + table_.Describe(p.id);
+    *silent += (silent->empty() ? "" : ", ") + table_.Describe(p.id);
   }
-  const std::string count = "the scheduler hears " + std::to_string(heard - 1) +
-                            " of its " + std::to_string(voters - 1) +
-                            " members";
-  if (2 * heard > voters) {
+  *count = "the scheduler hears " + std::to_string(heard - 1) + " of its " +
+           std::to_string(voters - 1) + " members";
+  return 2 * heard > voters;
+}
+
+bool NodeProtocol::JudgesSilence(const std::vector<int>& silent,
+                                 Clock::time_point prev, Clock::time_point now,
+                                 Output* out) {
+  std::string count;
+  std::string unheard;
+  if (HearsMajority(silent, &count, &unheard)) {
     if (!withholding_) return true;
     out->lines.push_back({Output::Line::kWarning,
                           count + " again: a majority; it judges silence "

@@ -41,6 +41,7 @@ class PlainWire : public Wire {
               std::vector<bool> by_ref) REQUIRES(peer->mu) override;
   void Receive(const RecvParts& parts, const std::string& from,
                const std::string& address) override;
+  bool Settled(Peer* /*peer*/) override { return true; }
   void Stop() override {}
 
  private:

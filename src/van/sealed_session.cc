@@ -232,6 +232,19 @@ void SealedWire::TickLocked(Peer* peer, Clock::time_point now) {
   }
 }
 
+bool SealedWire::Settled(Peer* peer) {
+  SealedPeer& s = StateOf(peer);
+  if (s.out.size() == 0) return true;
+  if (s.out.state() == OutStream::State::kOpen) {
+    // The receiver answers a probe with what it took (or RESET).
+    uint64_t last = 0;
+    SendSealed(s.sealer.get(), peer->socket, peer->address, "", Message(), {},
+               &last)
+        .IgnoreError();
+  }
+  return false;
+}
+
 void SealedWire::SessionLoop() {
   std::vector<zmq_pollitem_t> items;
   while (!stop_session_.load()) {

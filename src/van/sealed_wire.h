@@ -69,6 +69,7 @@ class SealedWire : public Wire {
               std::vector<bool> by_ref) REQUIRES(peer->mu) override;
   void Receive(const RecvParts& parts, const std::string& from,
                const std::string& address) override;
+  bool Settled(Peer* peer) REQUIRES(peer->mu) override;
   void Stop() override;
 
  private:

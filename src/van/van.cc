@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -140,6 +143,27 @@ void Van::Start(Handler handler) {
     pthread_setname_np(pthread_self(), "ps-van-recv");
     ReceiveLoop();
   });
+}
+
+bool Van::Flush(int id, int timeout_ms) {
+  std::shared_ptr<Peer> peer;
+  {
+    std::shared_ptr<const Routes> routes = routes_.Load();
+    auto it = routes->peers.find(id);
+    if (it == routes->peers.end()) return true;
+    peer = it->second;
+  }
+  constexpr auto kEvery = std::chrono::milliseconds(20);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    {
+      MutexLock lock(&peer->mu);
+      if (wire_->Settled(peer.get())) return true;
+    }
+    if (std::chrono::steady_clock::now() + kEvery > deadline) return false;
+    std::this_thread::sleep_for(kEvery);
+  }
 }
 
 void Van::Stop(int linger_ms) {

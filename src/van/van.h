@@ -141,6 +141,11 @@ class Van : private van_internal::WireHost {
   // Closes every socket and joins the receive thread. Pending outbound
   // messages get up to `linger_ms` to leave. Idempotent.
   void Stop(int linger_ms);
+  // Waits up to `timeout_ms` until everything sent to node `id` is known
+  // taken (the sealed wire's streams; a plain wire's are at once), so that
+  // a last message (a goodbye) survives a session started again at the
+  // end. Returns whether it is.
+  bool Flush(int id, int timeout_ms);
 
   // Reports a peer whose connection closed and did not come back within
   // `grace_ms`: lost(id, why), on the watch thread, under no lock of the

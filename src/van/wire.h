@@ -170,6 +170,11 @@ class Wire {
   virtual void Receive(const RecvParts& parts, const std::string& from,
                        const std::string& address) = 0;
 
+  // Whether every message sent to `peer` is known taken (the plain wire
+  // cannot know: it says yes, and ZeroMQ's linger sends what is queued).
+  // The sealed wire asks the receiver now (a probe) when not.
+  virtual bool Settled(Peer* peer) REQUIRES(peer->mu) = 0;
+
   // Ends the wire's own thread, if any, before the DEALERs close.
   // Idempotent.
   virtual void Stop() = 0;

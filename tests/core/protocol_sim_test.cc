@@ -28,6 +28,10 @@
 //   freeze NODE / thaw NODE   SIGSTOP and SIGCONT
 //   cut A B / heal A B  a partition between A and B (both ways); "cut A *"
 //                       cuts A from every node
+//   close A B           the connections between A and B close and cannot
+//                       be made again, both processes alive (a cut that
+//                       outlasted ZeroMQ's heartbeat, the reconnects failed
+//                       by the routes); "close A *": A's every connection
 //   loss A B PERCENT    A's messages to B are lost with this chance
 //   drop A B N          A's next N messages to B are lost
 //   barrier NODE[,NODE...] GROUP   the nodes enter GROUP's barrier
@@ -197,6 +201,8 @@ class Sim {
       Thaw(IdOf(args.at(0)));
     } else if (cmd == "cut" || cmd == "heal") {
       Cut(args.at(0), args.at(1), cmd == "cut");
+    } else if (cmd == "close") {
+      Close(args.at(0), args.at(1));
     } else if (cmd == "drop") {
       drop_[{IdOf(args.at(0)), IdOf(args.at(1))}] += std::stoi(args.at(2));
     } else if (cmd == "loss") {
@@ -515,6 +521,21 @@ class Sim {
       if (other == kSchedulerId || id == kSchedulerId) {
         Item lost{other, true, id, Message()};
         lost.to_port = node.port;
+        Enqueue(now_ + std::chrono::milliseconds(kGraceMs), std::move(lost));
+      }
+    }
+  }
+
+  // Each watched connection between `a` and `b` ("*": any) is reported
+  // lost at both ends, after the watch's grace, as Kill's are.
+  void Close(const std::string& a, const std::string& b) {
+    const int x = IdOf(a);
+    for (auto& [y, node] : nodes_) {
+      if (y == x || (b != "*" && y != IdOf(b))) continue;
+      if (x != kSchedulerId && y != kSchedulerId) continue;
+      for (const auto& [from, to] : {std::pair(x, y), std::pair(y, x)}) {
+        Item lost{to, true, from, Message()};
+        lost.to_port = nodes_.at(to).port;
         Enqueue(now_ + std::chrono::milliseconds(kGraceMs), std::move(lost));
       }
     }
