@@ -194,6 +194,26 @@ def describe(fault):
     return f"disk full {at} {hold}"
 
 
+class Reach:
+    """The host pairs that partitions cut, by fault: a pair is healed when
+    the last fault that cuts it is (two partitions may share pairs)."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.held = {}  # fault: the pairs (a, b), a < b, it still cuts
+
+    def cut(self, fault, pairs):
+        self.held.setdefault(fault, set()).update(pairs)
+        self.hosts.set_reach(sorted(pairs), False)
+
+    def heal(self, fault, pairs):
+        mine = self.held.get(fault, set()) & set(pairs)
+        self.held[fault] = self.held.get(fault, set()) - mine
+        still = set().union(*self.held.values())
+        if mine - still:
+            self.hosts.set_reach(sorted(mine - still), True)
+
+
 # -- One job --------------------------------------------------------------
 
 def job_processes(tag):
@@ -253,6 +273,7 @@ class Job:
                  drops=False, timeout=240, log=None):
         self.tag = f"{os.getpid()}-{time.monotonic_ns()}"
         self.hosts = hosts
+        self.reach = Reach(hosts)
         self.faults = [dict(f) for f in faults if f["kind"] != "drops"]
         self.lines = []
         self.step = -1
@@ -383,16 +404,16 @@ class Job:
         """Cuts f's side off from the other hosts, both sides running."""
         side = {host_of(role, rank): (role, rank) for role, rank in f["side"]}
         rest = [h for h in range(1, len(NODES) + 1) if h not in side]
-        pairs = [(a, b) for a in side for b in rest]
-        self.hosts.set_reach(pairs, False)
-        self._later(now, f["hold_s"], lambda: self.hosts.set_reach(pairs,
-                                                                   True))
+        pairs = {tuple(sorted((a, b))) for a in side for b in rest}
+        key = id(f)
+        self.reach.cut(key, pairs)
+        self._later(now, f["hold_s"], lambda: self.reach.heal(key, pairs))
         processes = job_processes(self.tag)
         for host, (role, rank) in side.items():
-            mine = [p for p in pairs if host in p]
+            mine = {p for p in pairs if host in p}
             self.cuts.append((role, rank,
                               find_node(self.tag, role, rank, processes),
-                              lambda m=mine: self.hosts.set_reach(m, True)))
+                              lambda m=mine: self.reach.heal(key, m)))
 
     def _later(self, now, hold, action):
         if hold is not None:

@@ -203,6 +203,48 @@ else:
     wait_until(lambda: marked("verdict"))
 """
 
+# -s 1 -w 2 --max-restarts 2: the scheduler freezes, the members declare it
+# dead, the launcher kills it and starts it again; the new run freezes too,
+# and the members' word on it (read after the heartbeat timeout from its
+# start: it is about that run) has the launcher replace it once more.
+SCHEDULER_FROZEN_TWICE = r"""
+import json, os, signal, sys, time
+out = sys.argv[2]
+role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
+me = role if rank is None else f"{role}{rank}"
+run = int(os.environ.get("PS_RESTART_COUNT", "0")) + 1
+
+def wait_until(test):
+    end = time.time() + 15
+    while not test() and time.time() < end:
+        time.sleep(0.01)
+
+def marked(name):
+    return os.path.exists(os.path.join(out, name))
+
+with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+if me == "scheduler":
+    print('ps-event: {"event":"job","servers":1,"workers":2,"replicas":0,'
+          '"heartbeat_timeout_ms":1000}', file=sys.stderr, flush=True)
+    if run < 3:
+        wait_until(lambda: len(os.listdir(out)) >= 3)
+        open(os.path.join(out, f"frozen{run}"), "w").close()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(60)
+    open(os.path.join(out, "up3"), "w").close()
+else:
+    for frozen in ("frozen1", "frozen2"):
+        wait_until(lambda: marked(frozen))
+        time.sleep(1.5)  # The heartbeat timeout, and then some.
+        print(f"W1126 11:22:33.444555  4242 peer_events.cc:178] scheduler "
+              f"(tcp://127.0.0.1:40123) was declared dead: no heartbeat for "
+              f"more than 1000 ms (PS_HEARTBEAT_TIMEOUT_MS); the job waits "
+              f"up to 60000 ms for it to rejoin (PS_MAX_RESTARTS)",
+              file=sys.stderr, flush=True)
+    wait_until(lambda: marked("up3"))
+"""
+
 COVERED = "the scheduler said server 0 took over its keys"
 
 
@@ -345,6 +387,27 @@ class SchedulerAwayTest(LaunchCase):
                          r"scheduler said server 0 took over its keys\); "
                          r"scheduler was restarted 1 time \(--max-restarts "
                          r"1\)$")
+        self.assert_all_dead()
+
+
+    def test_a_restarted_scheduler_frozen_in_its_turn_is_replaced_too(self):
+        self.child.write_text(SCHEDULER_FROZEN_TWICE)
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--max-restarts", "2", "--timeout", "25"],
+                             "frozen-twice")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        lines = result.stderr.splitlines()
+        for run in (1, 2):
+            frozen = pid[f"scheduler.run{run}"]
+            self.assertIn(f"launch: scheduler (pid {frozen}) was declared "
+                          "dead by the job and killed by the launcher; "
+                          f"restarting it ({run} of 2, --max-restarts 2)",
+                          lines)
+        self.assertRegex(self.last_line(result),
+                         r"^launch: all 4 processes exited 0 in [\d.]+ s; "
+                         r"scheduler was restarted 2 times "
+                         r"\(--max-restarts 2\)$")
         self.assert_all_dead()
 
 

@@ -48,6 +48,41 @@ def quorum_lost(reports, members):
     return (len(saying), members) if 2 * len(saying) > members else None
 
 
+class SchedulerQuorum:
+    """The members that declared the scheduler's current run dead. More
+    than half of them saying so is a verdict (a node cut off alone declares
+    everyone dead). A restarted run is spoken of only after the heartbeat
+    timeout from its start: a report sooner is about the run before (a
+    member must hear the new run, then miss it that long)."""
+
+    def __init__(self):
+        self.run = None  # The run (its Popen) the members speak of.
+        self.saying = set()
+        self.judged = None  # The run that a majority declared dead.
+
+    def report(self, reporter, run, restarted_at, now, timeout, members):
+        """Whether `reporter`'s word at `now` makes a majority of `members`
+        on `run` (started again at `restarted_at`, None for a first run)."""
+        if restarted_at is not None and now < restarted_at + timeout:
+            return False
+        if run is not self.run:
+            self.run, self.saying = run, set()
+        self.saying.add(reporter)
+        if 2 * len(self.saying) <= members:
+            return False
+        self.judged = run
+        return True
+
+
+def heartbeat_timeout(job_event):
+    """The job's heartbeat timeout in seconds, as its "job" event said (0
+    if it did not)."""
+    timeout_ms = (job_event or {}).get("heartbeat_timeout_ms")
+    if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+        return 0
+    return timeout_ms / 1000
+
+
 def first_verdict(reports, members):
     """The first report whose word counts, in the order read; else, when a
     member alone lost the scheduler's heartbeats, (that member, why it is

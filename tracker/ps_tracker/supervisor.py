@@ -114,6 +114,7 @@ class Job:
         self.verdicts = {}  # node name: the scheduler's first "dead" event
         # time.monotonic() of the last report of a member on the scheduler.
         self.scheduler_lost_at = None
+        self.scheduler_quorum = reports_mod.SchedulerQuorum()
         self._declared = queue.Queue()  # Names declared dead, to act on.
         self._last_said = {}  # node name: its last line that is not a log
         # --metrics DIR: the nodes' /metrics addresses (DIR/targets.json).
@@ -209,13 +210,21 @@ class Job:
         if reporter == "scheduler":
             self._declared.put(name)  # Its verdict: the others follow it.
         elif name == "scheduler":
-            self.scheduler_lost_at = time.monotonic()
-            with self._reports_lock:
-                quorum = reports_mod.quorum_lost(self._reports,
-                                                 self.num_members())
-            if quorum:
-                self._declared.put(name)  # A majority of the members' word.
+            self._member_lost_scheduler(reporter)
         self._reported.set()
+
+    def _member_lost_scheduler(self, reporter):
+        """A member declared the scheduler dead: a majority's word on its
+        current run is a verdict (reports.SchedulerQuorum)."""
+        now = time.monotonic()
+        self.scheduler_lost_at = now
+        scheduler = next(c for c in self.children if c.role == "scheduler")
+        if self.scheduler_quorum.report(
+                reporter, scheduler.proc,
+                scheduler.started_at if scheduler.restarts else None, now,
+                reports_mod.heartbeat_timeout(self.job_event),
+                self.num_members()):
+            self._declared.put("scheduler")
 
     def _read_event(self, reporter, line):
         """Keeps the scheduler's events (no other process speaks for the
@@ -380,14 +389,12 @@ class Job:
         (or never said): no replica takes its keys."""
         if not self.replicated():
             return since
-        timeout_ms = self.job_event.get("heartbeat_timeout_ms")
-        if not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            timeout_ms = 0
         scheduler = next(c for c in self.children if c.role == "scheduler")
         signs = [t for t in (self.scheduler_lost_at, scheduler.started_at
                              if scheduler.restarts else None)
                  if t is not None]
-        return reports_mod.verdict_due(since, timeout_ms / 1000, signs,
+        timeout = reports_mod.heartbeat_timeout(self.job_event)
+        return reports_mod.verdict_due(since, timeout, signs,
                                        DEAD_REPORT_GRACE)
 
     def goes_on_without(self, child):
@@ -405,7 +412,8 @@ class Job:
         """Kills the processes the job declared dead and goes on without
         (a frozen one would never exit, and the launcher would wait for it
         for ever). A restarted process is left alone: a report about it
-        may be about its previous run (see first_report)."""
+        may be about its previous run (see first_report), unless a
+        majority of the members declared the scheduler's current run dead."""
         while True:
             try:
                 name = self._declared.get_nowait()
@@ -414,7 +422,11 @@ class Job:
             if getattr(self.args, "keep_declared_dead", False):
                 continue  # A test's: it must find itself fenced and exit.
             child = next((c for c in self.children if c.name == name), None)
-            if (child is None or child.restarts or child.killed_as_dead
+            current = child is not None and (
+                not child.restarts
+                or child.proc is self.scheduler_quorum.judged)
+            if (child is None or not current
+                    or child.killed_as_dead is child.proc
                     or child.proc.poll() is not None
                     or not self.goes_on_without(child)):
                 continue
