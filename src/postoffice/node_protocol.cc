@@ -324,7 +324,12 @@ bool NodeProtocol::OnProven(int sender, pb::Command cmd, Clock::time_point now,
                             Output* out) {
   At(now);
   // The scheduler watches every member, a member the scheduler only.
-  if (IsScheduler() || sender == kSchedulerId) membership_.Heard(sender, now);
+  if (IsScheduler() || sender == kSchedulerId) {
+    membership_.Heard(sender, now);
+  } else if (!membership_.IsDown(sender)) {
+    last_peer_ = sender;
+    last_peer_at_ = now;
+  }
   if (IsScheduler() && membership_.IsDown(sender) && cmd == pb::HEARTBEAT) {
     // It was frozen and came back: tell it, so that it names itself.
     Message dead = ControlMessage(pb::NODE_FAILED, sender, false);

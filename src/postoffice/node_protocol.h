@@ -292,6 +292,9 @@ class NodeProtocol {
   // member frozen with the others may thaw a moment after them).
   bool JudgesSilence(const std::vector<int>& silent, Clock::time_point prev,
                      Clock::time_point now, Output* out);
+  // Member, losing the scheduler: says that it may be the one cut off
+  // when it heard another peer within half the heartbeat timeout.
+  void SayIfCutOff(Clock::time_point now, Output* out) const;
   // The scheduler's count behind that rule, with `unheard` counted silent:
   // whether it hears a majority, and the line that says how many it hears.
   bool HearsMajority(const std::vector<int>& unheard, std::string* count,
@@ -317,6 +320,10 @@ class NodeProtocol {
   Status peer_failure_;
   Clock::time_point last_tick_;
   Clock::time_point last_heartbeat_;
+  // Member: the last peer other than the scheduler heard from, and when
+  // (a member that loses the scheduler while it hears it is cut off).
+  int last_peer_ = -1;
+  Clock::time_point last_peer_at_;
   // Scheduler: verdicts on silence withheld for want of a quorum, since.
   bool withholding_ = false;
   Clock::time_point withheld_since_;

@@ -62,6 +62,7 @@ void NodeProtocol::Tick(Clock::time_point now, Output* out) {
       !JudgesSilence(newly_dead, prev, now, out)) {
     newly_dead.clear();
   }
+  if (!IsScheduler() && !newly_dead.empty()) SayIfCutOff(now, out);
   if (!newly_dead.empty()) {
     Declare(newly_dead,
             "no heartbeat for more than " +
@@ -125,6 +126,21 @@ void NodeProtocol::MemberTick(Clock::time_point prev, Clock::time_point now,
              " to come back (restarted; PS_REJOIN_TIMEOUT_MS=" +
              std::to_string(config_.rejoin_timeout_ms) + ")"});
   }
+}
+
+void NodeProtocol::SayIfCutOff(Clock::time_point now, Output* out) const {
+  if (last_peer_ < 0 ||
+      MsSince(last_peer_at_, now) > config_.heartbeat_timeout_ms / 2) {
+    return;
+  }
+  out->lines.push_back(
+      {Output::Line::kWarning,
+       table_.Describe(self_) + " lost the scheduler's heartbeats but heard " +
+           table_.Describe(last_peer_) + " " +
+           std::to_string(MsSince(last_peer_at_, now)) +
+           " ms ago: it is cut off from the scheduler alone, or the "
+           "scheduler is down; its word on the scheduler counts only with "
+           "a majority of the members' (docs/failures.md)"});
 }
 
 bool NodeProtocol::HearsMajority(const std::vector<int>& unheard,
