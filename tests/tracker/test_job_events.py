@@ -245,6 +245,31 @@ else:
     wait_until(lambda: marked("up3"))
 """
 
+# -s 1 -w 2 --max-restarts 1: the scheduler ends the job (exit 0) while
+# worker 1 still waits for it (its final barrier's release lost); worker 1
+# then fails. A new run would find no job: it is not started.
+AFTER_THE_END = r"""
+import os, sys, time
+out = sys.argv[2]
+role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
+me = role if rank is None else f"{role}{rank}"
+run = int(os.environ.get("PS_RESTART_COUNT", "0")) + 1
+with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+if me == "worker1":
+    end = time.time() + 15
+    while time.time() < end and not os.path.exists(
+            os.path.join(out, "ended")):
+        time.sleep(0.01)
+    time.sleep(0.5)
+    print("ps: worker 1 stops: scheduler was declared dead: it did not "
+          "rejoin", file=sys.stderr, flush=True)
+    sys.exit(1)
+if me == "scheduler":
+    time.sleep(0.5)
+    open(os.path.join(out, "ended"), "w").close()
+"""
+
 COVERED = "the scheduler said server 0 took over its keys"
 
 
@@ -408,6 +433,22 @@ class SchedulerAwayTest(LaunchCase):
                          r"^launch: all 4 processes exited 0 in [\d.]+ s; "
                          r"scheduler was restarted 2 times "
                          r"\(--max-restarts 2\)$")
+        self.assert_all_dead()
+
+
+    def test_a_worker_failing_after_the_scheduler_ended_the_job_stays_down(
+            self):
+        self.child.write_text(AFTER_THE_END)
+        result = self.launch(["-s", "1", "-w", "2", "--grace", "0.5",
+                              "--max-restarts", "1", "--timeout", "20"],
+                             "after-the-end")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        pid = {p.stem: int(p.read_text()) for p in self.pids.glob("*.pid")}
+        self.assertNotIn("worker1.run2", pid)
+        self.assertNotIn("restarting it", result.stderr)
+        self.assertIn(f"launch: worker 1 (pid {pid['worker1.run1']}) exited "
+                      "with code 1; not restarted: the scheduler had ended "
+                      "the job (exit 0)", result.stderr.splitlines())
         self.assert_all_dead()
 
 

@@ -271,7 +271,9 @@ if role != "scheduler":
     event["host"] = ("0.0.0.0" if role == "server" else
                      "127.0.0.1" if rank == 0 else "127.0.0.5")
 print("ps-event: " + json.dumps(event), file=sys.stderr, flush=True)
-time.sleep(1)
+# The scheduler ends the job after worker 0's second run is over (the
+# launcher restarts no one once the scheduler has ended the job).
+time.sleep(4 if role == "scheduler" else 1)
 sys.exit(1 if role == "worker" and rank == 0 and restarts == 0 else 0)
 '''
 

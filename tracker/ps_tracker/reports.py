@@ -11,6 +11,8 @@ hearing the scheduler was cut off from it, and is the one to name.
 
 import re
 
+from .common import plural
+
 # What a node logs when it learns that a node failed; the scheduler logs it
 # too for a node that stopped without Finalize.
 DECLARED_DEAD = re.compile(
@@ -115,3 +117,30 @@ def verdict_due(since, timeout, away, grace):
     if away and max(away) >= since - timeout:
         due = max(due, max(away) + timeout + 2 * grace)
     return due
+
+
+def describe_restarts(children, max_restarts):
+    """'worker 1 was restarted 1 time (--max-restarts 2)', or ''."""
+    restarted = [c for c in children if c.restarts]
+    if not restarted:
+        return ""
+    return (", ".join(f"{c.name} was restarted "
+                      f"{plural(c.restarts, 'time', 's')}"
+                      for c in restarted)
+            + f" (--max-restarts {max_restarts})")
+
+
+def describe_losses(tolerated, survived):
+    """'the job survived the loss of worker 1 (--tolerate)', or '':
+    `tolerated`, the children the job went on without; `survived`, their
+    names: why."""
+    if not tolerated:
+        return ""
+    whys = [survived.get(c.name, "--tolerate") for c in tolerated]
+    if all(w.startswith("--tolerate") for w in whys):
+        lost = ", ".join(c.name for c in tolerated)
+        return f"the job survived the loss of {lost} (--tolerate)"
+    lost = ", ".join(
+        f"{c.name} ({'--tolerate' if w.startswith('--tolerate') else w})"
+        for c, w in zip(tolerated, whys))
+    return f"the job survived the loss of {lost}"

@@ -9,6 +9,7 @@ import sys
 import time
 
 from .cli import parse_args
+from .reports import describe_losses, describe_restarts
 from .common import (EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE,
                      INSECURE_NOTE, OutputMux, plural, usage_error)
 from .keys import JobKey, KeyMemfd, make_key
@@ -86,12 +87,13 @@ def run_job(args, job, port):
     if outcome == "done":
         elapsed = time.monotonic() - start
         if job.tolerated:
+            losses = describe_losses(job.tolerated, job.survived)
             line = (f"{plural(job.total - len(job.tolerated), 'process')} "
-                    f"exited 0 in {elapsed:.1f} s; {job.describe_losses()}")
+                    f"exited 0 in {elapsed:.1f} s; {losses}")
         else:
             line = (f"all {plural(job.total, 'process')} exited 0 in "
                     f"{elapsed:.1f} s")
-        restarts = job.describe_restarts()
+        restarts = describe_restarts(job.children, job.max_restarts)
         mux.say(line + (f"; {restarts}" if restarts else ""))
         return EXIT_OK
     if outcome == "failed":

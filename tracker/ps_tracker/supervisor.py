@@ -336,6 +336,8 @@ class Job:
             except queue.Empty:
                 continue
             if returncode != 0 and self.may_restart(child):
+                if self.job_ended(child, returncode):
+                    return "failed", child, returncode
                 if self.restart(child, returncode):
                     continue  # Still one of the remaining, as a new run.
                 return "failed", child, returncode
@@ -351,6 +353,16 @@ class Job:
                 self._await_report(deadline)
                 return "failed", child, returncode
         return "done", None, None
+
+    def job_ended(self, child, returncode):
+        """Whether the scheduler ended the job (exit 0) before child failed:
+        a new run would find no job to rejoin, so it is not started."""
+        scheduler = next(c for c in self.children if c.role == "scheduler")
+        if child is scheduler or scheduler.proc.poll() != 0:
+            return False
+        self.mux.say(f"{child.label} {child.describe_exit(returncode)}; not "
+                     f"restarted: the scheduler had ended the job (exit 0)")
+        return True
 
     def go_on_without(self, child, returncode, why):
         """Says that the job goes on without child (failed), and why."""
@@ -477,30 +489,6 @@ class Job:
             return ""
         return (f" (after {plural(child.restarts, 'restart', 's')}, "
                 f"--max-restarts {self.max_restarts})")
-
-    def describe_restarts(self):
-        """'worker 1 was restarted 1 time (--max-restarts 2)', or ''."""
-        restarted = [c for c in self.children if c.restarts]
-        if not restarted:
-            return ""
-        return (", ".join(f"{c.name} was restarted "
-                          f"{plural(c.restarts, 'time', 's')}"
-                          for c in restarted)
-                + f" (--max-restarts {self.max_restarts})")
-
-    def describe_losses(self):
-        """'the job survived the loss of worker 1 (--tolerate)', or ''."""
-        if not self.tolerated:
-            return ""
-        whys = [self.survived.get(c.name, "--tolerate")
-                for c in self.tolerated]
-        if all(w.startswith("--tolerate") for w in whys):
-            lost = ", ".join(c.name for c in self.tolerated)
-            return f"the job survived the loss of {lost} (--tolerate)"
-        lost = ", ".join(
-            f"{c.name} ({'--tolerate' if w.startswith('--tolerate') else w})"
-            for c, w in zip(self.tolerated, whys))
-        return f"the job survived the loss of {lost}"
 
     def running(self):
         """The children whose current run has not exited."""
