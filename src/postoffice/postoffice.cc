@@ -565,15 +565,15 @@ void Postoffice::Stop() {
           "it stopped without Finalize (its process exited or failed)");
     }
     Status st = Send(&bye);
-    // The goodbye must arrive: a sealed stream that the scheduler asks to
-    // start again (a gap after a freeze) sends it again only while this
-    // process runs.
-    if (st.ok() && !van_.Flush(kSchedulerId, kLingerMs)) {
+    if (!st.ok()) {
+      LOG(WARNING) << "could not tell the scheduler: " << st;
+    } else if (!van_.Flush(kSchedulerId, kLingerMs)) {
+      // A sealed stream that the scheduler asks to start again (a gap
+      // after a freeze) sends the goodbye again only while this runs.
       LOG(WARNING) << "the scheduler did not confirm this node's goodbye "
                       "within "
                    << kLingerMs << " ms";
     }
-    if (!st.ok()) LOG(WARNING) << "could not tell the scheduler: " << st;
   }
   // What it said last (goodbye, or why the job cannot start) still goes.
   van_.Stop(say_goodbye || told_failure ? kLingerMs : 0);

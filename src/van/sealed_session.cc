@@ -214,15 +214,9 @@ void SealedWire::TickLocked(Peer* peer, Clock::time_point now) {
     case OutStream::Due::kOfferAgain:
       OfferLocked(peer, true).IgnoreError();
       return;
-    case OutStream::Due::kProbe: {
-      // An empty sealed message: the receiver answers what it took (or, if
-      // something before it is missing, RESET).
-      uint64_t last = 0;
-      SendSealed(s.sealer.get(), peer->socket, peer->address, "", Message(), {},
-                 &last)
-          .IgnoreError();
+    case OutStream::Due::kProbe:
+      ProbeLocked(peer);
       return;
-    }
     case OutStream::Due::kNewSession:
       host_->Report("no answer from " + peer->address + " to " +
                     std::to_string(OutStream::kProbesPerSession) +
@@ -232,16 +226,20 @@ void SealedWire::TickLocked(Peer* peer, Clock::time_point now) {
   }
 }
 
+void SealedWire::ProbeLocked(Peer* peer) {
+  // An empty sealed message: the receiver answers what it took (or, if
+  // something before it is missing, RESET).
+  SealedPeer& s = StateOf(peer);
+  uint64_t last = 0;
+  SendSealed(s.sealer.get(), peer->socket, peer->address, "", Message(), {},
+             &last)
+      .IgnoreError();
+}
+
 bool SealedWire::Settled(Peer* peer) {
   SealedPeer& s = StateOf(peer);
   if (s.out.size() == 0) return true;
-  if (s.out.state() == OutStream::State::kOpen) {
-    // The receiver answers a probe with what it took (or RESET).
-    uint64_t last = 0;
-    SendSealed(s.sealer.get(), peer->socket, peer->address, "", Message(), {},
-               &last)
-        .IgnoreError();
-  }
+  if (s.out.state() == OutStream::State::kOpen) ProbeLocked(peer);
   return false;
 }
 

@@ -124,6 +124,8 @@ class SealedWire : public Wire {
   // item in the open one, reads the receiver's answers, and acts on the
   // timer.
   Status OfferLocked(Peer* peer, bool again) REQUIRES(peer->mu);
+  // Asks the receiver, with an empty sealed message, what it took.
+  void ProbeLocked(Peer* peer) REQUIRES(peer->mu);
   Status TransmitLocked(Peer* peer, OutStream::Item* item) REQUIRES(peer->mu);
   void DrainLocked(Peer* peer) REQUIRES(peer->mu);
   void OnAnswerLocked(Peer* peer, std::string frame) REQUIRES(peer->mu);

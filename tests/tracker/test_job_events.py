@@ -152,7 +152,10 @@ if me != "worker1":
 # dead, the launcher restarts it, and only its successor, more than the
 # heartbeat timeout plus the grace after the death, says that server 0
 # took over server 1's keys.
-SCHEDULER_AWAY = r"""
+# What the nodes of the tests below share: who this process is, which run
+# of it (PS_RESTART_COUNT), its pid file DIR/NAME.runN.pid, and marks in
+# DIR (sys.argv[2]) that the nodes wait for.
+NODE = r"""
 import json, os, signal, sys, time
 out = sys.argv[2]
 role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
@@ -176,6 +179,9 @@ def marked(name):
 
 with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
     f.write(str(os.getpid()))
+"""
+
+SCHEDULER_AWAY = NODE + r"""
 if me == "scheduler":
     event(event="job", servers=2, workers=1, replicas=1,
           heartbeat_timeout_ms=1000)
@@ -207,32 +213,16 @@ else:
 # dead, the launcher kills it and starts it again; the new run freezes too,
 # and the members' word on it (read after the heartbeat timeout from its
 # start: it is about that run) has the launcher replace it once more.
-SCHEDULER_FROZEN_TWICE = r"""
-import json, os, signal, sys, time
-out = sys.argv[2]
-role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
-me = role if rank is None else f"{role}{rank}"
-run = int(os.environ.get("PS_RESTART_COUNT", "0")) + 1
-
-def wait_until(test):
-    end = time.time() + 15
-    while not test() and time.time() < end:
-        time.sleep(0.01)
-
-def marked(name):
-    return os.path.exists(os.path.join(out, name))
-
-with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
-    f.write(str(os.getpid()))
+SCHEDULER_FROZEN_TWICE = NODE + r"""
 if me == "scheduler":
-    print('ps-event: {"event":"job","servers":1,"workers":2,"replicas":0,'
-          '"heartbeat_timeout_ms":1000}', file=sys.stderr, flush=True)
+    event(event="job", servers=1, workers=2, replicas=0,
+          heartbeat_timeout_ms=1000)
     if run < 3:
         wait_until(lambda: len(os.listdir(out)) >= 3)
-        open(os.path.join(out, f"frozen{run}"), "w").close()
+        mark(f"frozen{run}")
         os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(60)
-    open(os.path.join(out, "up3"), "w").close()
+    mark("up3")
 else:
     for frozen in ("frozen1", "frozen2"):
         wait_until(lambda: marked(frozen))
@@ -248,26 +238,16 @@ else:
 # -s 1 -w 2 --max-restarts 1: the scheduler ends the job (exit 0) while
 # worker 1 still waits for it (its final barrier's release lost); worker 1
 # then fails. A new run would find no job: it is not started.
-AFTER_THE_END = r"""
-import os, sys, time
-out = sys.argv[2]
-role, rank = os.environ["DMLC_ROLE"], os.environ.get("PS_RANK")
-me = role if rank is None else f"{role}{rank}"
-run = int(os.environ.get("PS_RESTART_COUNT", "0")) + 1
-with open(os.path.join(out, f"{me}.run{run}.pid"), "w") as f:
-    f.write(str(os.getpid()))
+AFTER_THE_END = NODE + r"""
 if me == "worker1":
-    end = time.time() + 15
-    while time.time() < end and not os.path.exists(
-            os.path.join(out, "ended")):
-        time.sleep(0.01)
+    wait_until(lambda: marked("ended"))
     time.sleep(0.5)
     print("ps: worker 1 stops: scheduler was declared dead: it did not "
           "rejoin", file=sys.stderr, flush=True)
     sys.exit(1)
 if me == "scheduler":
     time.sleep(0.5)
-    open(os.path.join(out, "ended"), "w").close()
+    mark("ended")
 """
 
 COVERED = "the scheduler said server 0 took over its keys"
